@@ -1,0 +1,44 @@
+"""Shared, durable sessions, scoped state and memory for AI agent workers, in Redis."""
+
+from __future__ import annotations
+
+from ._version import __version__
+from .config import SessionServiceConfig
+from .errors import (
+    AlreadyExistsError,
+    CorruptDataError,
+    InvalidInputError,
+    PayloadTooLargeError,
+    RedisSessionsError,
+    SessionNotFoundError,
+    StaleSessionError,
+)
+from .models import (
+    Content,
+    Event,
+    EventActions,
+    GetSessionConfig,
+    ListSessionsResponse,
+    Part,
+    Session,
+)
+from .sessions import RedisSessionService
+
+__all__ = [
+    "AlreadyExistsError",
+    "Content",
+    "CorruptDataError",
+    "Event",
+    "EventActions",
+    "GetSessionConfig",
+    "InvalidInputError",
+    "ListSessionsResponse",
+    "Part",
+    "PayloadTooLargeError",
+    "RedisSessionService",
+    "RedisSessionsError",
+    "SessionNotFoundError",
+    "SessionServiceConfig",
+    "StaleSessionError",
+    "__version__",
+]

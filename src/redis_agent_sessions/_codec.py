@@ -1,0 +1,88 @@
+"""Turning Python values into what the scripts store, and stored bytes back into values."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from .errors import CorruptDataError, InvalidInputError
+
+__all__ = ["check_id", "decode_hash", "encode_fields", "text"]
+
+_MAX_ID_LENGTH = 1024
+
+
+def text(value: bytes | str) -> str:
+    """A reply item as text, whether or not the client decodes responses."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def check_id(name: str, value: object) -> str:
+    """``value`` if it is a usable identifier, else InvalidInputError."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, got {type(value).__name__}")
+    if not value or value != value.strip():
+        raise InvalidInputError(f"{name} must be non-empty without surrounding spaces: {value!r}")
+    if len(value) > _MAX_ID_LENGTH:
+        raise InvalidInputError(f"{name} is longer than {_MAX_ID_LENGTH} characters")
+    return value
+
+
+def _check_json(value: object, where: str) -> None:
+    # orjson would quietly write NaN as null and datetimes as strings; state must
+    # read back exactly as written, so only plain JSON types get through.
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"state value {where} is {value}, which JSON cannot hold")
+        return
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_json(item, where)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInputError(f"state value {where} has a non-string key {key!r}")
+            _check_json(item, where)
+        return
+    raise InvalidInputError(
+        f"state value {where} is not JSON-serializable: {type(value).__name__}"
+    )
+
+
+def encode_fields(values: Mapping[str, Any], scope: str) -> list[bytes | str]:
+    """``[field, json, field, json, ...]`` for HSET, checking every value first."""
+    flat: list[bytes | str] = []
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise InvalidInputError(f"state keys must be strings, got {key!r} in {scope} scope")
+        _check_json(value, f"{key!r} ({scope} scope)")
+        try:
+            encoded = orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            raise InvalidInputError(f"state value {key!r} ({scope} scope): {exc}") from exc
+        flat += (key, encoded)
+    return flat
+
+
+def decode_hash(key: str, raw: Mapping[Any, Any] | Iterable[Any]) -> dict[str, Any]:
+    """A state hash (HGETALL reply, as a dict or a flat list) as field -> value."""
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(raw, Mapping):
+        items = raw.items()
+    else:
+        flat = list(raw)
+        items = zip(flat[::2], flat[1::2])
+    out: dict[str, Any] = {}
+    for field, value in items:
+        name = text(field)
+        try:
+            out[name] = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptDataError(key, f"field {name!r} is not JSON: {exc}") from exc
+    return out

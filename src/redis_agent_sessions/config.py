@@ -1,0 +1,34 @@
+"""Settings shared by the session and memory services."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["SessionServiceConfig"]
+
+
+class SessionServiceConfig(BaseModel):
+    """How sessions are stored. Every worker sharing a Redis must use the same values."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key_prefix: str = "ras"
+    """First part of every key; lets several deployments share one Redis."""
+    ttl_seconds: int | None = Field(default=None, gt=0)
+    """Sliding expiry of a session's keys, refreshed by every append. None = keep forever.
+    User and app state never expire."""
+    stale_policy: Literal["reject", "merge"] = "reject"
+    """What an append from an outdated session copy gets: ``reject`` raises
+    StaleSessionError and writes nothing (like ADK's DatabaseSessionService); ``merge``
+    applies it anyway, each state key taking the last writer's value."""
+    max_payload_bytes: int = Field(default=1 << 20, gt=0)
+    """Largest encoded event (or initial state of a new session) accepted."""
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _no_hash_tag(cls, value: str) -> str:
+        if not value or "{" in value or "}" in value:
+            raise ValueError("key_prefix must be non-empty and contain no '{' or '}'")
+        return value

@@ -1,0 +1,65 @@
+"""Every error this library raises derives from :class:`RedisSessionsError`.
+
+Errors that ADK callers already catch as ``ValueError`` (stale and missing sessions,
+bad input) also derive from ``ValueError`` so existing ``except ValueError`` code keeps
+working. Errors from redis-py itself (connection loss, timeouts) propagate unwrapped.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyExistsError",
+    "CorruptDataError",
+    "InvalidInputError",
+    "PayloadTooLargeError",
+    "RedisSessionsError",
+    "SessionNotFoundError",
+    "StaleSessionError",
+]
+
+# Third-party code matches on this exact text (ADK's DatabaseSessionService and its ports).
+STALE_SESSION_MESSAGE = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+
+
+class RedisSessionsError(Exception):
+    """Root of every error raised by redis-agent-sessions."""
+
+
+class InvalidInputError(RedisSessionsError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class PayloadTooLargeError(InvalidInputError):
+    """An encoded event or state exceeds the configured ``max_payload_bytes``."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} is {size} bytes encoded, over the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class AlreadyExistsError(RedisSessionsError):
+    """A session with that id already exists (like ADK's, not a ValueError)."""
+
+
+class SessionNotFoundError(RedisSessionsError, ValueError):
+    """The session does not exist (never created, deleted, or expired)."""
+
+
+class StaleSessionError(RedisSessionsError, ValueError):
+    """Another writer appended to the session after this copy was loaded; nothing was written."""
+
+    def __init__(self, message: str = STALE_SESSION_MESSAGE) -> None:
+        super().__init__(message)
+
+
+class CorruptDataError(RedisSessionsError):
+    """Data stored in Redis does not have the shape this library writes."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"corrupt data at Redis key {key!r}: {detail}")
+        self.key = key
+        self.detail = detail

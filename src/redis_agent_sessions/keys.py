@@ -1,0 +1,110 @@
+"""The one place where Redis key names are built.
+
+Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag::
+
+    ras:{<app>}:app_state                        hash   app-scope state, field -> JSON
+    ras:{<app>}:sessions                         zset   "<user>:<session>" by last_update_time
+    ras:{<app>:<user>}:user_state                hash   user-scope state, field -> JSON
+    ras:{<app>:<user>}:sessions                  zset   session ids by last_update_time
+    ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev, ...)
+    ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
+    ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
+    ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> revision it produced
+
+Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and control
+characters), so no two different (app, user, session) triples share a key, every key
+splits unambiguously on ``:``, and no input can open or close a hash tag. Everything of
+one (app, user) shares a tag, so one script can touch it all on a cluster; app-scope
+keys carry the app's own tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+__all__ = ["KeySpace", "SessionKeys", "escape", "unescape"]
+
+_ESCAPES = {ord(c): f"%{ord(c):02X}" for c in "%:{} \x7f"}
+_ESCAPES.update({i: f"%{i:02X}" for i in range(0x20)})
+
+
+def escape(identifier: str) -> str:
+    """Percent-encode the characters that would make a key ambiguous or forge a hash tag."""
+    return identifier.translate(_ESCAPES)
+
+
+def unescape(part: str) -> str:
+    """Inverse of :func:`escape`."""
+    return unquote(part)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """Every key one session's operations touch."""
+
+    meta: str
+    state: str
+    events: str
+    event_ids: str
+    user_state: str
+    user_sessions: str
+    app_state: str
+    app_sessions: str
+    app_member: str
+    """This session's member in the app-wide index."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Builds keys under one prefix."""
+
+    prefix: str = "ras"
+
+    def __post_init__(self) -> None:
+        if not self.prefix or any(c in self.prefix for c in "{}"):
+            raise ValueError(f"key prefix must be non-empty and free of '{{' '}}': {self.prefix!r}")
+
+    def _app(self, app_name: str) -> str:
+        return f"{self.prefix}:{{{escape(app_name)}}}"
+
+    def _user(self, app_name: str, user_id: str) -> str:
+        return f"{self.prefix}:{{{escape(app_name)}:{escape(user_id)}}}"
+
+    def app_state(self, app_name: str) -> str:
+        return f"{self._app(app_name)}:app_state"
+
+    def app_sessions(self, app_name: str) -> str:
+        return f"{self._app(app_name)}:sessions"
+
+    def user_state(self, app_name: str, user_id: str) -> str:
+        return f"{self._user(app_name, user_id)}:user_state"
+
+    def user_sessions(self, app_name: str, user_id: str) -> str:
+        return f"{self._user(app_name, user_id)}:sessions"
+
+    def session(self, app_name: str, user_id: str, session_id: str) -> SessionKeys:
+        user = self._user(app_name, user_id)
+        meta = f"{user}:session:{escape(session_id)}"
+        return SessionKeys(
+            meta=meta,
+            state=f"{meta}:state",
+            events=f"{meta}:events",
+            event_ids=f"{meta}:event_ids",
+            user_state=f"{user}:user_state",
+            user_sessions=f"{user}:sessions",
+            app_state=self.app_state(app_name),
+            app_sessions=self.app_sessions(app_name),
+            app_member=app_member(user_id, session_id),
+        )
+
+
+def app_member(user_id: str, session_id: str) -> str:
+    """A session's member in its app-wide index: ``<user>:<session>``, both escaped."""
+    return f"{escape(user_id)}:{escape(session_id)}"
+
+
+def split_app_member(member: str) -> tuple[str, str]:
+    """Inverse of :func:`app_member`."""
+    user, _, session = member.partition(":")
+    return unescape(user), unescape(session)

@@ -1,0 +1,175 @@
+"""RedisSessionService: the session store with this package's own models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from pydantic import TypeAdapter
+from redis.asyncio import Redis
+
+from ._engine import SessionEngine, StoredSession
+from .config import SessionServiceConfig
+from .errors import InvalidInputError
+from .models import Event, GetSessionConfig, ListSessionsResponse, Session
+
+__all__ = ["RedisSessionService"]
+
+_EVENT_LIST = TypeAdapter(list[Event])
+
+
+class _Codec:
+    """Maps the engine onto :mod:`redis_agent_sessions.models`."""
+
+    def is_session(self, value: object) -> bool:
+        return isinstance(value, Session)
+
+    def is_event(self, value: object) -> bool:
+        return isinstance(value, Event)
+
+    def build_session(self, stored: StoredSession, events: list[Event]) -> Session:
+        session = Session(
+            id=stored.id,
+            app_name=stored.app_name,
+            user_id=stored.user_id,
+            state=stored.state,
+            events=events,
+            last_update_time=stored.last_update_time,
+        )
+        session._revision = stored.revision
+        return session
+
+    def events_of(self, session: Session) -> list[Event]:
+        return session.events
+
+    def encode_event(self, event: Event) -> bytes:
+        return event.__pydantic_serializer__.to_json(event, exclude_none=True)
+
+    def decode_events(self, raws: Sequence[bytes | str]) -> list[Event]:
+        if not raws:
+            return []
+        # One call into pydantic-core for the whole batch: the per-call overhead is a
+        # large share of parsing small events.
+        if isinstance(raws[0], bytes):
+            return _EVENT_LIST.validate_json(b"[" + b",".join(raws) + b"]")  # type: ignore[arg-type]
+        return _EVENT_LIST.validate_json("[" + ",".join(raws) + "]")  # type: ignore[arg-type]
+
+    def revision(self, session: Session) -> int | None:
+        return session._revision
+
+    def set_revision(self, session: Session, revision: int) -> None:
+        session._revision = revision
+
+
+class RedisSessionService:
+    """Sessions, events and scoped state stored in Redis, shared by every worker.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
+        config: key prefix, TTL, stale-writer policy and size limit.
+    """
+
+    def __init__(self, client: Redis, *, config: SessionServiceConfig | None = None) -> None:
+        self._engine: SessionEngine[Session, Event] = SessionEngine(client, _Codec(), config)
+        self._client = client
+        self._owns_client = False
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, config: SessionServiceConfig | None = None, **redis_kwargs: Any
+    ) -> RedisSessionService:
+        """A service with its own client, closed by :meth:`aclose`."""
+        service = cls(Redis.from_url(url, **redis_kwargs), config=config)
+        service._owns_client = True
+        return service
+
+    @property
+    def config(self) -> SessionServiceConfig:
+        return self._engine.config
+
+    async def aclose(self) -> None:
+        """Close the client if this service created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> RedisSessionService:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session; ``app:``/``user:`` keys of ``state`` go to the shared scopes.
+
+        Raises:
+            AlreadyExistsError: the id is taken (nothing is written).
+        """
+        return await self._engine.create_session(
+            app_name=app_name, user_id=user_id, state=state, session_id=session_id
+        )
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The session with merged state and its events (in append order), or None."""
+        if config is not None and not isinstance(config, GetSessionConfig):
+            raise InvalidInputError(f"config must be a GetSessionConfig, got {type(config)}")
+        return await self._engine.get_session(
+            app_name=app_name,
+            user_id=user_id,
+            session_id=session_id,
+            num_recent_events=config.num_recent_events if config else None,
+            after_timestamp=config.after_timestamp if config else None,
+        )
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """Sessions of one user, or of every user when ``user_id`` is None; oldest first."""
+        sessions = await self._engine.list_sessions(app_name=app_name, user_id=user_id)
+        return ListSessionsResponse(sessions=sessions)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete a session and its events; user and app state stay. Missing: no-op."""
+        await self._engine.delete_session(
+            app_name=app_name, user_id=user_id, session_id=session_id
+        )
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Store ``event`` and apply its state delta, atomically, in one round trip.
+
+        Partial events are returned untouched. ``temp:`` keys reach ``session.state``
+        only. Re-appending a stored event id is a no-op that returns the event.
+
+        Raises:
+            SessionNotFoundError: the session does not exist (any more).
+            StaleSessionError: another writer appended since ``session`` was read
+                (under the default ``reject`` policy); nothing was written.
+        """
+        return await self._engine.append_event(session, event)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """User-scope state, keys without the ``user:`` prefix."""
+        return await self._engine.get_user_state(app_name=app_name, user_id=user_id)
+
+    async def get_app_state(self, *, app_name: str) -> dict[str, Any]:
+        """App-scope state, keys without the ``app:`` prefix."""
+        return await self._engine.get_app_state(app_name=app_name)
