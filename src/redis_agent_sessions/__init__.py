@@ -37,6 +37,7 @@ __all__ = [
     "PayloadTooLargeError",
     "RedisSessionService",
     "RedisSessionsError",
+    "Session",
     "SessionNotFoundError",
     "SessionServiceConfig",
     "StaleSessionError",

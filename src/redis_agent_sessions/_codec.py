@@ -50,9 +50,7 @@ def _check_json(value: object, where: str) -> None:
                 raise InvalidInputError(f"state value {where} has a non-string key {key!r}")
             _check_json(item, where)
         return
-    raise InvalidInputError(
-        f"state value {where} is not JSON-serializable: {type(value).__name__}"
-    )
+    raise InvalidInputError(f"state value {where} is not JSON-serializable: {type(value).__name__}")
 
 
 def encode_fields(values: Mapping[str, Any], scope: str) -> list[bytes | str]:
@@ -77,7 +75,7 @@ def decode_hash(key: str, raw: Mapping[Any, Any] | Iterable[Any]) -> dict[str, A
         items = raw.items()
     else:
         flat = list(raw)
-        items = zip(flat[::2], flat[1::2])
+        items = zip(flat[::2], flat[1::2], strict=True)
     out: dict[str, Any] = {}
     for field, value in items:
         name = text(field)

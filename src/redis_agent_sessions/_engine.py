@@ -122,7 +122,7 @@ class SessionEngine(Generic[S, E]):
         if state is not None and not isinstance(state, Mapping):
             raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
         scoped = split_state_delta(state or {})
-        fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES)]
+        fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
         self._check_size("initial state", sum(len(v) for f in fields for v in f[1::2]))
         now = time.time()
         keys = self.keys.session(app_name, user_id, sid)
@@ -157,7 +157,7 @@ class SessionEngine(Generic[S, E]):
         temp = {k: v for k, v in delta.items() if isinstance(k, str) and k.startswith(TEMP_PREFIX)}
         stored_delta = {k: v for k, v in delta.items() if k not in temp}
         scoped = split_state_delta(stored_delta)
-        fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES)]
+        fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
         # temp: values live only in the caller's objects, never in the stored event.
         event.actions.state_delta = stored_delta
         try:
@@ -195,7 +195,7 @@ class SessionEngine(Generic[S, E]):
         keys = self.keys.session(session.app_name, session.user_id, session.id)
         revision = self._codec.revision(session)
         events = self._codec.events_of(session)
-        return await self._run(
+        reply: list[Any] = await self._run(
             self._append,
             _script_keys(keys),
             [
@@ -212,6 +212,7 @@ class SessionEngine(Generic[S, E]):
             ],
             fields,
         )
+        return reply
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         keys = self.keys.session(
@@ -221,8 +222,14 @@ class SessionEngine(Generic[S, E]):
         )
         await self._run(
             self._delete,
-            [keys.meta, keys.state, keys.events, keys.event_ids]
-            + [keys.user_sessions, keys.app_sessions],
+            [
+                keys.meta,
+                keys.state,
+                keys.events,
+                keys.event_ids,
+                keys.user_sessions,
+                keys.app_sessions,
+            ],
             [session_id, keys.app_member],
             [],
         )
@@ -257,7 +264,9 @@ class SessionEngine(Generic[S, E]):
             pipe.xrange(keys.events, start, "+")
         elif num_recent_events > 0:
             pipe.xrevrange(keys.events, "+", start, count=num_recent_events)
-        meta, state, user_state, app_state, *entries = await pipe.execute()
+        meta, state, user_state, app_state, *entries = await _execute(
+            pipe, [keys.meta, keys.state, keys.user_state, keys.app_state, keys.events]
+        )
         if not meta:
             return None
         stored = self._stored(keys.meta, meta)
@@ -312,7 +321,9 @@ class SessionEngine(Generic[S, E]):
         else:
             pipe.zrange(self.keys.user_sessions(app_name, user_id), 0, -1)
         pipe.hgetall(self.keys.app_state(app_name))
-        members, app_raw = await pipe.execute()
+        members, app_raw = await _execute(
+            pipe, [self.keys.app_sessions(app_name), self.keys.app_state(app_name)]
+        )
         app_state = decode_hash(self.keys.app_state(app_name), app_raw)
         pairs = (
             [split_app_member(text(m)) for m in members]
@@ -329,15 +340,23 @@ class SessionEngine(Generic[S, E]):
             pipe.hgetall(keys.state)
         for u in users:
             pipe.hgetall(self.keys.user_state(app_name, u))
-        replies = await pipe.execute()
+        replies = await _execute(
+            pipe,
+            [k for sk in session_keys for k in (sk.meta, sk.state)]
+            + [self.keys.user_state(app_name, u) for u in users],
+        )
         user_states = {
             u: decode_hash(self.keys.user_state(app_name, u), raw)
-            for u, raw in zip(users, replies[2 * len(pairs) :])
+            for u, raw in zip(users, replies[2 * len(pairs) :], strict=True)
         }
         found: list[StoredSession] = []
         gone: list[tuple[str, str]] = []
         for (u, s), keys, meta, state in zip(
-            pairs, session_keys, replies[0 : 2 * len(pairs) : 2], replies[1 : 2 * len(pairs) : 2]
+            pairs,
+            session_keys,
+            replies[0 : 2 * len(pairs) : 2],
+            replies[1 : 2 * len(pairs) : 2],
+            strict=True,
         ):
             if not meta:
                 gone.append((u, s))
@@ -361,11 +380,16 @@ class SessionEngine(Generic[S, E]):
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         key = self.keys.user_state(check_id("app_name", app_name), check_id("user_id", user_id))
-        return decode_hash(key, await self._redis.hgetall(key))
+        return await self._read_hash(key)
 
     async def get_app_state(self, *, app_name: str) -> dict[str, Any]:
-        key = self.keys.app_state(check_id("app_name", app_name))
-        return decode_hash(key, await self._redis.hgetall(key))
+        return await self._read_hash(self.keys.app_state(check_id("app_name", app_name)))
+
+    async def _read_hash(self, key: str) -> dict[str, Any]:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hgetall(key)
+        [raw] = await _execute(pipe, [key])
+        return decode_hash(key, raw)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -378,7 +402,12 @@ class SessionEngine(Generic[S, E]):
         m = {text(k): text(v) for k, v in meta.items()}
         try:
             return StoredSession(
-                m["id"], m["app_name"], m["user_id"], {}, float(m["last_update_time"]), int(m["rev"])
+                m["id"],
+                m["app_name"],
+                m["user_id"],
+                {},
+                float(m["last_update_time"]),
+                int(m["rev"]),
             )
         except (KeyError, ValueError) as exc:
             raise CorruptDataError(key, f"session metadata is missing or bad: {exc!r}") from exc
@@ -392,7 +421,9 @@ class SessionEngine(Generic[S, E]):
             reply = await script(keys=keys, args=[*args, *counts, *flat])
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
-                raise CorruptDataError(keys[0], f"a key of this session has a foreign type: {exc}") from exc
+                raise CorruptDataError(
+                    keys[0], f"a key of this session has a foreign type: {exc}"
+                ) from exc
             raise
         if isinstance(reply, list) and reply and reply[0] == _WRONG_TYPE:
             raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
@@ -400,6 +431,18 @@ class SessionEngine(Generic[S, E]):
 
 
 _SCOPES = ("session", "user", "app")
+
+
+async def _execute(pipe: Any, keys: list[str]) -> list[Any]:
+    """Run a pipeline whose i-th command reads ``keys[i]`` (the last key repeats for the
+    rest); a key holding a foreign type becomes a CorruptDataError naming it."""
+    replies: list[Any] = await pipe.execute(raise_on_error=False)
+    for i, reply in enumerate(replies):
+        if isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply):
+            raise CorruptDataError(keys[min(i, len(keys) - 1)], f"foreign type: {reply}")
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _first_id(after: float | None) -> str:

@@ -11,22 +11,25 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
     ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> revision it produced
 
-Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and control
-characters), so no two different (app, user, session) triples share a key, every key
-splits unambiguously on ``:``, and no input can open or close a hash tag. Everything of
+Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
+characters, each as its code point: ``%3A``, ``%85``), so no two different (app, user,
+session) triples share a key, every key splits unambiguously on ``:``, and no input can
+open or close a hash tag. Everything of
 one (app, user) shares a tag, so one script can touch it all on a cluster; app-scope
 keys carry the app's own tag.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 __all__ = ["KeySpace", "SessionKeys", "escape", "unescape"]
 
 _ESCAPES = {ord(c): f"%{ord(c):02X}" for c in "%:{} \x7f"}
-_ESCAPES.update({i: f"%{i:02X}" for i in range(0x20)})
+_ESCAPES.update({i: f"%{i:02X}" for i in [*range(0x20), *range(0x80, 0xA0)]})
+# Escapes name code points, not UTF-8 bytes, so decoding is per escape.
+_ESCAPED = re.compile("%([0-9A-F]{2})")
 
 
 def escape(identifier: str) -> str:
@@ -36,7 +39,7 @@ def escape(identifier: str) -> str:
 
 def unescape(part: str) -> str:
     """Inverse of :func:`escape`."""
-    return unquote(part)
+    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), part)
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,9 +149,7 @@ class RedisSessionService:
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete a session and its events; user and app state stay. Missing: no-op."""
-        await self._engine.delete_session(
-            app_name=app_name, user_id=user_id, session_id=session_id
-        )
+        await self._engine.delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
 
     async def append_event(self, session: Session, event: Event) -> Event:
         """Store ``event`` and apply its state delta, atomically, in one round trip.

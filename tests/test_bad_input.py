@@ -1,0 +1,211 @@
+"""Bad input gets a typed error and leaves Redis exactly as it was; bad data is named."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any
+
+import pytest
+
+from redis_agent_sessions import (
+    CorruptDataError,
+    Event,
+    EventActions,
+    InvalidInputError,
+    PayloadTooLargeError,
+    RedisSessionsError,
+    RedisSessionService,
+)
+from redis_agent_sessions.keys import KeySpace
+
+APP, USER = "app", "user"
+
+
+async def snapshot(client: Any) -> dict[bytes, Any]:
+    """Every key with its type and content: the whole database, to compare before/after."""
+    out: dict[bytes, Any] = {}
+    async for key in client.scan_iter():
+        kind = await client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "hash":
+            out[key] = await client.hgetall(key)
+        elif kind == "stream":
+            out[key] = await client.xrange(key)
+        elif kind == "zset":
+            out[key] = await client.zrange(key, 0, -1, withscores=True)
+        else:
+            out[key] = (kind, await client.dump(key))
+    return out
+
+
+@pytest.fixture
+async def populated(service: RedisSessionService) -> Any:
+    s = await service.create_session(app_name=APP, user_id=USER, state={"k": 1, "user:u": 1})
+    await service.append_event(s, Event(actions=EventActions(state_delta={"app:a": 1})))
+    return s
+
+
+class Unserializable:
+    pass
+
+
+BAD_VALUES = [
+    Unserializable(),
+    {1, 2},
+    math.nan,
+    math.inf,
+    datetime.datetime(2026, 1, 1),
+    {"nested": [1, {"deep": Unserializable()}]},
+    {1: "non-string key"},
+    b"bytes",
+    2**70,
+]
+
+
+@pytest.mark.parametrize("value", BAD_VALUES, ids=lambda v: type(v).__name__)
+async def test_unserializable_state_in_append_writes_nothing(
+    service: RedisSessionService, redis_client: Any, populated: Any, value: Any
+) -> None:
+    before = await snapshot(redis_client)
+    event = Event(actions=EventActions(state_delta={"ok": 1, "user:bad": value}))
+    with pytest.raises(InvalidInputError, match="bad"):
+        await service.append_event(populated, event)
+    assert await snapshot(redis_client) == before
+    assert len(populated.events) == 1
+    assert "ok" not in populated.state
+
+
+@pytest.mark.parametrize("value", BAD_VALUES[:3], ids=lambda v: type(v).__name__)
+async def test_unserializable_state_in_create_writes_nothing(
+    service: RedisSessionService, redis_client: Any, populated: Any, value: Any
+) -> None:
+    before = await snapshot(redis_client)
+    with pytest.raises(InvalidInputError):
+        await service.create_session(app_name=APP, user_id=USER, state={"app:x": 1, "v": value})
+    assert await snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize("bad", ["", " x", "x\n", 5, None, "x" * 1025])
+async def test_bad_ids_are_rejected_everywhere(
+    service: RedisSessionService, redis_client: Any, populated: Any, bad: Any
+) -> None:
+    before = await snapshot(redis_client)
+    calls = [
+        service.create_session(app_name=bad, user_id=USER),
+        service.create_session(app_name=APP, user_id=bad),
+        service.get_session(app_name=APP, user_id=bad, session_id="s"),
+        service.list_sessions(app_name=bad),
+        service.delete_session(app_name=APP, user_id=USER, session_id=bad),
+        service.get_user_state(app_name=APP, user_id=bad),
+    ]
+    if bad is not None:
+        calls.append(service.create_session(app_name=APP, user_id=USER, session_id=bad))
+        calls.append(service.get_session(app_name=APP, user_id=USER, session_id=bad))
+    for call in calls:
+        with pytest.raises(InvalidInputError):
+            await call
+    assert await snapshot(redis_client) == before
+
+
+async def test_malformed_events_and_sessions(
+    service: RedisSessionService, redis_client: Any, populated: Any
+) -> None:
+    before = await snapshot(redis_client)
+    with pytest.raises(InvalidInputError, match="not an event"):
+        await service.append_event(populated, {"author": "x"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="not a session"):
+        await service.append_event({"id": "x"}, Event())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="timestamp"):
+        await service.append_event(populated, Event(timestamp=math.nan))
+    with pytest.raises(InvalidInputError, match="event id"):
+        await service.append_event(populated, Event(id=""))
+    with pytest.raises(InvalidInputError, match="JSON"):
+        await service.append_event(populated, Event(custom_metadata={"x": Unserializable()}))
+    assert await snapshot(redis_client) == before
+
+
+async def test_oversized_payloads(make_service: Any, redis_client: Any) -> None:
+    service = make_service(max_payload_bytes=2000)
+    s = await service.create_session(app_name=APP, user_id=USER)
+    before = await snapshot(redis_client)
+    with pytest.raises(PayloadTooLargeError, match="over the limit of 2000 bytes"):
+        await service.append_event(s, Event(actions=EventActions(state_delta={"k": "x" * 2000})))
+    with pytest.raises(PayloadTooLargeError):
+        await service.create_session(app_name=APP, user_id=USER, state={"k": "x" * 2000})
+    assert await snapshot(redis_client) == before
+    await service.append_event(s, Event(actions=EventActions(state_delta={"k": "x" * 1000})))
+
+
+def test_errors_share_one_root() -> None:
+    for name in ("InvalidInputError", "PayloadTooLargeError", "CorruptDataError"):
+        import redis_agent_sessions
+
+        assert issubclass(getattr(redis_agent_sessions, name), RedisSessionsError)
+    assert issubclass(InvalidInputError, ValueError)
+
+
+# -- data corrupted by hand in Redis -----------------------------------------------------------
+
+
+async def test_corrupt_state_json_names_the_key(
+    service: RedisSessionService, redis_client: Any, populated: Any
+) -> None:
+    key = KeySpace().user_state(APP, USER)
+    await redis_client.hset(key, "u", "{not json")
+    with pytest.raises(CorruptDataError, match=r"user_state.*'u'"):
+        await service.get_session(app_name=APP, user_id=USER, session_id=populated.id)
+
+
+async def test_corrupt_event_json_names_the_key(
+    service: RedisSessionService, redis_client: Any, populated: Any
+) -> None:
+    keys = KeySpace().session(APP, USER, populated.id)
+    await redis_client.xadd(keys.events, {"event": '{"timestamp": "soon"}'})
+    with pytest.raises(CorruptDataError, match=":events"):
+        await service.get_session(app_name=APP, user_id=USER, session_id=populated.id)
+    await redis_client.xadd(keys.events, {"other": "x"})
+    with pytest.raises(CorruptDataError, match="no 'event' field"):
+        await service.get_session(app_name=APP, user_id=USER, session_id=populated.id)
+
+
+async def test_corrupt_metadata_names_the_key(
+    service: RedisSessionService, redis_client: Any, populated: Any
+) -> None:
+    keys = KeySpace().session(APP, USER, populated.id)
+    await redis_client.hset(keys.meta, "rev", "many")
+    with pytest.raises(CorruptDataError, match=keys.meta.replace("{", r"\{").replace("}", r"\}")):
+        await service.get_session(app_name=APP, user_id=USER, session_id=populated.id)
+    with pytest.raises(CorruptDataError):
+        await service.list_sessions(app_name=APP)
+
+
+async def test_key_of_foreign_type_fails_before_any_write(
+    service: RedisSessionService, redis_client: Any, populated: Any
+) -> None:
+    keys = KeySpace().session(APP, USER, populated.id)
+    await redis_client.delete(keys.app_state)
+    await redis_client.set(keys.app_state, "someone else's string")
+    before = await snapshot(redis_client)
+    event = Event(actions=EventActions(state_delta={"k": 2, "app:a": 2}))
+    with pytest.raises(CorruptDataError, match="app_state"):
+        await service.append_event(populated, event)
+    assert await snapshot(redis_client) == before
+    with pytest.raises(CorruptDataError, match="app_state"):
+        await service.create_session(app_name=APP, user_id=USER)
+    assert await snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize("which", ["meta", "state", "user_state", "app_state", "events"])
+async def test_reads_name_a_key_of_foreign_type(
+    service: RedisSessionService, redis_client: Any, populated: Any, which: str
+) -> None:
+    key = getattr(KeySpace().session(APP, USER, populated.id), which)
+    await redis_client.delete(key)
+    await redis_client.rpush(key, "x")
+    pattern = key.replace("{", r"\{").replace("}", r"\}")
+    with pytest.raises(CorruptDataError, match=pattern):
+        await service.get_session(app_name=APP, user_id=USER, session_id=populated.id)
+    if which in ("user_state", "app_state"):
+        with pytest.raises(CorruptDataError, match=pattern):
+            await service.list_sessions(app_name=APP)

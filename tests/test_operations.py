@@ -1,0 +1,182 @@
+"""How the service behaves as an operator sees it: scripts, TTLs, clients, costs."""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from typing import Any
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+
+from redis_agent_sessions import Event, EventActions, RedisSessionService
+from redis_agent_sessions.keys import KeySpace
+
+REDIS_URL = os.environ.get("REDIS_URL")
+
+APP, USER = "app", "user"
+LUA = sorted(
+    p.name
+    for p in resources.files("redis_agent_sessions").joinpath("lua").iterdir()
+    if p.name.endswith(".lua")
+)
+
+
+@pytest.mark.parametrize("name", LUA)
+def test_every_script_opens_with_its_contract(name: str) -> None:
+    text = resources.files("redis_agent_sessions").joinpath("lua", name).read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("--"))
+    assert re.search(r"KEYS\[1\]", header), name
+    assert "returns" in header, name
+    # Keys come from KEYS only; a key built inside Lua would hide from cluster routing.
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    assert not re.search(r"redis\.call\('\w+', '", body), name
+    # A global assignment would break later scripts on a fakeredis server.
+    declared = {
+        n.strip()
+        for names in re.findall(r"(?:local|for)\s+([\w\s,]+?)\s*(?:=|\bin\b)", body)
+        for n in names.split(",")
+    }
+    declared |= {
+        n.strip()
+        for params in re.findall(r"function\s*\w*\(([^)]*)\)", body)
+        for n in params.split(",")
+    }
+    assigned = set(re.findall(r"^\s*([A-Za-z_]\w*)\s*=[^=]", body, re.M))
+    assert assigned <= declared, (name, assigned - declared)
+
+
+async def test_appends_survive_a_script_cache_flush(
+    service: RedisSessionService, redis_client: Any
+) -> None:
+    s = await service.create_session(app_name=APP, user_id=USER)
+    await service.append_event(s, Event(actions=EventActions(state_delta={"n": 1})))
+    sha = service._engine._append.sha
+    assert await redis_client.script_exists(sha) == [True]
+    await redis_client.script_flush()
+    assert await redis_client.script_exists(sha) == [False]
+    await service.append_event(s, Event(actions=EventActions(state_delta={"n": 2})))
+    assert await redis_client.script_exists(sha) == [True]
+    got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+    assert got is not None
+    assert got.state == {"n": 2}
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+async def text_client(request: pytest.FixtureRequest) -> Any:
+    """A client with decode_responses=True: replies arrive as str, not bytes."""
+    if request.param == "fake":
+        client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
+    else:
+        if not REDIS_URL:
+            pytest.skip("REDIS_URL is not set")
+        client = Redis.from_url(REDIS_URL, decode_responses=True)
+        await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+async def test_works_with_a_decoding_client(text_client: Any) -> None:
+    service = RedisSessionService(text_client)
+    s = await service.create_session(app_name=APP, user_id=USER, state={"user:u": "ü"})
+    await service.append_event(s, Event(actions=EventActions(state_delta={"k": [1, "✈"]})))
+    got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+    assert got == s
+    [listed] = (await service.list_sessions(app_name=APP)).sessions
+    assert listed.state == {"user:u": "ü", "k": [1, "✈"]}
+
+
+async def test_ttl_slides_on_append_and_shared_state_stays(
+    make_service: Any, redis_client: Any
+) -> None:
+    service = make_service(ttl_seconds=100)
+    s = await service.create_session(app_name=APP, user_id=USER, state={"k": 1, "user:u": 1})
+    keys = KeySpace().session(APP, USER, s.id)
+    assert 0 < await redis_client.ttl(keys.meta) <= 100
+    await redis_client.expire(keys.meta, 10)
+    await service.append_event(s, Event(actions=EventActions(state_delta={"k": 2})))
+    for key in (keys.meta, keys.state, keys.events, keys.event_ids):
+        assert 90 < await redis_client.ttl(key) <= 100, key
+    assert await redis_client.ttl(keys.user_state) == -1
+    assert await redis_client.ttl(keys.app_sessions) == -1
+
+
+async def test_expired_sessions_leave_the_indexes(make_service: Any, redis_client: Any) -> None:
+    service = make_service(ttl_seconds=100)
+    gone = await service.create_session(app_name=APP, user_id=USER)
+    kept = await service.create_session(app_name=APP, user_id="other")
+    keys = KeySpace().session(APP, USER, gone.id)
+    # What expiry does, without waiting for it.
+    await redis_client.delete(keys.meta, keys.state, keys.events, keys.event_ids)
+    assert [s.id for s in (await service.list_sessions(app_name=APP)).sessions] == [kept.id]
+    assert (await service.list_sessions(app_name=APP, user_id=USER)).sessions == []
+    assert await redis_client.zrange(keys.user_sessions, 0, -1) == []
+    assert await redis_client.zcard(keys.app_sessions) == 1
+
+
+async def test_operator_sees_json_values(service: RedisSessionService, redis_client: Any) -> None:
+    s = await service.create_session(app_name=APP, user_id=USER, state={"booking_step": "start"})
+    await service.append_event(s, Event(author="u", actions=EventActions(state_delta={"n": 1})))
+    keys = KeySpace().session(APP, USER, s.id)
+    assert await redis_client.hget(keys.state, "booking_step") == b'"start"'
+    meta = await redis_client.hgetall(keys.meta)
+    assert meta[b"rev"] == b"1"
+    assert meta[b"app_name"] == b"app"
+    [(stream_id, fields)] = await redis_client.xrange(keys.events)
+    assert fields[b"event"].startswith(b"{")
+    assert stream_id.split(b"-")[0] == str(int(s.events[0].timestamp * 1000)).encode()
+
+
+class CountingClient:
+    """Wraps a client and counts round trips: each command, script call or pipeline."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.round_trips = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def evalsha(self, *args: Any) -> Any:
+        self.round_trips += 1
+        return await self._client.evalsha(*args)
+
+    def register_script(self, source: str) -> Any:
+        script = self._client.register_script(source)
+        script.registered_client = self
+        return script
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        pipe = self._client.pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        async def counted(*a: Any, **kw: Any) -> Any:
+            self.round_trips += 1
+            return await execute(*a, **kw)
+
+        pipe.execute = counted
+        return pipe
+
+
+async def test_round_trips_do_not_grow_with_history(redis_client: Any) -> None:
+    counting = CountingClient(redis_client)
+    service = RedisSessionService(counting)  # type: ignore[arg-type]
+    s = await service.create_session(app_name=APP, user_id=USER)
+    # The first call of each script may pay a NOSCRIPT reload; count steady state.
+    await service.append_event(s, Event(actions=EventActions(state_delta={"n": 1})))
+    for n in (2, 50):
+        while len(s.events) < n:
+            counting.round_trips = 0
+            await service.append_event(s, Event(actions=EventActions(state_delta={"n": 1})))
+            assert counting.round_trips == 1
+        counting.round_trips = 0
+        await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+        assert counting.round_trips == 1
+    for i in range(30):
+        await service.create_session(app_name=APP, user_id=f"u{i}")
+    counting.round_trips = 0
+    assert len((await service.list_sessions(app_name=APP)).sessions) == 31
+    assert counting.round_trips == 2
