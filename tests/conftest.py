@@ -8,7 +8,6 @@ database.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,9 +15,8 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from _servers import skip_without
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
-
-REDIS_URL = os.environ.get("REDIS_URL")
 
 
 @pytest.fixture(
@@ -34,9 +32,7 @@ async def redis_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
         yield client
         await client.aclose()
         return
-    if not REDIS_URL:
-        pytest.skip("REDIS_URL is not set")
-    client = Redis.from_url(REDIS_URL)
+    client = Redis.from_url(skip_without("REDIS_URL"))
     await client.flushdb()
     yield client
     await client.flushdb()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from importlib import resources
 from typing import Any
@@ -11,10 +10,9 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from _servers import skip_without
 from redis_agent_sessions import Event, EventActions, RedisSessionService
 from redis_agent_sessions.keys import KeySpace
-
-REDIS_URL = os.environ.get("REDIS_URL")
 
 APP, USER = "app", "user"
 LUA = sorted(
@@ -70,9 +68,7 @@ async def text_client(request: pytest.FixtureRequest) -> Any:
     if request.param == "fake":
         client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
     else:
-        if not REDIS_URL:
-            pytest.skip("REDIS_URL is not set")
-        client = Redis.from_url(REDIS_URL, decode_responses=True)
+        client = Redis.from_url(skip_without("REDIS_URL"), decode_responses=True)
         await client.flushdb()
     yield client
     await client.flushdb()
