@@ -176,3 +176,32 @@ async def test_round_trips_do_not_grow_with_history(redis_client: Any) -> None:
     counting.round_trips = 0
     assert len((await service.list_sessions(app_name=APP)).sessions) == 31
     assert counting.round_trips == 2
+
+
+def spy_on_close(client: Any) -> list[bool]:
+    calls: list[bool] = []
+    original = client.aclose
+
+    async def aclose(*args: Any, **kwargs: Any) -> None:
+        calls.append(True)
+        await original(*args, **kwargs)
+
+    client.aclose = aclose
+    return calls
+
+
+async def test_an_injected_client_stays_open(redis_client: Any) -> None:
+    calls = spy_on_close(redis_client)
+    async with RedisSessionService(redis_client) as service:
+        await service.create_session(app_name=APP, user_id=USER)
+    assert calls == []
+    assert await redis_client.ping()
+
+
+@pytest.mark.real
+async def test_a_client_from_url_is_closed_with_the_service() -> None:
+    owned = RedisSessionService.from_url(skip_without("REDIS_URL"))
+    calls = spy_on_close(owned._client)
+    async with owned:
+        await owned.get_user_state(app_name=APP, user_id=USER)
+    assert calls == [True]
