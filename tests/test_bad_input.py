@@ -209,3 +209,17 @@ async def test_reads_name_a_key_of_foreign_type(
     if which in ("user_state", "app_state"):
         with pytest.raises(CorruptDataError, match=pattern):
             await service.list_sessions(app_name=APP)
+
+
+@pytest.mark.parametrize("which", ["events", "event_ids", "meta", "state", "user_sessions"])
+async def test_append_names_any_key_of_foreign_type(
+    service: RedisSessionService, redis_client: Any, populated: Any, which: str
+) -> None:
+    keys = KeySpace().session(APP, USER, populated.id)
+    key = getattr(keys, which)
+    await redis_client.delete(key)
+    await redis_client.set(key, "x")
+    before = await snapshot(redis_client)
+    with pytest.raises(CorruptDataError, match=key.replace("{", r"\{").replace("}", r"\}")):
+        await service.append_event(populated, Event(actions=EventActions(state_delta={"k": 3})))
+    assert await snapshot(redis_client) == before

@@ -149,70 +149,68 @@ class SessionEngine(Generic[S, E]):
         if event.partial:
             return event
         check_id("event id", event.id)
-        if not isinstance(event.timestamp, (int, float)) or not math.isfinite(event.timestamp):
-            raise InvalidInputError(f"event timestamp must be a finite number: {event.timestamp}")
+        timestamp = event.timestamp
+        if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
+            raise InvalidInputError(f"event timestamp must be a finite number: {timestamp}")
         delta = event.actions.state_delta
         if not isinstance(delta, Mapping):
             raise InvalidInputError(f"state_delta must be a mapping, got {type(delta).__name__}")
         temp = {k: v for k, v in delta.items() if isinstance(k, str) and k.startswith(TEMP_PREFIX)}
-        stored_delta = {k: v for k, v in delta.items() if k not in temp}
-        scoped = split_state_delta(stored_delta)
-        fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
-        # temp: values live only in the caller's objects, never in the stored event.
+        stored_delta = {k: v for k, v in delta.items() if k not in temp} if temp else dict(delta)
+        fields = [
+            encode_fields(part, scope)
+            for part, scope in zip(split_state_delta(stored_delta), _SCOPES, strict=True)
+        ]
+        revision = self._codec.revision(session)
+        events = self._codec.events_of(session)
+        keys = self.keys.session(session.app_name, session.user_id, session.id)
+        # temp: values live only in the caller's objects, never in the stored event; on
+        # failure the caller gets its event back as it was, ready to retry.
         event.actions.state_delta = stored_delta
         try:
-            raw_event = self._codec.encode_event(event)
-        except Exception as exc:
-            event.actions.state_delta = delta
-            raise InvalidInputError(f"event cannot be encoded as JSON: {exc}") from exc
-        try:
-            self._check_size("event", len(raw_event))
-            reply = await self._append_script(session, event, raw_event, fields)
+            raw_event = self._encode_event(event)
+            reply = await self._run(
+                self._append,
+                _script_keys(keys),
+                [
+                    "" if revision is None else revision,
+                    events[-1].id if events else "",
+                    self.config.stale_policy,
+                    event.id,
+                    raw_event,
+                    max(0, int(timestamp * 1000)),
+                    repr(float(timestamp)),
+                    self.config.ttl_seconds or 0,
+                    session.id,
+                    keys.app_member,
+                ],
+                fields,
+            )
+            if reply[0] == _NOT_FOUND:
+                raise SessionNotFoundError(f"Session {session.id} not found.")
+            if reply[0] == _STALE:
+                raise StaleSessionError()
         except BaseException:
             event.actions.state_delta = delta
             raise
-        status = reply[0]
-        if status == _OK or (
-            status == _DUPLICATE and self._codec.revision(session) == int(reply[1]) - 1
-        ):
-            # A retry whose first reply was lost: the caller has not seen its own event yet.
+        new_revision = int(reply[1])
+        # A duplicate whose revision follows the caller's is a retry after a lost reply:
+        # the caller has not seen its own event yet.
+        if reply[0] == _OK or revision == new_revision - 1:
             session.state.update(temp)
             session.state.update(stored_delta)
-            self._codec.events_of(session).append(event)
-            session.last_update_time = event.timestamp
-            self._codec.set_revision(session, int(reply[1]))
-        elif status == _NOT_FOUND:
-            event.actions.state_delta = delta
-            raise SessionNotFoundError(f"Session {session.id} not found.")
-        elif status == _STALE:
-            event.actions.state_delta = delta
-            raise StaleSessionError()
+            events.append(event)
+            session.last_update_time = timestamp
+            self._codec.set_revision(session, new_revision)
         return event
 
-    async def _append_script(
-        self, session: S, event: E, raw_event: bytes, fields: list[list[bytes | str]]
-    ) -> list[Any]:
-        keys = self.keys.session(session.app_name, session.user_id, session.id)
-        revision = self._codec.revision(session)
-        events = self._codec.events_of(session)
-        reply: list[Any] = await self._run(
-            self._append,
-            _script_keys(keys),
-            [
-                "" if revision is None else revision,
-                events[-1].id if events else "",
-                self.config.stale_policy,
-                event.id,
-                raw_event,
-                max(0, int(event.timestamp * 1000)),
-                repr(float(event.timestamp)),
-                self.config.ttl_seconds or 0,
-                session.id,
-                keys.app_member,
-            ],
-            fields,
-        )
-        return reply
+    def _encode_event(self, event: E) -> bytes:
+        try:
+            raw = self._codec.encode_event(event)
+        except Exception as exc:
+            raise InvalidInputError(f"event cannot be encoded as JSON: {exc}") from exc
+        self._check_size("event", len(raw))
+        return raw
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         keys = self.keys.session(
