@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from pydantic import TypeAdapter
 from redis.asyncio import Redis
 
 from ._engine import SessionEngine, StoredSession
+from ._lifecycle import ClientOwner
 from .config import SessionServiceConfig
 from .errors import InvalidInputError
 from .models import Event, GetSessionConfig, ListSessionsResponse, Session
@@ -62,7 +62,7 @@ class _Codec:
         session._revision = revision
 
 
-class RedisSessionService:
+class RedisSessionService(ClientOwner):
     """Sessions, events and scoped state stored in Redis, shared by every worker.
 
     Args:
@@ -75,34 +75,9 @@ class RedisSessionService:
         self._client = client
         self._owns_client = False
 
-    @classmethod
-    def from_url(
-        cls, url: str, *, config: SessionServiceConfig | None = None, **redis_kwargs: Any
-    ) -> RedisSessionService:
-        """A service with its own client, closed by :meth:`aclose`."""
-        service = cls(Redis.from_url(url, **redis_kwargs), config=config)
-        service._owns_client = True
-        return service
-
     @property
     def config(self) -> SessionServiceConfig:
         return self._engine.config
-
-    async def aclose(self) -> None:
-        """Close the client if this service created it."""
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> RedisSessionService:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def create_session(
         self,
