@@ -8,11 +8,13 @@ from .errors import (
     AlreadyExistsError,
     CorruptDataError,
     InvalidInputError,
+    MemoryIndexError,
     PayloadTooLargeError,
     RedisSessionsError,
     SessionNotFoundError,
     StaleSessionError,
 )
+from .memory import MemoryEntry, RedisMemoryService, SearchMemoryResponse
 from .models import (
     Content,
     Event,
@@ -33,10 +35,14 @@ __all__ = [
     "GetSessionConfig",
     "InvalidInputError",
     "ListSessionsResponse",
+    "MemoryEntry",
+    "MemoryIndexError",
     "Part",
     "PayloadTooLargeError",
+    "RedisMemoryService",
     "RedisSessionService",
     "RedisSessionsError",
+    "SearchMemoryResponse",
     "Session",
     "SessionNotFoundError",
     "SessionServiceConfig",

@@ -11,6 +11,7 @@ __all__ = [
     "AlreadyExistsError",
     "CorruptDataError",
     "InvalidInputError",
+    "MemoryIndexError",
     "PayloadTooLargeError",
     "RedisSessionsError",
     "SessionNotFoundError",
@@ -63,3 +64,7 @@ class CorruptDataError(RedisSessionsError):
         super().__init__(f"corrupt data at Redis key {key!r}: {detail}")
         self.key = key
         self.detail = detail
+
+
+class MemoryIndexError(RedisSessionsError):
+    """The RediSearch index name is taken by an index with another definition."""

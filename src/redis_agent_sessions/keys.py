@@ -10,6 +10,15 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
     ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> revision it produced
+    ras:mem:{<app>:<user>}:entry:<id>            hash   one memory entry (a search index document)
+    ras:mem:{<app>:<user>}:entries               zset   memory entry ids by timestamp
+    ras:mem:{<app>:<user>}:session:<id>          set    entry ids that session contributed
+    ras:mem:{<app>:<user>}:session:<id>:ingest:<token>  set  ids seen by one running ingestion
+    ras:mem:{<app>:<user>}:deleted               set    deleted entry ids, never re-ingested
+    ras:mem:{<app>:<user>}:texts                 hash   plain backend: entry id -> lowercased text
+    ras:mem:{<app>:<user>}:word:<word>           zset   plain backend: entry ids by timestamp
+    ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: same, per CJK character/pair
+    ras:mem:idx                                  (RediSearch index over ras:mem:{ hashes)
 
 Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
 characters, each as its code point: ``%3A``, ``%85``), so no two different (app, user,
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["KeySpace", "SessionKeys", "escape", "unescape"]
 
@@ -87,19 +97,62 @@ class KeySpace:
         return f"{self._user(app_name, user_id)}:sessions"
 
     def session(self, app_name: str, user_id: str, session_id: str) -> SessionKeys:
-        user = self._user(app_name, user_id)
-        meta = f"{user}:session:{escape(session_id)}"
-        return SessionKeys(
-            meta=meta,
-            state=f"{meta}:state",
-            events=f"{meta}:events",
-            event_ids=f"{meta}:event_ids",
-            user_state=f"{user}:user_state",
-            user_sessions=f"{user}:sessions",
-            app_state=self.app_state(app_name),
-            app_sessions=self.app_sessions(app_name),
-            app_member=app_member(user_id, session_id),
-        )
+        return _session_keys(self, app_name, user_id, session_id)
+
+    def _memory(self, app_name: str, user_id: str) -> str:
+        # Its own namespace, so the search index's prefix covers entry hashes only.
+        return f"{self.prefix}:mem:{{{escape(app_name)}:{escape(user_id)}}}"
+
+    def memory_index(self) -> str:
+        """Name of the RediSearch index (not a key)."""
+        return f"{self.prefix}:mem:idx"
+
+    def memory_index_prefix(self) -> str:
+        """The key prefix the RediSearch index covers."""
+        return f"{self.prefix}:mem:{{"
+
+    def memory_entry(self, app_name: str, user_id: str, memory_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:entry:{escape(memory_id)}"
+
+    def memory_entries(self, app_name: str, user_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:entries"
+
+    def memory_session(self, app_name: str, user_id: str, session_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:session:{escape(session_id)}"
+
+    def memory_ingest(self, app_name: str, user_id: str, session_id: str, token: str) -> str:
+        return f"{self.memory_session(app_name, user_id, session_id)}:ingest:{escape(token)}"
+
+    def memory_deleted(self, app_name: str, user_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:deleted"
+
+    def memory_texts(self, app_name: str, user_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:texts"
+
+    def memory_word(self, app_name: str, user_id: str, word: str) -> str:
+        return f"{self._memory(app_name, user_id)}:word:{escape(word)}"
+
+    def memory_gram(self, app_name: str, user_id: str, gram: str) -> str:
+        return f"{self._memory(app_name, user_id)}:gram:{escape(gram)}"
+
+
+# Workers append to the same few sessions over and over: building the names is a
+# measurable share of an append, so recently used ones are kept.
+@lru_cache(maxsize=4096)
+def _session_keys(space: KeySpace, app_name: str, user_id: str, session_id: str) -> SessionKeys:
+    user = space._user(app_name, user_id)
+    meta = f"{user}:session:{escape(session_id)}"
+    return SessionKeys(
+        meta=meta,
+        state=f"{meta}:state",
+        events=f"{meta}:events",
+        event_ids=f"{meta}:event_ids",
+        user_state=f"{user}:user_state",
+        user_sessions=f"{user}:sessions",
+        app_state=space.app_state(app_name),
+        app_sessions=space.app_sessions(app_name),
+        app_member=app_member(user_id, session_id),
+    )
 
 
 def app_member(user_id: str, session_id: str) -> str:

@@ -1,0 +1,322 @@
+"""Memory entries in Redis: encoding, batched atomic writes and deletes, reading back.
+
+Both backends store the same entry hashes; the plain backend also keeps per-word
+postings, which a write must update for the words the entry had before. Those keys
+are only known after reading the entry, so writes are optimistic: the script is sent
+assuming the stored words equal the new ones (true for re-ingested events), and when
+they do not it writes nothing, the stored words are read, and the batch is re-sent
+with them, compare-and-set style.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from . import _scripts
+from ._codec import _check_json, text
+from ._memory_text import entry_grams, lowered_text, searchable_words
+from .errors import CorruptDataError, InvalidInputError, RedisSessionsError
+from .keys import KeySpace
+
+__all__ = ["Doc", "MemoryStore", "StoredEntry", "make_doc", "owner_tag"]
+
+_BATCH_ENTRIES = 200
+_BATCH_BYTES = 1 << 20
+_STALE_BATCH = 500
+_INGEST_TTL = 3600
+_ATTEMPTS = 8
+_ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta")
+
+
+def owner_tag(value: str) -> str:
+    """A TAG value for an app or user id: hex, so no input needs query escaping."""
+    return hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+
+
+@dataclass(slots=True)
+class Doc:
+    """One entry, encoded for the write script."""
+
+    id: str
+    ts: float
+    fields: dict[str, str]
+    words: list[str]
+    grams: list[str]
+    text: str
+    """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
+
+    @property
+    def sig(self) -> str:
+        return f"{self.fields['words']}|{self.fields['grams']}"
+
+
+@dataclass(slots=True)
+class StoredEntry:
+    id: str
+    author: str | None
+    timestamp: str | None
+    content: dict[str, Any]
+    meta: dict[str, Any]
+
+
+def make_doc(
+    *,
+    app_name: str,
+    user_id: str,
+    memory_id: str,
+    session_id: str,
+    author: str | None,
+    ts: float,
+    iso: str | None,
+    text_: str,
+    content_json: bytes,
+    meta: dict[str, Any],
+) -> Doc | None:
+    """The encoded entry, or None when its text has no word to be found by."""
+    words = searchable_words(text_)
+    if not words:
+        return None
+    _check_json(meta, "in custom_metadata")
+    grams = entry_grams(words)
+    has_other = any(not w.isascii() for w in words)
+    lower = lowered_text(text_)
+    fields = {
+        "id": memory_id,
+        "app_name": app_name,
+        "user_id": user_id,
+        "app": owner_tag(app_name),
+        "user": owner_tag(user_id),
+        "session": session_id,
+        "author": "" if author is None else "=" + author,
+        "ts": repr(ts),
+        "timestamp": "" if iso is None else "=" + iso,
+        "content": content_json.decode(),
+        "meta": orjson.dumps(meta).decode(),
+        "lower": lower,
+        "words": " " + " ".join(sorted(words)) + " ",
+        "grams": " " + " ".join(sorted(grams)) + " ",
+    }
+    return Doc(
+        memory_id,
+        ts,
+        fields,
+        sorted(w for w in words if w.isascii()),
+        sorted(grams),
+        lower if has_other else "",
+    )
+
+
+def iso_timestamp(ts: float) -> str:
+    """ADK's rendering of an event time: local time, no zone."""
+    return datetime.fromtimestamp(ts).isoformat()
+
+
+def parse_iso(value: str) -> float:
+    try:
+        ts = datetime.fromisoformat(value).timestamp()
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"memory timestamp is not ISO-8601: {value!r}") from exc
+    if not math.isfinite(ts):
+        raise InvalidInputError(f"memory timestamp out of range: {value!r}")
+    return ts
+
+
+@dataclass
+class _Keys:
+    """KEYS for one script call: fixed ones first, the rest by index."""
+
+    keys: list[str]
+    index: dict[str, int] = field(default_factory=dict)
+
+    def ref(self, key: str) -> int:
+        if key not in self.index:
+            self.keys.append(key)
+            self.index[key] = len(self.keys)
+        return self.index[key]
+
+
+def batches(docs: Sequence[Doc]) -> Iterator[list[Doc]]:
+    """Runs of docs bounded in count and bytes, so one script never blocks Redis long."""
+    batch: list[Doc] = []
+    size = 0
+    for doc in docs:
+        doc_size = sum(len(v) for v in doc.fields.values())
+        if batch and (len(batch) >= _BATCH_ENTRIES or size + doc_size > _BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(doc)
+        size += doc_size
+    if batch:
+        yield batch
+
+
+class MemoryStore:
+    """Writes, deletes and reads entry hashes (and postings when ``postings``)."""
+
+    def __init__(self, client: Any, keys: KeySpace, *, postings: bool) -> None:
+        self._redis = client
+        self.keys = keys
+        self.postings = postings
+        self._put = _scripts.register(client, "memory_put")
+        self._delete = _scripts.register(client, "memory_delete")
+
+    def posting_keys(
+        self, app: str, user: str, words: Sequence[str], grams: Sequence[str]
+    ) -> list[str]:
+        if not self.postings:
+            return []
+        return [self.keys.memory_word(app, user, w) for w in words] + [
+            self.keys.memory_gram(app, user, g) for g in grams
+        ]
+
+    def _stored_postings(self, app: str, user: str, words: Any, grams: Any) -> list[str]:
+        if words is None:
+            return []
+        ascii_words = [w for w in text(words).split() if w.isascii()]
+        return self.posting_keys(app, user, ascii_words, text(grams or "").split())
+
+    async def _read(self, app: str, user: str, ids: Sequence[str], *fields: str) -> list[Any]:
+        pipe = self._redis.pipeline(transaction=False)
+        for memory_id in ids:
+            pipe.hmget(self.keys.memory_entry(app, user, memory_id), *fields)
+        return list(await pipe.execute())
+
+    async def put(
+        self,
+        app: str,
+        user: str,
+        docs: Sequence[Doc],
+        *,
+        mode: str,
+        session_id: str | None,
+        ingest: str | None = None,
+        final: bool = False,
+    ) -> list[str]:
+        """Write one batch; on ``final``, the session's ids this ingestion did not see."""
+        entries = self.keys.memory_entries(app, user)
+        session_key = (
+            entries if session_id is None else self.keys.memory_session(app, user, session_id)
+        )
+        fixed = [entries, self.keys.memory_deleted(app, user), session_key, ingest or entries]
+        stored: list[Any] | None = None
+        for _ in range(_ATTEMPTS):
+            ks = _Keys([*fixed, self.keys.memory_texts(app, user)])
+            ops = []
+            for i, doc in enumerate(docs):
+                op: dict[str, Any] = {
+                    "id": doc.id,
+                    "k": ks.ref(self.keys.memory_entry(app, user, doc.id)),
+                    "ts": repr(doc.ts),
+                    "f": [v for item in doc.fields.items() for v in item],
+                    "sig": doc.sig,
+                    "w": [ks.ref(k) for k in self.posting_keys(app, user, doc.words, doc.grams)],
+                    "o": [],
+                    "t": doc.text,
+                }
+                if stored is not None and stored[i][0] is not None:
+                    words, grams = stored[i]
+                    op["x"] = f"{text(words)}|{text(grams or '')}"
+                    op["o"] = [ks.ref(k) for k in self._stored_postings(app, user, words, grams)]
+                ops.append(op)
+            reply = await self._put(
+                keys=ks.keys,
+                args=[
+                    mode,
+                    int(self.postings),
+                    int(session_id is not None),
+                    _INGEST_TTL if ingest else 0,
+                    int(final),
+                    _STALE_BATCH,
+                    orjson.dumps(ops),
+                ],
+            )
+            if reply[0] == 1:
+                return [text(x) for x in reply[2:]]
+            stored = await self._read(app, user, [d.id for d in docs], "words", "grams")
+        raise RedisSessionsError("memory entries kept changing during the write; gave up")
+
+    async def delete(
+        self,
+        app: str,
+        user: str,
+        ids: Sequence[str],
+        *,
+        tombstone: bool,
+        only_session: str | None = None,
+        ingest: str | None = None,
+    ) -> int:
+        """Delete entries by id; with ``only_session``, only those still of that session."""
+        entries = self.keys.memory_entries(app, user)
+        for _ in range(_ATTEMPTS):
+            rows = await self._read(app, user, ids, "words", "grams", "session")
+            ks = _Keys(
+                [
+                    entries,
+                    self.keys.memory_deleted(app, user),
+                    self.keys.memory_texts(app, user),
+                    ingest or entries,
+                ]
+            )
+            ops = []
+            for memory_id, (words, grams, session) in zip(ids, rows, strict=True):
+                owner = only_session if only_session is not None else text(session or "")
+                op: dict[str, Any] = {
+                    "id": memory_id,
+                    "k": ks.ref(self.keys.memory_entry(app, user, memory_id)),
+                    "s": ks.ref(self.keys.memory_session(app, user, owner)) if owner else 0,
+                    "o": [ks.ref(k) for k in self._stored_postings(app, user, words, grams)],
+                }
+                if words is not None:
+                    op["x"] = f"{text(words)}|{text(grams or '')}"
+                if only_session is not None:
+                    op["only"] = only_session
+                ops.append(op)
+            reply = await self._delete(
+                keys=ks.keys,
+                args=[
+                    int(tombstone),
+                    int(self.postings),
+                    int(ingest is not None),
+                    orjson.dumps(ops),
+                ],
+            )
+            if reply[0] == 1:
+                return int(reply[1])
+        raise RedisSessionsError("memory entries kept changing during the delete; gave up")
+
+    async def delete_all(self, app: str, user: str) -> None:
+        entries = self.keys.memory_entries(app, user)
+        while ids := [text(m) for m in await self._redis.zrange(entries, 0, _STALE_BATCH - 1)]:
+            await self.delete(app, user, ids, tombstone=True)
+
+    async def fetch(self, app: str, user: str, ids: Sequence[str]) -> list[StoredEntry]:
+        """The entries still stored, in the order of ``ids``."""
+        out = []
+        for memory_id, row in zip(
+            ids, await self._read(app, user, ids, *_ENTRY_FIELDS), strict=True
+        ):
+            if row[0] is None:
+                continue
+            key = self.keys.memory_entry(app, user, memory_id)
+            author, stamp = text(row[1] or ""), text(row[2] or "")
+            try:
+                content, meta = orjson.loads(row[3]), orjson.loads(row[4])
+            except (TypeError, orjson.JSONDecodeError) as exc:
+                raise CorruptDataError(key, f"entry content is not JSON: {exc}") from exc
+            out.append(
+                StoredEntry(
+                    memory_id,
+                    author[1:] if author else None,
+                    stamp[1:] if stamp else None,
+                    content,
+                    meta,
+                )
+            )
+        return out

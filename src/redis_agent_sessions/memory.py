@@ -1,0 +1,307 @@
+"""RedisMemoryService: keyword recall over past sessions (ADK's memory API).
+
+Two backends answer the same contract. With the RediSearch module (2.x) an index over
+the entry hashes does the matching; without it (plain Redis, fakeredis) the entries'
+words are kept in per-user postings maintained by the write scripts. Either way a query
+touches only one (app, user)'s entries and treats its text as data, never as syntax.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from redis.asyncio import Redis
+
+from ._codec import check_id
+from ._lifecycle import ClientOwner
+from ._memory_search import IndexSearch, PlainSearch, has_search_module
+from ._memory_store import Doc, MemoryStore, batches, iso_timestamp, make_doc, parse_iso
+from ._memory_text import query_words
+from .config import SessionServiceConfig
+from .errors import InvalidInputError
+from .keys import KeySpace
+from .models import Content, Event, Session
+
+__all__ = ["MemoryEntry", "RedisMemoryService", "SearchMemoryResponse"]
+
+_UNKNOWN_SESSION_ID = "__unknown_session_id__"
+"""Where ADK files events added without a session id."""
+_MAX_LIMIT = 1000
+
+
+class MemoryEntry(BaseModel):
+    """One remembered piece of content (ADK's ``MemoryEntry`` shape)."""
+
+    content: Content
+    custom_metadata: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+    author: str | None = None
+    timestamp: str | None = None
+    """When the content happened, ISO-8601 (events: local time without zone, like ADK)."""
+
+
+class SearchMemoryResponse(BaseModel):
+    """Entries matching a query, best first."""
+
+    memories: list[MemoryEntry] = Field(default_factory=list)
+
+
+Backend = Literal["auto", "search", "plain"]
+
+
+class RedisMemoryService(ClientOwner):
+    """Memory entries in Redis, searchable by keyword, shared by every worker.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
+        config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
+        backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``: search
+            when ``MODULE LIST`` shows the module at version 2.0 or later, checked once.
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        config: SessionServiceConfig | None = None,
+        backend: Backend = "auto",
+    ) -> None:
+        if backend not in ("auto", "search", "plain"):
+            raise InvalidInputError(f"backend must be 'auto', 'search' or 'plain': {backend!r}")
+        self.config = config or SessionServiceConfig()
+        self._keys = KeySpace(self.config.key_prefix)
+        self._client = client
+        self._owns_client = False
+        self._backend: Backend = backend
+        self._store: MemoryStore | None = None
+        self._search: IndexSearch | PlainSearch | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        config: SessionServiceConfig | None = None,
+        backend: Backend = "auto",
+        **redis_kwargs: Any,
+    ) -> RedisMemoryService:
+        """A service with its own client, closed by :meth:`aclose`."""
+        service = cls(Redis.from_url(url, **redis_kwargs), config=config, backend=backend)
+        service._owns_client = True
+        return service
+
+    async def backend(self) -> Literal["search", "plain"]:
+        """The backend in use, detecting it on first call under ``auto``."""
+        await self._ready()
+        return "search" if isinstance(self._search, IndexSearch) else "plain"
+
+    async def _ready(self) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
+        if self._store is None or self._search is None:
+            async with self._lock:
+                if self._store is None or self._search is None:
+                    use_search = self._backend == "search" or (
+                        self._backend == "auto" and await has_search_module(self._client)
+                    )
+                    search: IndexSearch | PlainSearch
+                    if use_search:
+                        index = IndexSearch(self._client, self._keys)
+                        await index.ensure_index()
+                        search = index
+                    else:
+                        search = PlainSearch(self._client, self._keys)
+                    self._store = MemoryStore(self._client, self._keys, postings=not use_search)
+                    self._search = search
+        return self._store, self._search
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def add_session_to_memory(self, session: Session) -> None:
+        """Index the session's events that carry text, replacing what it contributed before.
+
+        Large sessions go in bounded batches; entries it no longer has are removed only
+        after every batch is stored, so a failed call leaves the previous entries in place.
+        Ids removed with :meth:`delete_memory` are not brought back.
+        """
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"not a session: {type(session).__name__}")
+        app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
+        sid = check_id("session_id", session.id)
+        docs = self._event_docs(app, user, sid, session.events, {})
+        store, _ = await self._ready()
+        ingest = self._keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
+        parts = list(batches(docs)) or [[]]
+        stale: list[str] = []
+        for i, batch in enumerate(parts):
+            last = i == len(parts) - 1
+            stale = await store.put(
+                app, user, batch, mode="replace", session_id=sid, ingest=ingest, final=last
+            )
+        while stale:
+            await store.delete(app, user, stale, tombstone=False, only_session=sid, ingest=ingest)
+            stale = await store.put(
+                app, user, [], mode="replace", session_id=sid, ingest=ingest, final=True
+            )
+
+    async def add_events_to_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        events: Sequence[Event],
+        session_id: str | None = None,
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Add events incrementally: ids already stored or deleted are skipped.
+
+        ``custom_metadata`` is stored on every entry added.
+        """
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        sid = _UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
+        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+            raise InvalidInputError(f"events must be a sequence, got {type(events).__name__}")
+        docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
+        store, _ = await self._ready()
+        for batch in batches(docs):
+            await store.put(app, user, batch, mode="keep", session_id=sid)
+
+    async def add_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        memories: Sequence[MemoryEntry],
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Store explicit entries; an entry's id (a new uuid when None) replaces any entry
+        with that id, even a deleted one. Its metadata overrides ``custom_metadata``."""
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        if isinstance(memories, (str, bytes)) or not isinstance(memories, Sequence):
+            raise InvalidInputError(f"memories must be a sequence, got {type(memories).__name__}")
+        shared = _metadata(custom_metadata)
+        docs: dict[str, Doc] = {}
+        for entry in memories:
+            if not isinstance(entry, MemoryEntry):
+                raise InvalidInputError(f"not a MemoryEntry: {type(entry).__name__}")
+            memory_id = str(uuid.uuid4()) if entry.id is None else check_id("memory id", entry.id)
+            if entry.timestamp is not None and not isinstance(entry.timestamp, str):
+                raise InvalidInputError("memory timestamp must be an ISO-8601 string")
+            ts = time.time() if entry.timestamp is None else parse_iso(entry.timestamp)
+            doc = make_doc(
+                app_name=app,
+                user_id=user,
+                memory_id=memory_id,
+                session_id="",
+                author=entry.author,
+                ts=ts,
+                iso=entry.timestamp,
+                text_=entry.content.text,
+                content_json=_content_json(entry.content),
+                meta={**shared, **_metadata(entry.custom_metadata)},
+            )
+            if doc is not None:
+                docs[memory_id] = doc
+        store, _ = await self._ready()
+        for batch in batches(list(docs.values())):
+            await store.put(app, user, batch, mode="explicit", session_id=None)
+
+    async def delete_memory(
+        self, *, app_name: str, user_id: str, memory_id: str | None = None
+    ) -> None:
+        """Delete one entry, or every entry of the user when ``memory_id`` is None.
+
+        Deleted ids are remembered: re-adding their session does not bring them back.
+        """
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        if memory_id is not None:
+            check_id("memory_id", memory_id)
+        store, _ = await self._ready()
+        if memory_id is None:
+            await store.delete_all(app, user)
+        else:
+            await store.delete(app, user, [memory_id], tombstone=True)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str, limit: int = 10
+    ) -> SearchMemoryResponse:
+        """Entries containing query words: most distinct words matched first, then newest.
+
+        ASCII words match whole words; other words (e.g. CJK) also match inside longer
+        runs of text. An empty or all-punctuation query finds nothing.
+        """
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidInputError(f"limit must be a non-negative int, got {limit!r}")
+        words = query_words(query)
+        if not words or limit == 0:
+            return SearchMemoryResponse()
+        store, search = await self._ready()
+        ids = await search.search(app, user, words, min(limit, _MAX_LIMIT))
+        entries = await store.fetch(app, user, ids)
+        return SearchMemoryResponse(
+            memories=[
+                MemoryEntry(
+                    content=Content.model_validate(e.content),
+                    custom_metadata=e.meta,
+                    id=e.id,
+                    author=e.author,
+                    timestamp=e.timestamp,
+                )
+                for e in entries
+            ]
+        )
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _event_docs(
+        self, app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any]
+    ) -> list[Doc]:
+        docs: dict[str, Doc] = {}
+        for event in events:
+            if not isinstance(event, Event):
+                raise InvalidInputError(f"not an event: {type(event).__name__}")
+            if event.content is None or not event.content.parts:
+                continue
+            check_id("event id", event.id)
+            ts = event.timestamp
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts:
+                raise InvalidInputError(f"event timestamp must be a number: {ts!r}")
+            doc = make_doc(
+                app_name=app,
+                user_id=user,
+                memory_id=event.id,
+                session_id=sid,
+                author=event.author,
+                ts=float(ts),
+                iso=iso_timestamp(ts),
+                text_=event.content.text,
+                content_json=_content_json(event.content),
+                meta=meta,
+            )
+            if doc is not None:
+                docs.setdefault(event.id, doc)
+        return list(docs.values())
+
+
+def _metadata(value: Mapping[str, object] | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"custom_metadata must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _content_json(content: Content) -> bytes:
+    try:
+        return content.__pydantic_serializer__.to_json(content, exclude_none=True)
+    except Exception as exc:
+        raise InvalidInputError(f"content cannot be encoded as JSON: {exc}") from exc

@@ -1,0 +1,316 @@
+"""Memory contract suite, run on fakeredis, on plain Redis (REDIS_URL) and on Redis with
+RediSearch (REDIS_SEARCH_URL); a real backend is skipped when its variable is unset."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+
+from _servers import skip_without
+from redis_agent_sessions import (
+    Content,
+    Event,
+    InvalidInputError,
+    MemoryEntry,
+    Part,
+    RedisMemoryService,
+    Session,
+)
+
+APP, USER = "memory_app", "user1"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("fake", marks=pytest.mark.fake),
+        pytest.param("real", marks=pytest.mark.real),
+        pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
+    ]
+)
+async def memory_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    if request.param == "fake":
+        client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        yield client
+        await client.aclose()
+        return
+    url = skip_without("REDIS_URL" if request.param == "real" else "REDIS_SEARCH_URL")
+    client = Redis.from_url(url)
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+@pytest.fixture
+async def memory(memory_client: Any, request: pytest.FixtureRequest) -> RedisMemoryService:
+    service = RedisMemoryService(memory_client)
+    expected = "search" if request.node.callspec.params["memory_client"] == "search" else "plain"
+    assert await service.backend() == expected
+    return service
+
+
+def event(text: str, *, ts: float, id: str | None = None, author: str = "user") -> Event:
+    kwargs: dict[str, Any] = {} if id is None else {"id": id}
+    return Event(
+        author=author, timestamp=ts, content=Content(role="user", parts=[Part(text=text)]), **kwargs
+    )
+
+
+def session(sid: str, *events: Event, app: str = APP, user: str = USER) -> Session:
+    return Session(id=sid, app_name=app, user_id=user, events=list(events))
+
+
+async def texts(memory: RedisMemoryService, query: str, **kw: Any) -> list[str]:
+    kw.setdefault("app_name", APP)
+    kw.setdefault("user_id", USER)
+    found = await memory.search_memory(query=query, **kw)
+    return [m.content.text for m in found.memories]
+
+
+# -- recall (scenarios.md section 4) ------------------------------------------------------
+
+
+async def test_recall_favorite_color(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(
+        session("session_capture", event("My favorite color is blue and I love hiking.", ts=1))
+    )
+    for query in ("What's my favorite color?", "favorite color"):
+        assert await texts(memory, query) == ["My favorite color is blue and I love hiking."]
+    assert await texts(memory, "favorite color", user_id="user2") == []
+
+
+async def test_recall_favorite_project(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(
+        session(
+            "s1",
+            event("My favorite project is Project Alpha.", ts=1),
+            event("The weather is nice today.", ts=2),
+        )
+    )
+    found = await texts(memory, "What is my favorite project?")
+    assert found[0] == "My favorite project is Project Alpha."
+
+
+async def test_entry_fields(memory: RedisMemoryService) -> None:
+    e = event("hello world", ts=1_700_000_000.5, id="e1", author="agent")
+    await memory.add_session_to_memory(session("s1", e))
+    (found,) = (await memory.search_memory(app_name=APP, user_id=USER, query="HELLO")).memories
+    assert found.id == "e1"
+    assert found.author == "agent"
+    assert found.content == e.content
+    assert found.timestamp is not None
+    assert found.timestamp.startswith("2023-11-")
+    assert found.custom_metadata == {}
+
+
+# -- isolation and hostile queries ----------------------------------------------------------
+
+
+async def test_isolation_by_user_and_app(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(session("s", event("secret alpha", ts=1)))
+    await memory.add_session_to_memory(session("s", event("secret beta", ts=1), user="user2"))
+    await memory.add_session_to_memory(session("s", event("secret gamma", ts=1), app="app2"))
+    await memory.add_session_to_memory(session("s", event("secret delta", ts=1), user="user1:x"))
+    assert await texts(memory, "secret") == ["secret alpha"]
+    assert await texts(memory, "secret", user_id="user2") == ["secret beta"]
+    assert await texts(memory, "secret", app_name="app2") == ["secret gamma"]
+    assert await texts(memory, "secret", user_id="user1:x") == ["secret delta"]
+    assert await texts(memory, "secret", user_id="user3") == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "@user:{*}",
+        "*",
+        "@app:{*} | secret",
+        "-secret",
+        '"secret" ~secret (secret) %secret% secret*',
+        "@words:secret | @lower:x",
+        "} | @user:{user2",
+        "\\ ' ` $ ; : , . ? ! [ ] < > = + & ^ #",
+    ],
+)
+async def test_query_syntax_is_data(memory: RedisMemoryService, query: str) -> None:
+    await memory.add_session_to_memory(session("s", event("secret alpha", ts=1)))
+    await memory.add_session_to_memory(session("s", event("secret beta words", ts=1), user="u2"))
+    found = await texts(memory, query)
+    assert found in ([], ["secret alpha"])
+    assert ("secret" in query.lower()) == (found == ["secret alpha"])
+
+
+@pytest.mark.parametrize("query", ["", "   ", "?!...", '@{}*|-()"~%', "\n\t"])
+async def test_empty_queries_find_nothing(memory: RedisMemoryService, query: str) -> None:
+    await memory.add_session_to_memory(session("s", event("anything at all", ts=1)))
+    assert await texts(memory, query) == []
+
+
+async def test_bad_input_is_rejected_before_writing(memory: RedisMemoryService) -> None:
+    bad: list[Any] = [
+        memory.add_session_to_memory("nope"),  # type: ignore[arg-type]
+        memory.add_events_to_memory(app_name=APP, user_id=1, events=[]),  # type: ignore[arg-type]
+        memory.add_events_to_memory(app_name=APP, user_id=USER, events=[event("a", ts=1), "x"]),  # type: ignore[list-item]
+        memory.add_memory(app_name=APP, user_id=USER, memories=[{"content": {}}]),  # type: ignore[list-item]
+        memory.search_memory(app_name=APP, user_id=USER, query=3),  # type: ignore[arg-type]
+        memory.search_memory(app_name=APP, user_id=USER, query="a", limit=-1),
+        memory.delete_memory(app_name=APP, user_id=USER, memory_id=5),  # type: ignore[arg-type]
+        memory.add_memory(
+            app_name=APP,
+            user_id=USER,
+            memories=[MemoryEntry(content=Content(parts=[Part(text="a")]), timestamp="soon")],
+        ),
+    ]
+    for call in bad:
+        with pytest.raises(InvalidInputError):
+            await call
+    assert await texts(memory, "a") == []
+
+
+# -- ingestion ------------------------------------------------------------------------------
+
+
+async def test_reingestion_replaces_session_entries(memory: RedisMemoryService) -> None:
+    a, b = event("apple banana", ts=1, id="a"), event("banana cherry", ts=2, id="b")
+    await memory.add_session_to_memory(session("s", a, b))
+    await memory.add_session_to_memory(session("s", a, b))
+    assert await texts(memory, "banana") == ["banana cherry", "apple banana"]
+    b2 = event("durian only", ts=2, id="b")
+    await memory.add_session_to_memory(session("s", b2))
+    assert await texts(memory, "banana") == []
+    assert await texts(memory, "apple cherry durian") == ["durian only"]
+
+
+async def test_add_events_deduplicates(memory: RedisMemoryService) -> None:
+    e = event("kiwi fruit", ts=1, id="k")
+    for _ in range(2):
+        await memory.add_events_to_memory(
+            app_name=APP, user_id=USER, events=[e], custom_metadata={"src": "turn"}
+        )
+    found = (await memory.search_memory(app_name=APP, user_id=USER, query="kiwi")).memories
+    assert [m.id for m in found] == ["k"]
+    assert found[0].custom_metadata == {"src": "turn"}
+
+
+async def test_add_memory_explicit(memory: RedisMemoryService) -> None:
+    entry = MemoryEntry(
+        id="m1",
+        content=Content(parts=[Part(text="The user prefers tea")]),
+        author="summarizer",
+        timestamp="2024-01-02T03:04:05",
+        custom_metadata={"k": 1},
+    )
+    await memory.add_memory(app_name=APP, user_id=USER, memories=[entry], custom_metadata={"j": 2})
+    (found,) = (await memory.search_memory(app_name=APP, user_id=USER, query="tea")).memories
+    assert found == entry.model_copy(update={"custom_metadata": {"j": 2, "k": 1}})
+
+
+async def test_delete_one_is_not_reingested(memory: RedisMemoryService) -> None:
+    a, b = event("pear one", ts=1, id="a"), event("pear two", ts=2, id="b")
+    await memory.add_session_to_memory(session("s", a, b))
+    await memory.delete_memory(app_name=APP, user_id=USER, memory_id="b")
+    await memory.delete_memory(app_name=APP, user_id=USER, memory_id="missing")
+    assert await texts(memory, "pear") == ["pear one"]
+    await memory.add_session_to_memory(session("s", a, b))
+    await memory.add_events_to_memory(app_name=APP, user_id=USER, events=[b], session_id="s")
+    assert await texts(memory, "pear") == ["pear one"]
+
+
+async def test_delete_all(memory: RedisMemoryService, memory_client: Any) -> None:
+    plums = [event(f"plum {i}", ts=i, id=f"p{i}") for i in range(30)]
+    await memory.add_session_to_memory(session("s", *plums))
+    await memory.add_session_to_memory(session("s", event("plum other", ts=1), user="u2"))
+    await memory.delete_memory(app_name=APP, user_id=USER)
+    assert await texts(memory, "plum") == []
+    assert await texts(memory, "plum", user_id="u2") == ["plum other"]
+    await memory.add_session_to_memory(session("s", *plums))
+    assert await texts(memory, "plum") == []
+    leftovers = [k async for k in memory_client.scan_iter(match=b"ras:mem:{memory_app:user1}:w*")]
+    assert leftovers == []
+
+
+async def test_large_session_in_batches(memory: RedisMemoryService, monkeypatch: Any) -> None:
+    from redis_agent_sessions import _memory_store
+
+    events = [event(f"lemon number{i}", ts=i, id=f"e{i}") for i in range(450)]
+    await memory.add_session_to_memory(session("s", *events))
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="lemon", limit=1000)
+    assert len(found.memories) == 450
+
+    calls = 0
+    real_put = _memory_store.MemoryStore.put
+
+    async def failing_put(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise ConnectionError("lost")
+        return await real_put(self, *args, **kwargs)
+
+    monkeypatch.setattr(_memory_store.MemoryStore, "put", failing_put)
+    melons = [event(f"melon number{i}", ts=i, id=f"m{i}") for i in range(450)]
+    with pytest.raises(ConnectionError):
+        await memory.add_session_to_memory(session("s", *melons))
+    monkeypatch.undo()
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="lemon", limit=1000)
+    assert len(found.memories) == 450
+    await memory.add_session_to_memory(session("s", *melons))
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="lemon melon", limit=1000)
+    assert {m.content.text.split()[0] for m in found.memories} == {"melon"}
+    assert len(found.memories) == 450
+
+
+# -- matching and ranking -------------------------------------------------------------------
+
+
+async def test_cjk_substring_matching(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(
+        session(
+            "s",
+            event("私は東京に住んでいます", ts=1, id="tokyo"),
+            event("私はPythonを使う", ts=2, id="py"),
+            event("東京都庁", ts=3, id="tocho"),
+            event("京都と東北", ts=4, id="kyoto"),
+        )
+    )
+    assert await texts(memory, "東京") == ["東京都庁", "私は東京に住んでいます"]
+    assert await texts(memory, "東京都") == ["東京都庁"]
+    assert await texts(memory, "住") == ["私は東京に住んでいます"]
+    assert await texts(memory, "python") == ["私はPythonを使う"]
+    assert await texts(memory, "thon") == []
+    assert await texts(memory, "café") == []
+
+
+async def test_non_ascii_latin_substring(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(session("s", event("Les cafés de Paris", ts=1)))
+    assert await texts(memory, "CAFÉ") == ["Les cafés de Paris"]
+    assert await texts(memory, "cafe") == []
+
+
+async def test_ranking_words_then_newest(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(
+        session(
+            "s",
+            event("red green blue", ts=1, id="a"),
+            event("red", ts=5, id="b"),
+            event("green blue", ts=3, id="c"),
+            event("blue", ts=4, id="d"),
+            event("yellow", ts=9, id="e"),
+        )
+    )
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="blue, green & red!")
+    assert [m.id for m in found.memories] == ["a", "c", "b", "d"]
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="blue red", limit=2)
+    assert [m.id for m in found.memories] == ["a", "b"]
+    assert (
+        await memory.search_memory(app_name=APP, user_id=USER, query="red", limit=0)
+    ).memories == []
+
+
+async def test_default_limit_is_ten(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(session("s", *(event(f"fig {i}", ts=i) for i in range(25))))
+    found = await texts(memory, "fig")
+    assert found == [f"fig {i}" for i in range(24, 14, -1)]

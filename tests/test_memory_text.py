@@ -1,0 +1,132 @@
+"""The tokenizer against ADK's own, and the search ranking against a direct reference."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import fakeredis
+import pytest
+
+from _servers import skip_without
+from redis_agent_sessions import Content, Event, MemoryIndexError, Part, RedisMemoryService, Session
+from redis_agent_sessions._memory_text import (
+    entry_grams,
+    lowered_text,
+    query_grams,
+    query_words,
+    searchable_words,
+)
+
+SAMPLES = [
+    "My favorite color is blue and I love hiking.",
+    "What's my favorite color?",
+    "私はPythonを使う",
+    "Les cafés de Paris — ÉTÉ 2024!",
+    "東京都庁 and 京都",
+    "snake_case_words, 3.14 and x²",
+    "e\u0301cole",  # decomposed: NFC makes it one letter
+    "",
+    "?!...",
+]
+
+
+@pytest.mark.adk
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_tokenizer_matches_adk(sample: str) -> None:
+    adk = pytest.importorskip("google.adk.memory.in_memory_memory_service")
+    assert query_words(sample) == adk._extract_words_lower(sample)
+    assert searchable_words(sample) == adk._extract_searchable_words(sample)
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_grams_select_every_substring_match(sample: str) -> None:
+    grams = entry_grams(searchable_words(sample))
+    lower = lowered_text(sample)
+    for word in searchable_words(sample):
+        for i in range(len(word)):
+            for j in range(i + 1, len(word) + 1):
+                part = word[i:j]
+                if not part.isascii():
+                    assert part in lower
+                    assert query_grams(part) <= grams
+
+
+def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> list[str]:
+    """ADK's matching rule, ranked by words matched then newest (then larger id)."""
+    words = query_words(query)
+    scored = []
+    for doc_id, ts, body in docs:
+        searchable, lower = searchable_words(body), lowered_text(body)
+        n = sum(1 for w in words if w in searchable or (not w.isascii() and w in lower))
+        if n:
+            scored.append((n, ts, doc_id))
+    scored.sort(reverse=True)
+    return [doc_id for _, _, doc_id in scored[:limit]]
+
+
+async def test_ranking_matches_reference_on_random_corpus() -> None:
+    rng = random.Random(7)
+    vocab = ["alpha", "beta", "gamma", "delta", "eps", "東京", "京都", "café", "x", "y1"]
+    docs = []
+    for i in range(300):
+        body = " ".join(rng.choices(vocab, weights=range(len(vocab), 0, -1), k=rng.randint(1, 5)))
+        docs.append((f"d{i:03d}", float(rng.randint(0, 50)), body))
+    client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    memory = RedisMemoryService(client, backend="plain")
+    events = [
+        Event(id=i, timestamp=ts, content=Content(parts=[Part(text=body)])) for i, ts, body in docs
+    ]
+    await memory.add_session_to_memory(Session(id="s", app_name="a", user_id="u", events=events))
+    for _ in range(60):
+        query = " ".join(rng.sample([*vocab, "東", "都", "zeta"], rng.randint(1, 4)))
+        limit = rng.choice([1, 3, 10, 50])
+        found = await memory.search_memory(app_name="a", user_id="u", query=query, limit=limit)
+        assert [m.id for m in found.memories] == reference(docs, query, limit), query
+    await client.aclose()
+
+
+@pytest.mark.real
+@pytest.mark.search
+async def test_existing_index_with_other_schema() -> None:
+
+    from redis.asyncio import Redis
+
+    url = skip_without("REDIS_SEARCH_URL")
+    client: Any = Redis.from_url(url)
+    await client.flushdb()
+    try:
+        await client.execute_command(
+            "FT.CREATE", "other:mem:idx", "ON", "HASH", "PREFIX", 1, "other:mem:{",
+            "SCHEMA", "body", "TEXT",
+        )  # fmt: skip
+        from redis_agent_sessions import SessionServiceConfig
+
+        memory = RedisMemoryService(client, config=SessionServiceConfig(key_prefix="other"))
+        with pytest.raises(MemoryIndexError):
+            await memory.backend()
+        again = RedisMemoryService(client, backend="search")
+        assert await again.backend() == "search"
+        assert await RedisMemoryService(client).backend() == "search"
+    finally:
+        await client.execute_command("FT.DROPINDEX", "other:mem:idx")
+        for name in (b"ras:mem:idx",):
+            await client.execute_command("FT.DROPINDEX", name)
+        await client.flushdb()
+        await client.aclose()
+
+
+def test_memory_keys_share_the_user_tag_and_escape() -> None:
+    from redis_agent_sessions.keys import KeySpace
+
+    ks = KeySpace("ras")
+    assert ks.memory_entry("a:b", "u}", "e 1") == "ras:mem:{a%3Ab:u%7D}:entry:e%201"
+    assert ks.memory_entries("a", "u") == "ras:mem:{a:u}:entries"
+    assert ks.memory_session("a", "u", "s") == "ras:mem:{a:u}:session:s"
+    assert ks.memory_ingest("a", "u", "s", "t") == "ras:mem:{a:u}:session:s:ingest:t"
+    assert ks.memory_deleted("a", "u") == "ras:mem:{a:u}:deleted"
+    assert ks.memory_texts("a", "u") == "ras:mem:{a:u}:texts"
+    assert ks.memory_word("a", "u", "w") == "ras:mem:{a:u}:word:w"
+    assert ks.memory_gram("a", "u", "東京") == "ras:mem:{a:u}:gram:東京"
+    assert ks.memory_index() == "ras:mem:idx"
+    assert ks.memory_entry("a", "u", "x").startswith(ks.memory_index_prefix())
