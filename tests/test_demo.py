@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
+from _servers import skip_without
 from redis_agent_sessions._server import LocalRedis, find_redis_server
 
 REDIS_URL = os.environ.get("REDIS_URL")
@@ -66,9 +67,7 @@ def _gone(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.real
 def test_demo_with_redis_url_uses_its_own_prefix_only() -> None:
-    if not REDIS_URL:
-        pytest.skip("REDIS_URL is not set")
-    url = _db3(REDIS_URL)
+    url = _db3(skip_without("REDIS_URL"))
     prefix = f"ras-demo-test-{secrets.token_hex(4)}"
     sentinel = f"not-the-demo-{secrets.token_hex(4)}"
     with redis.Redis.from_url(url) as client:
@@ -94,9 +93,7 @@ def test_demo_with_redis_url_uses_its_own_prefix_only() -> None:
 @pytest.mark.slow
 @pytest.mark.real
 def test_demo_with_redis_url_refuses_a_used_prefix() -> None:
-    if not REDIS_URL:
-        pytest.skip("REDIS_URL is not set")
-    url = _db3(REDIS_URL)
+    url = _db3(skip_without("REDIS_URL"))
     prefix = f"ras-demo-test-{secrets.token_hex(4)}"
     with redis.Redis.from_url(url) as client:
         try:

@@ -1,0 +1,234 @@
+"""Drop-in google-adk services backed by Redis (``pip install redis-agent-sessions[adk]``).
+
+:class:`RedisSessionService` is a ``google.adk.sessions.BaseSessionService``: it takes
+and returns ADK's own ``Session``/``Event`` objects and raises ADK's own errors, while
+the storage logic is the core's :class:`~redis_agent_sessions._engine.SessionEngine`
+driven through an ADK codec. This is the only module of the package importing
+google.adk, so the core works without it.
+
+Swap it into a Runner::
+
+    session_service = RedisSessionService.from_url("redis://localhost:6379/0")
+    runner = Runner(agent=agent, app_name="booking_app", session_service=session_service)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from google.adk.errors import StaleSessionError as _AdkStaleSessionError
+    from google.adk.errors.already_exists_error import AlreadyExistsError as _AdkAlreadyExists
+    from google.adk.errors.session_not_found_error import (
+        SessionNotFoundError as _AdkSessionNotFound,
+    )
+    from google.adk.events import Event
+    from google.adk.sessions import BaseSessionService, Session
+    from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "redis_agent_sessions.adk needs google-adk: pip install 'redis-agent-sessions[adk]'"
+    ) from exc
+
+from pydantic import TypeAdapter
+from redis.asyncio import Redis
+from typing_extensions import override
+
+from . import errors
+from ._engine import SessionEngine, StoredSession
+from ._lifecycle import ClientOwner
+from .config import SessionServiceConfig
+from .errors import InvalidInputError
+
+__all__ = [
+    "AlreadyExistsError",
+    "RedisSessionService",
+    "SessionNotFoundError",
+    "StaleSessionError",
+]
+
+_EVENT_LIST: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+
+
+# Each error is both ADK's (what ADK callers catch) and ours (so every error of this
+# library still derives from RedisSessionsError).
+class AlreadyExistsError(errors.AlreadyExistsError, _AdkAlreadyExists):
+    """The session id is taken; nothing was written."""
+
+
+class SessionNotFoundError(errors.SessionNotFoundError, _AdkSessionNotFound):
+    """The session does not exist (never created, deleted, or expired)."""
+
+
+class StaleSessionError(errors.StaleSessionError, _AdkStaleSessionError):
+    """Another writer appended since this session copy was read; nothing was written."""
+
+
+class _AdkCodec:
+    """Maps the engine onto ADK's ``Session`` and ``Event``.
+
+    The engine's revision travels in ``Session._storage_update_marker``, the private
+    attribute ADK reserves for exactly this, so pydantic ``==`` between a session we
+    returned and one read back holds.
+    """
+
+    def is_session(self, value: object) -> bool:
+        return isinstance(value, Session)
+
+    def is_event(self, value: object) -> bool:
+        return isinstance(value, Event)
+
+    def build_session(self, stored: StoredSession, events: list[Event]) -> Session:
+        session = Session(
+            id=stored.id,
+            app_name=stored.app_name,
+            user_id=stored.user_id,
+            state=stored.state,
+            events=events,
+            last_update_time=stored.last_update_time,
+        )
+        session._storage_update_marker = str(stored.revision)
+        return session
+
+    def events_of(self, session: Session) -> list[Event]:
+        return session.events
+
+    def encode_event(self, event: Event) -> bytes:
+        # The shape DatabaseSessionService stores: snake_case, None fields left out.
+        return event.__pydantic_serializer__.to_json(event, exclude_none=True)
+
+    def decode_events(self, raws: Sequence[bytes | str]) -> list[Event]:
+        if not raws:
+            return []
+        # One call into pydantic-core for the whole batch instead of one per event.
+        if isinstance(raws[0], bytes):
+            return _EVENT_LIST.validate_json(b"[" + b",".join(raws) + b"]")  # type: ignore[arg-type]
+        return _EVENT_LIST.validate_json("[" + ",".join(raws) + "]")  # type: ignore[arg-type]
+
+    def revision(self, session: Session) -> int | None:
+        marker = session._storage_update_marker
+        # A marker we did not write (a session built by hand or by another backend)
+        # says nothing about our revision: the engine then compares last event ids.
+        if marker is None or not marker.isdigit():
+            return None
+        return int(marker)
+
+    def set_revision(self, session: Session, revision: int) -> None:
+        session._storage_update_marker = str(revision)
+
+
+class RedisSessionService(ClientOwner, BaseSessionService):
+    """ADK sessions, events and scoped state in Redis, shared by every worker.
+
+    Semantics are ADK's (see ``BaseSessionService``); a writer holding an outdated
+    session gets ``StaleSessionError`` like with ``DatabaseSessionService`` (or, with
+    ``SessionServiceConfig(stale_policy="merge")``, its append is applied).
+
+    Args:
+        client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
+        config: key prefix, TTL, stale-writer policy and size limit. Every service
+            sharing the data must use the same values; the core
+            :class:`redis_agent_sessions.RedisSessionService` with the same config reads
+            and writes the same keys.
+    """
+
+    def __init__(self, client: Redis, *, config: SessionServiceConfig | None = None) -> None:
+        self._engine: SessionEngine[Session, Event] = SessionEngine(client, _AdkCodec(), config)
+        self._client = client
+        self._owns_client = False
+
+    @property
+    def config(self) -> SessionServiceConfig:
+        return self._engine.config
+
+    # ADK's DatabaseSessionService names its closer ``close``.
+    close = ClientOwner.aclose
+
+    @override
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session; ``app:``/``user:`` keys of ``state`` go to the shared scopes.
+
+        Raises:
+            AlreadyExistsError: the id is taken (nothing is written).
+            InvalidInputError: an empty or space-padded id, or a non-JSON state value.
+        """
+        try:
+            return await self._engine.create_session(
+                app_name=app_name, user_id=user_id, state=state, session_id=session_id
+            )
+        except errors.AlreadyExistsError as exc:
+            raise AlreadyExistsError(str(exc)) from None
+
+    @override
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The session with merged state and its events in append order, or None."""
+        if config is not None and not isinstance(config, GetSessionConfig):
+            raise InvalidInputError(f"config must be a GetSessionConfig, got {type(config)}")
+        return await self._engine.get_session(
+            app_name=app_name,
+            user_id=user_id,
+            session_id=session_id,
+            num_recent_events=config.num_recent_events if config else None,
+            after_timestamp=config.after_timestamp if config else None,
+        )
+
+    @override
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """Sessions of one user, or of every user when ``user_id`` is None.
+
+        Oldest update first, with merged state and no events.
+        """
+        sessions = await self._engine.list_sessions(app_name=app_name, user_id=user_id)
+        return ListSessionsResponse(sessions=sessions)
+
+    @override
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete a session and its events; user and app state stay. Missing: no-op."""
+        await self._engine.delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
+
+    @override
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Store ``event`` and apply its state delta atomically, in one round trip.
+
+        Follows ``BaseSessionService.append_event``: partial events are returned
+        untouched; ``temp:`` keys reach ``session.state`` but are removed from the
+        event's delta and never stored; the event and its delta are applied to
+        ``session``. Re-appending a stored event id is a no-op returning the event.
+
+        Raises:
+            SessionNotFoundError: the session does not exist (any more).
+            StaleSessionError: another writer appended since ``session`` was read
+                (``reject`` policy); nothing was written and ``session`` is unchanged.
+        """
+        try:
+            return await self._engine.append_event(session, event)
+        except errors.StaleSessionError as exc:
+            raise StaleSessionError(str(exc)) from None
+        except errors.SessionNotFoundError as exc:
+            raise SessionNotFoundError(str(exc)) from None
+
+    @override
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """User-scope state, keys without the ``user:`` prefix; ``{}`` when none."""
+        return await self._engine.get_user_state(app_name=app_name, user_id=user_id)
+
+    async def get_app_state(self, *, app_name: str) -> dict[str, Any]:
+        """App-scope state, keys without the ``app:`` prefix (not part of ADK's API)."""
+        return await self._engine.get_app_state(app_name=app_name)
