@@ -314,3 +314,49 @@ async def test_default_limit_is_ten(memory: RedisMemoryService) -> None:
     await memory.add_session_to_memory(session("s", *(event(f"fig {i}", ts=i) for i in range(25))))
     found = await texts(memory, "fig")
     assert found == [f"fig {i}" for i in range(24, 14, -1)]
+
+
+@pytest.mark.real
+@pytest.mark.search
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_backends_agree_on_random_queries(protocol: int) -> None:
+    """The same entries in the plain backend (fakeredis) and in RediSearch rank alike,
+    over both reply protocols; up to six words take the level queries, more the aggregate."""
+    import random
+
+    rng = random.Random(7)
+    vocab = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa"]
+    events = [
+        event(
+            " ".join(rng.choices(vocab, weights=range(10, 0, -1), k=rng.randint(1, 6))),
+            ts=1_700_000_000 + rng.randint(0, 5000) + i / 1000,
+            id=f"e{i:03d}",
+        )
+        for i in range(150)
+    ]
+    plain = RedisMemoryService(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
+    client = Redis.from_url(skip_without("REDIS_SEARCH_URL"), protocol=protocol)
+    await client.flushdb()
+    search = RedisMemoryService(client, backend="search")
+    try:
+        for service in (plain, search):
+            await service.add_events_to_memory(
+                app_name="app", user_id="u", events=events, session_id="s"
+            )
+        for _ in range(60):
+            query = " ".join(rng.sample(vocab, rng.choice([1, 2, 3, 4, 6, 8])))
+            limit = rng.choice([1, 3, 10, 40])
+            got = [
+                [
+                    m.id
+                    for m in (
+                        await s.search_memory(app_name="app", user_id="u", query=query, limit=limit)
+                    ).memories
+                ]
+                for s in (plain, search)
+            ]
+            assert got[0] == got[1], (query, limit)
+            assert len(got[0]) == min(limit, len(got[0]))
+    finally:
+        await client.flushdb()
+        await client.aclose()
