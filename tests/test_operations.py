@@ -205,3 +205,24 @@ async def test_a_client_from_url_is_closed_with_the_service() -> None:
     async with owned:
         await owned.get_user_state(app_name=APP, user_id=USER)
     assert calls == [True]
+
+
+def test_batch_decodes_restore_the_collector_state() -> None:
+    import gc
+
+    from redis_agent_sessions._codec import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.enable()
+    with pytest.raises(ZeroDivisionError), gc_paused():
+        1 / 0  # noqa: B018
+    assert gc.isenabled()

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 
 from .errors import CorruptDataError, InvalidInputError
 
-__all__ = ["check_id", "decode_hash", "encode_fields", "text"]
+__all__ = ["check_id", "decode_hash", "encode_fields", "gc_paused", "text"]
 
 _MAX_ID_LENGTH = 1024
 
@@ -84,3 +86,21 @@ def decode_hash(key: str, raw: Mapping[Any, Any] | Iterable[Any]) -> dict[str, A
         except orjson.JSONDecodeError as exc:
             raise CorruptDataError(key, f"field {name!r} is not JSON: {exc}") from exc
     return out
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector around a large batch decode.
+
+    Decoding 1,000 events allocates some 10,000 acyclic objects, which triggers several
+    collections that traverse everything the process holds: in scripts/bench.py that cost
+    ~0.6 ms at the median and up to 15 ms at p90 per 1,000-event read. Reference counting
+    still frees everything; the previous GC state is restored.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis.exceptions import ResponseError
 
 from . import _scripts
-from ._codec import check_id, decode_hash, encode_fields, text
+from ._codec import check_id, decode_hash, encode_fields, gc_paused, text
 from .config import SessionServiceConfig
 from .errors import (
     AlreadyExistsError,
@@ -305,7 +305,8 @@ class SessionEngine(Generic[S, E]):
                 raise CorruptDataError(key, f"entry {text(stream_id)} has no 'event' field")
             raws.append(raw)
         try:
-            return self._codec.decode_events(raws)
+            with gc_paused():
+                return self._codec.decode_events(raws)
         except (ValueError, TypeError) as exc:
             raise CorruptDataError(key, f"an event is not valid event JSON: {exc}") from exc
 
