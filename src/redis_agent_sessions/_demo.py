@@ -226,7 +226,7 @@ async def _conversations(workers: _Workers) -> list[dict[str, Any]]:
 async def _race(workers: _Workers) -> list[dict[str, Any]]:
     conv, names = CONVERSATIONS["user2"], workers.names
     print(f"\n== Stale writer: {names[0]} and {names[1]} both load {conv.user}/{conv.session_id}")
-    race = f"{workers.prefix}:demo:race:{secrets.token_hex(4)}"
+    race = KeySpace(workers.prefix).demo("race", secrets.token_hex(4))
     keys = {"second_loaded": f"{race}:second_loaded", "first_done": f"{race}:first_done"}
     for role, worker in (("first", names[0]), ("second", names[1])):
         job = {"kind": "race", "role": role, "user": conv.user, "session_id": conv.session_id}

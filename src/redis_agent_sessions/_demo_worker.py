@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 from .config import SessionServiceConfig
 from .errors import StaleSessionError
+from .keys import KeySpace
 from .models import Content, Event, EventActions, Part, Session
 from .sessions import RedisSessionService
 
@@ -74,11 +75,11 @@ CONVERSATIONS = {c.user: c for c in SCRIPT}
 
 
 def queue_key(prefix: str, worker: str) -> str:
-    return f"{prefix}:demo:queue:{worker}"
+    return KeySpace(prefix).demo("queue", worker)
 
 
 def results_key(prefix: str) -> str:
-    return f"{prefix}:demo:results"
+    return KeySpace(prefix).demo("results")
 
 
 def render_instruction(template: str, state: dict[str, Any]) -> str:

@@ -135,6 +135,10 @@ class KeySpace:
     def memory_gram(self, app_name: str, user_id: str, gram: str) -> str:
         return f"{self._memory(app_name, user_id)}:gram:{escape(gram)}"
 
+    def demo(self, *parts: str) -> str:
+        """Control keys of the demo's dispatcher and workers (queues, results, signals)."""
+        return ":".join([self.prefix, "demo", *map(escape, parts)])
+
 
 # Workers append to the same few sessions over and over: building the names is a
 # measurable share of an append, so recently used ones are kept.
