@@ -2,7 +2,9 @@
 
 The flight-booking story of scenarios.md runs on a scripted model (tests/adk_booking_app.py):
 each turn is played by a fresh ``python`` process pointed at the same Redis, so nothing
-but Redis carries the conversation from one turn to the next. Needs REDIS_URL.
+but Redis carries the conversation from one turn to the next. A recall agent with
+``load_memory`` (tests/adk_recall_app.py) then finds, in yet another process, what the
+user said in that conversation. Needs REDIS_URL.
 """
 
 from __future__ import annotations
@@ -27,39 +29,51 @@ from google.adk.sessions import Session
 from redis.asyncio import Redis
 
 from redis_agent_sessions import SessionServiceConfig
-from redis_agent_sessions.adk import RedisSessionService
+from redis_agent_sessions.adk import RedisMemoryService, RedisSessionService
 
 sys.path.insert(0, str(Path(__file__).parent))
 import adk_booking_app as app
+import adk_recall_app as recall_app
 
 pytestmark = [pytest.mark.adk, pytest.mark.real, pytest.mark.slow]
 
 HELPER = Path(app.__file__)
+RECALL_HELPER = Path(recall_app.__file__)
+
+
+async def run_helper(*args: str | Path) -> dict[str, Any]:
+    """Run a helper script in a new OS process; the JSON object it prints."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *map(str, args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode()
+    result: dict[str, Any] = json.loads(out)
+    return result
 
 
 class Shared:
-    """One Redis, one unique key prefix, and our service on it."""
+    """One Redis, one unique key prefix, and our services on it."""
 
-    def __init__(self, url: str, prefix: str, service: RedisSessionService) -> None:
-        self.url, self.prefix, self.service = url, prefix, service
+    def __init__(
+        self, url: str, prefix: str, service: RedisSessionService, memory: RedisMemoryService
+    ) -> None:
+        self.url, self.prefix, self.service, self.memory = url, prefix, service, memory
 
     async def turn(self, session_id: str, message: str, worker: str = "w") -> dict[str, Any]:
-        """One turn played by a new OS process."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(HELPER),
-            self.url,
-            self.prefix,
-            session_id,
-            message,
-            worker,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        """One booking turn played by a new OS process."""
+        return await run_helper(HELPER, self.url, self.prefix, session_id, message, worker)
+
+    async def recall_turn(
+        self, session_id: str, message: str, user_id: str = app.USER_ID
+    ) -> dict[str, Any]:
+        """One recall-agent turn played by a new OS process."""
+        return await run_helper(
+            RECALL_HELPER, self.url, self.prefix, app.APP_NAME, user_id, session_id, message
         )
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-        assert proc.returncode == 0, err.decode()
-        result: dict[str, Any] = json.loads(out)
-        return result
 
     async def session(self, session_id: str) -> Session:
         session = await self.service.get_session(
@@ -75,8 +89,9 @@ async def shared() -> AsyncIterator[Shared]:
     # A prefix of its own: other suites flush this database, and this one never does.
     prefix = f"adk-e2e-{uuid.uuid4().hex[:12]}"
     client = Redis.from_url(redis_url)
-    service = RedisSessionService(client, config=SessionServiceConfig(key_prefix=prefix))
-    yield Shared(redis_url, prefix, service)
+    config = SessionServiceConfig(key_prefix=prefix)
+    service = RedisSessionService(client, config=config)
+    yield Shared(redis_url, prefix, service, RedisMemoryService(client, config=config))
     async for key in client.scan_iter(match=f"{prefix}:*"):
         await client.delete(key)
     await client.aclose()
@@ -200,3 +215,58 @@ async def test_stale_invocation_is_rejected_whole(shared: Shared) -> None:
     assert final.state["booked_flight"] == app.FLIGHTS[0]
     assert final.state["user:total_bookings"] == 2
     assert final.state == folded_state(initial, final)
+
+
+async def test_recall_across_processes_with_load_memory(shared: Shared) -> None:
+    """scenarios.md section 4 through a Runner: said in a booking conversation (two
+    processes), added to memory here, recalled on a new session by a third process."""
+    color = "My favorite color is blue and I love hiking."
+    booking = await shared.service.create_session(
+        app_name=app.APP_NAME, user_id=app.USER_ID, state=app.INITIAL_STATE
+    )
+    turn1 = await shared.turn(booking.id, "Find flights from NYC to Paris")
+    turn2 = await shared.turn(booking.id, color)
+    said = turn2["events"][0]
+    assert said["author"] == "user"
+
+    conversation = await shared.session(booking.id)
+    await shared.memory.add_session_to_memory(conversation)
+
+    recall = await shared.service.create_session(app_name=app.APP_NAME, user_id=app.USER_ID)
+    result = await shared.recall_turn(recall.id, "What's my favorite color?")
+    assert len({turn1["pid"], turn2["pid"], result["pid"], os.getpid()}) == 4
+    assert result["queries"] == ["favorite color"]
+
+    stored = await shared.session(recall.id)
+    assert [e.model_dump(mode="json", exclude_none=True) for e in stored.events[1:]] == result[
+        "events"
+    ]
+    assert [e.author for e in stored.events] == ["user"] + ["recall_agent"] * 3
+    (call,) = stored.events[1].get_function_calls()
+    assert (call.name, call.args) == ("load_memory", {"query": "favorite color"})
+    (response,) = stored.events[2].get_function_responses()
+    assert response.name == "load_memory"
+    assert response.response is not None
+    # FunctionTool wraps a non-dict return value (LoadMemoryResponse) as {"result": ...}.
+    memories = response.response["result"]["memories"]
+    assert memories[0]["id"] == said["id"]
+    assert memories[0]["author"] == "user"
+    assert memories[0]["content"]["parts"] == [{"text": color}]
+    assert color in json.dumps(response.response)
+    final = stored.events[3].content
+    assert final is not None
+    assert final.parts is not None
+    assert final.parts[0].text == f"You told me: {color}"
+
+    # Memory is per user: another user's recall agent finds nothing.
+    other = await shared.service.create_session(app_name=app.APP_NAME, user_id="user2")
+    result = await shared.recall_turn(other.id, "What's my favorite color?", user_id="user2")
+    stranger = await shared.service.get_session(
+        app_name=app.APP_NAME, user_id="user2", session_id=other.id
+    )
+    assert stranger is not None
+    (response,) = stranger.events[2].get_function_responses()
+    assert response.response == {"result": {"memories": []}}
+    assert stranger.events[3].content is not None
+    assert stranger.events[3].content.parts is not None
+    assert stranger.events[3].content.parts[0].text == recall_app.NOTHING

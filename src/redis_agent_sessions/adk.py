@@ -3,13 +3,17 @@
 :class:`RedisSessionService` is a ``google.adk.sessions.BaseSessionService``: it takes
 and returns ADK's own ``Session``/``Event`` objects and raises ADK's own errors, while
 the storage logic is the core's :class:`~redis_agent_sessions._engine.SessionEngine`
-driven through an ADK codec. This is the only module of the package importing
-google.adk, so the core works without it.
+driven through an ADK codec. :class:`RedisMemoryService` (from ``_adk_memory``) is a
+``google.adk.memory.BaseMemoryService`` delegating to the core memory service. Only
+this module and the private modules it imports touch google.adk, so the core works
+without it.
 
-Swap it into a Runner::
+Swap them into a Runner::
 
     session_service = RedisSessionService.from_url("redis://localhost:6379/0")
-    runner = Runner(agent=agent, app_name="booking_app", session_service=session_service)
+    memory_service = RedisMemoryService.from_url("redis://localhost:6379/0")
+    runner = Runner(agent=agent, app_name="booking_app", session_service=session_service,
+                    memory_service=memory_service)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from redis.asyncio import Redis
 from typing_extensions import override
 
 from . import errors
+from ._adk_memory import RedisMemoryService
 from ._engine import SessionEngine, StoredSession
 from ._lifecycle import ClientOwner
 from .config import SessionServiceConfig
@@ -43,6 +48,7 @@ from .errors import InvalidInputError
 
 __all__ = [
     "AlreadyExistsError",
+    "RedisMemoryService",
     "RedisSessionService",
     "SessionNotFoundError",
     "StaleSessionError",
