@@ -211,7 +211,9 @@ async def test_reads_name_a_key_of_foreign_type(
             await service.list_sessions(app_name=APP)
 
 
-@pytest.mark.parametrize("which", ["events", "event_ids", "meta", "state", "user_sessions"])
+@pytest.mark.parametrize(
+    "which", ["events", "event_ids", "meta", "state", "user_state", "app_state"]
+)
 async def test_append_names_any_key_of_foreign_type(
     service: RedisSessionService, redis_client: Any, populated: Any, which: str
 ) -> None:
@@ -221,5 +223,7 @@ async def test_append_names_any_key_of_foreign_type(
     await redis_client.set(key, "x")
     before = await snapshot(redis_client)
     with pytest.raises(CorruptDataError, match=key.replace("{", r"\{").replace("}", r"\}")):
-        await service.append_event(populated, Event(actions=EventActions(state_delta={"k": 3})))
+        await service.append_event(
+            populated, Event(actions=EventActions(state_delta={"k": 3, "user:u": 3, "app:a": 3}))
+        )
     assert await snapshot(redis_client) == before

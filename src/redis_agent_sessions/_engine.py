@@ -171,7 +171,14 @@ class SessionEngine(Generic[S, E]):
             raw_event = self._encode_event(event)
             reply = await self._run(
                 self._append,
-                _script_keys(keys),
+                [
+                    keys.meta,
+                    keys.state,
+                    keys.events,
+                    keys.event_ids,
+                    keys.user_state,
+                    keys.app_state,
+                ],
                 [
                     "" if revision is None else revision,
                     events[-1].id if events else "",
@@ -181,8 +188,6 @@ class SessionEngine(Generic[S, E]):
                     max(0, int(timestamp * 1000)),
                     repr(float(timestamp)),
                     self.config.ttl_seconds or 0,
-                    session.id,
-                    keys.app_member,
                 ],
                 fields,
             )

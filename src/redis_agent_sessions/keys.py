@@ -3,9 +3,9 @@
 Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag::
 
     ras:{<app>}:app_state                        hash   app-scope state, field -> JSON
-    ras:{<app>}:sessions                         zset   "<user>:<session>" by last_update_time
+    ras:{<app>}:sessions                         zset   "<user>:<session>" by creation time
     ras:{<app>:<user>}:user_state                hash   user-scope state, field -> JSON
-    ras:{<app>:<user>}:sessions                  zset   session ids by last_update_time
+    ras:{<app>:<user>}:sessions                  zset   session ids by creation time
     ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev, ...)
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON

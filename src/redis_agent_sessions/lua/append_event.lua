@@ -1,14 +1,14 @@
 -- Appends one event and applies its state delta to every scope, as one atomic step.
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
--- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] user sessions zset
--- KEYS[7] app state hash         KEYS[8] app sessions zset
+-- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] app state hash
 -- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
 -- ARGV[2] id of the last event the writer has ('' = none)
 -- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
 -- ARGV[4] event id   ARGV[5] event JSON   ARGV[6] event time, whole ms since the epoch
 -- ARGV[7] last_update_time (float text)   ARGV[8] ttl seconds (0 = keep forever)
--- ARGV[9] session id   ARGV[10] member in the app sessions zset
--- ARGV[11..13] number of session, user and app fields, then that many field/JSON pairs
+-- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs
+-- The session indexes are not touched: they are scored by creation time, and listings
+-- order by the last_update_time kept here.
 -- returns {1, new revision, stream id} appended, {2, revision the event produced} already
 --         stored (a retry), {-1} no such session, {-2, current revision} stale writer,
 --         {-3, key, found type} when a key has a foreign type. Only status 1 writes.
@@ -16,13 +16,11 @@
 -- Nothing may fail after the first write (Redis does not roll scripts back), so every key
 -- written after it is known to have the right type first. The reads below check KEYS[1]
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
-local expected = {{6, 'zset'}, {8, 'zset'}}
-for scope, i in ipairs({2, 5, 7}) do
-  if ARGV[10 + scope] ~= '0' then expected[#expected + 1] = {i, 'hash'} end
-end
-for _, check in ipairs(expected) do
-  local t = redis.call('TYPE', KEYS[check[1]])['ok']
-  if t ~= 'none' and t ~= check[2] then return {-3, KEYS[check[1]], t} end
+for scope, i in ipairs({2, 5, 6}) do
+  if ARGV[8 + scope] ~= '0' then
+    local t = redis.call('TYPE', KEYS[i])['ok']
+    if t ~= 'none' and t ~= 'hash' then return {-3, KEYS[i], t} end
+  end
 end
 local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms')
 if meta['err'] then return {-3, KEYS[1], 'not a hash'} end
@@ -52,9 +50,9 @@ if last_ms and tonumber(last_ms) > tonumber(ms) then ms = last_ms end
 local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', 'event', ARGV[5])
 if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
 
-local pos = 14
-for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[7]}) do
-  local n = tonumber(ARGV[10 + scope])
+local pos = 12
+for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
+  local n = tonumber(ARGV[8 + scope])
   -- unpack() is bounded by the Lua stack, so very large deltas go in slices.
   while n > 0 do
     local take = math.min(n, 1000)
@@ -68,8 +66,6 @@ rev = rev + 1
 redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event_id', ARGV[4],
   'last_ms', ms)
 redis.call('HSET', KEYS[4], ARGV[4], rev)
-redis.call('ZADD', KEYS[6], ARGV[7], ARGV[9])
-redis.call('ZADD', KEYS[8], ARGV[7], ARGV[10])
 local ttl = tonumber(ARGV[8])
 if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end

@@ -5,6 +5,7 @@
 -- KEYS[7] app state hash         KEYS[8] app sessions zset
 -- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
+-- Both session indexes are scored by creation time and never touched by appends.
 -- ARGV[7..9] number of session, user and app fields, then that many field/JSON pairs in order
 -- returns {1, user state as field/value list, app state as field/value list} when created,
 --         {0} when the session exists, {-3, key, found type} when a key has a foreign type
