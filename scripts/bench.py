@@ -561,8 +561,7 @@ async def raw_append_script(work: Workload, client: Redis, plan: Plan) -> Stats:
     sha = await client.script_load(source.read_text("utf-8"))
     session = await work.new_session()
     k = work.service._engine.keys.session(APP, session.user_id, session.id)
-    keys = [k.meta, k.state, k.events, k.event_ids, k.user_state, k.user_sessions]
-    keys += [k.app_state, k.app_sessions]
+    keys = [k.meta, k.state, k.events, k.event_ids, k.user_state, k.app_state]
     calls: list[list[bytes | str | int]] = []
     for _, event in events_for([session], plan.profile_appends + plan.warmup):
         raw = event.__pydantic_serializer__.to_json(event, exclude_none=True)
@@ -571,8 +570,7 @@ async def raw_append_script(work: Workload, client: Redis, plan: Plan) -> Stats:
         own = [(f, orjson.dumps(v)) for f, v in delta.items() if ":" not in f]
         user = [(f.removeprefix("user:"), orjson.dumps(v)) for f, v in delta.items() if ":" in f]
         args: list[bytes | str | int] = [*keys, "", "", "merge", event.id, raw]
-        args += [int(ts * 1000), repr(ts), 0, session.id]
-        args += [k.app_member, len(own), len(user), 0]
+        args += [int(ts * 1000), repr(ts), 0, len(own), len(user), 0]
         calls.append(args + [part for pair in own + user for part in pair])
     pending = iter(calls)
 
@@ -621,7 +619,7 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         "pydantic encode_event (Event -> JSON)": timers.mean_us("encode", n),
         "encode_fields (state values: check + orjson)": timers.mean_us("fields", n),
         "split_state_delta": timers.mean_us("split", n),
-        "KeySpace.session (building the 8 key names)": timers.mean_us("keys", n),
+        "KeySpace.session (building the key names)": timers.mean_us("keys", n),
         "_run: argument flattening": timers.mean_us("run", n) - script_us,
         "script call: redis-py + event loop + socket": script_us - server_us,
         "script call: server-side Lua (INFO commandstats)": server_us,

@@ -89,6 +89,11 @@ class ModelCodec(Protocol[S, E]):
 
 
 _OK, _DUPLICATE, _NOT_FOUND, _STALE, _WRONG_TYPE = 1, 2, -1, -2, -3
+# Stream reads are sent with a bytes command name, which redis-py finds no reply callback
+# for: entries then stay the parser's flat [id, [field, value]] lists instead of being
+# rebuilt as dicts one by one (0.6 of 1.7 ms for 1,000 events). Both shapes are read.
+_XRANGE, _XREVRANGE = b"XRANGE", b"XREVRANGE"
+_EVENT_FIELD = (b"event", "event")
 
 
 class SessionEngine(Generic[S, E]):
@@ -264,9 +269,9 @@ class SessionEngine(Generic[S, E]):
         pipe.hgetall(keys.app_state)
         start = _first_id(after_timestamp)
         if num_recent_events is None:
-            pipe.xrange(keys.events, start, "+")
+            pipe.execute_command(_XRANGE, keys.events, start, "+")
         elif num_recent_events > 0:
-            pipe.xrevrange(keys.events, "+", start, count=num_recent_events)
+            pipe.execute_command(_XREVRANGE, keys.events, "+", start, "COUNT", num_recent_events)
         meta, state, user_state, app_state, *entries = await _execute(
             pipe, [keys.meta, keys.state, keys.user_state, keys.app_state, keys.events]
         )
@@ -296,7 +301,9 @@ class SessionEngine(Generic[S, E]):
         start = _first_id(after)
         while after is not None and len(events) < count and len(entries) == count:
             last_id = text(entries[-1][0])
-            entries = await self._redis.xrevrange(key, f"({last_id}", start, count=count)
+            entries = await self._redis.execute_command(
+                _XREVRANGE, key, f"({last_id}", start, "COUNT", count
+            )
             events += [e for e in self._decode(key, entries) if e.timestamp >= after]
         del events[count:]
         events.reverse()
@@ -305,7 +312,10 @@ class SessionEngine(Generic[S, E]):
     def _decode(self, key: str, entries: list[Any]) -> list[E]:
         raws = []
         for stream_id, fields in entries:
-            raw = fields.get(b"event", fields.get("event"))
+            if isinstance(fields, dict):
+                raw = fields.get(b"event", fields.get("event"))
+            else:
+                raw = fields[1] if len(fields) == 2 and fields[0] in _EVENT_FIELD else None
             if raw is None:
                 raise CorruptDataError(key, f"entry {text(stream_id)} has no 'event' field")
             raws.append(raw)
