@@ -18,7 +18,6 @@ Swap them into a Runner::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 try:
@@ -35,15 +34,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "redis_agent_sessions.adk needs google-adk: pip install 'redis-agent-sessions[adk]'"
     ) from exc
 
-import orjson
-from pydantic import TypeAdapter
 from redis.asyncio import Redis
 from typing_extensions import override
 
 from . import errors
 from ._adk_memory import RedisMemoryService
-from ._engine import SessionEngine, StoredSession
+from ._engine import SessionEngine
 from ._lifecycle import ClientOwner
+from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
 from .errors import InvalidInputError
 
@@ -54,8 +52,6 @@ __all__ = [
     "SessionNotFoundError",
     "StaleSessionError",
 ]
-
-_EVENT_LIST: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 
 
 # Each error is both ADK's (what ADK callers catch) and ours (so every error of this
@@ -72,7 +68,7 @@ class StaleSessionError(errors.StaleSessionError, _AdkStaleSessionError):
     """Another writer appended since this session copy was read; nothing was written."""
 
 
-class _AdkCodec:
+class _AdkCodec(PydanticCodec[Session, Event]):
     """Maps the engine onto ADK's ``Session`` and ``Event``.
 
     The engine's revision travels in ``Session._storage_update_marker``, the private
@@ -80,44 +76,10 @@ class _AdkCodec:
     returned and one read back holds.
     """
 
-    def is_session(self, value: object) -> bool:
-        return isinstance(value, Session)
-
-    def is_event(self, value: object) -> bool:
-        return isinstance(value, Event)
-
-    def build_session(self, stored: StoredSession, events: list[Event]) -> Session:
-        session = Session(
-            id=stored.id,
-            app_name=stored.app_name,
-            user_id=stored.user_id,
-            state=stored.state,
-            events=events,
-            last_update_time=stored.last_update_time,
-        )
-        session._storage_update_marker = str(stored.revision)
-        return session
-
-    def events_of(self, session: Session) -> list[Event]:
-        return session.events
-
-    def encode_event(self, event: Event) -> bytes:
-        # The shape DatabaseSessionService stores: snake_case, None fields left out.
-        return event.__pydantic_serializer__.to_json(event, exclude_none=True)
-
-    def decode_events(self, raws: Sequence[bytes | str]) -> list[Event]:
-        if not raws:
-            return []
-        # ADK's and genai's models run Python "before" validators that need dicts, so
-        # pydantic's own JSON parsing only adds work: orjson parsing the batch once and
-        # validating the dicts took a 1,000-event read from 1.26x to 1.16x the cost of
-        # Event.model_validate alone (scripts/bench_adk.py). genai decodes base64 bytes
-        # itself, so binary parts survive (tests/test_adk_parity.py).
-        if isinstance(raws[0], bytes):
-            joined: bytes | str = b"[" + b",".join(raws) + b"]"  # type: ignore[arg-type]
-        else:
-            joined = "[" + ",".join(raws) + "]"  # type: ignore[arg-type]
-        return _EVENT_LIST.validate_python(orjson.loads(joined))
+    def __init__(self) -> None:
+        # genai decodes base64 bytes itself, so binary parts survive dict validation
+        # (tests/test_adk_parity.py::test_rich_event_round_trip).
+        super().__init__(Session, Event, validate_dicts=True)
 
     def revision(self, session: Session) -> int | None:
         marker = session._storage_update_marker

@@ -2,58 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import TypeAdapter
 from redis.asyncio import Redis
 
-from ._engine import SessionEngine, StoredSession
+from ._engine import SessionEngine
 from ._lifecycle import ClientOwner
+from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
 from .errors import InvalidInputError
 from .models import Event, GetSessionConfig, ListSessionsResponse, Session
 
 __all__ = ["RedisSessionService"]
 
-_EVENT_LIST = TypeAdapter(list[Event])
 
-
-class _Codec:
+class _Codec(PydanticCodec[Session, Event]):
     """Maps the engine onto :mod:`redis_agent_sessions.models`."""
 
-    def is_session(self, value: object) -> bool:
-        return isinstance(value, Session)
-
-    def is_event(self, value: object) -> bool:
-        return isinstance(value, Event)
-
-    def build_session(self, stored: StoredSession, events: list[Event]) -> Session:
-        session = Session(
-            id=stored.id,
-            app_name=stored.app_name,
-            user_id=stored.user_id,
-            state=stored.state,
-            events=events,
-            last_update_time=stored.last_update_time,
-        )
-        session._revision = stored.revision
-        return session
-
-    def events_of(self, session: Session) -> list[Event]:
-        return session.events
-
-    def encode_event(self, event: Event) -> bytes:
-        return event.__pydantic_serializer__.to_json(event, exclude_none=True)
-
-    def decode_events(self, raws: Sequence[bytes | str]) -> list[Event]:
-        if not raws:
-            return []
-        # One call into pydantic-core for the whole batch: the per-call overhead is a
-        # large share of parsing small events.
-        if isinstance(raws[0], bytes):
-            return _EVENT_LIST.validate_json(b"[" + b",".join(raws) + b"]")  # type: ignore[arg-type]
-        return _EVENT_LIST.validate_json("[" + ",".join(raws) + "]")  # type: ignore[arg-type]
+    def __init__(self) -> None:
+        super().__init__(Session, Event, validate_dicts=False)
 
     def revision(self, session: Session) -> int | None:
         return session._revision
