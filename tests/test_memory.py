@@ -318,10 +318,13 @@ async def test_default_limit_is_ten(memory: RedisMemoryService) -> None:
 
 @pytest.mark.real
 @pytest.mark.search
-@pytest.mark.parametrize("protocol", [2, 3])
-async def test_backends_agree_on_random_queries(protocol: int) -> None:
+@pytest.mark.parametrize(("protocol", "windows"), [(2, None), (3, None), (3, (4, 25))])
+async def test_backends_agree_on_random_queries(
+    protocol: int, windows: tuple[int, ...] | None
+) -> None:
     """The same entries in the plain backend (fakeredis) and in RediSearch rank alike,
-    over both reply protocols; up to six words take the level queries, more the aggregate."""
+    over both reply protocols; up to six words take the level queries (small windows make
+    them widen), more the aggregate."""
     import random
 
     rng = random.Random(7)
@@ -338,12 +341,15 @@ async def test_backends_agree_on_random_queries(protocol: int) -> None:
     client = Redis.from_url(skip_without("REDIS_SEARCH_URL"), protocol=protocol)
     await client.flushdb()
     search = RedisMemoryService(client, backend="search")
+    if windows is not None:
+        _, index = await search._ready()
+        index.windows = windows  # type: ignore[union-attr]
     try:
         for service in (plain, search):
             await service.add_events_to_memory(
                 app_name="app", user_id="u", events=events, session_id="s"
             )
-        for _ in range(60):
+        for _ in range(120):
             query = " ".join(rng.sample(vocab, rng.choice([1, 2, 3, 4, 6, 8])))
             limit = rng.choice([1, 3, 10, 40])
             got = [

@@ -7,6 +7,7 @@ first (equal times: larger id first), at most ``limit``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import combinations
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -21,6 +22,10 @@ from .keys import KeySpace
 __all__ = ["IndexSearch", "PlainSearch", "has_search_module"]
 
 _MIN_SEARCH_VERSION = 20000
+# Level queries grow as C(n, n/2) clauses; longer queries take the aggregate path.
+_MAX_LEVEL_WORDS = 6
+# How many of a user's newest entries the level queries look at first, then next.
+_WINDOWS = (1_000, 16_000)
 
 # (attribute, type, options): the search backend's view of an entry hash.
 _SCHEMA = (
@@ -65,7 +70,9 @@ class IndexSearch:
         self._redis = client
         self._index = keys.memory_index()
         self._prefix = keys.memory_index_prefix()
+        self._keys = keys
         self._ready = False
+        self.windows = _WINDOWS
 
     async def ensure_index(self) -> None:
         """Create the index unless it exists; an existing one must have our schema."""
@@ -100,8 +107,67 @@ class IndexSearch:
             )
 
     async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
+        ordered = sorted(words)
+        if len(ordered) <= _MAX_LEVEL_WORDS and all(w.isascii() for w in ordered):
+            return await self._by_levels(app, user, ordered, limit)
+        return await self._aggregate(app, user, ordered, limit)
+
+    async def _by_levels(self, app: str, user: str, words: list[str], limit: int) -> list[str]:
+        """Level c asks for the newest entries matching at least c of the words.
+
+        An entry among the true top ``limit`` that matches c words has fewer than ``limit``
+        entries above it in level c's newest-first order, so the union of the levels' top
+        ``limit`` holds the whole answer; it is re-ranked here by an exact recount. Each
+        level first looks only at the user's newest entries (a time window read from the
+        entries zset), so a common word costs a bounded scan; a level that finds fewer than
+        ``limit`` there is asked again over a wider window, the last one unbounded.
+        """
+        scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
+        terms = [f"@words:{_escape_term(w)}" for w in words]
+        levels = {
+            c: " | ".join(f"({' '.join(g)})" for g in combinations(terms, c))
+            for c in range(len(terms), 0, -1)
+        }
+        pipe = self._redis.pipeline(transaction=False)
+        for size in self.windows:
+            pipe.zrevrange(
+                self._keys.memory_entries(app, user), size - 1, size - 1, withscores=True
+            )
+        starts: list[float | None] = [float(hit[0][1]) for hit in await pipe.execute() if hit]
+        starts.append(None)
+        wanted = set(words)
+        ranked: dict[str, tuple[int, float, str]] = {}
+        pending = list(levels)
+        for start in starts:
+            window = "" if start is None else f" @ts:[{start!r} +inf]"
+            pipe = self._redis.pipeline(transaction=False)
+            for c in pending:
+                pipe.execute_command(
+                    "FT.SEARCH", self._index, f"{scope}{window} ({levels[c]})",
+                    "RETURN", 3, "words", "ts", "id",
+                    "SORTBY", "ts", "DESC", "LIMIT", 0, limit, "DIALECT", 2,
+                )  # fmt: skip
+            short = []
+            for c, reply in zip(pending, await pipe.execute(), strict=True):
+                docs = _search_docs(reply)
+                for fields in docs:
+                    # Recount exactly: the index may fold words unlike our tokenizer.
+                    doc_id = text(fields["id"])
+                    matched = len(wanted.intersection(text(fields["words"]).split()))
+                    if matched:
+                        ranked[doc_id] = (matched, float(fields["ts"]), doc_id)
+                if len(docs) < limit:
+                    short.append(c)
+            pending = short
+            if not pending:
+                break
+        best = sorted(ranked.values(), reverse=True)[:limit]
+        return [doc_id for _, _, doc_id in best]
+
+    async def _aggregate(self, app: str, user: str, words: list[str], limit: int) -> list[str]:
+        # Exact for any query, CJK substrings included, but it reads every matching entry.
         clauses, tests = [], []
-        for word in sorted(words):
+        for word in words:
             if word.isascii():
                 clauses.append(f"@words:{_escape_term(word)}")
                 tests.append(f'(contains(@words, " {word} ") > 0)')
@@ -148,6 +214,14 @@ def _rows(reply: Any) -> list[Any]:
             for r in reply[b"results" if b"results" in reply else "results"]
         ]
     return [_as_dict(r) for r in reply[1:]]
+
+
+def _search_docs(reply: Any) -> list[dict[str, Any]]:
+    """The returned fields of each document of an FT.SEARCH reply (RESP2 or RESP3)."""
+    if isinstance(reply, dict):
+        results = reply[b"results" if b"results" in reply else "results"]
+        return [_as_dict(_as_dict(r).get("extra_attributes", {})) for r in results]
+    return [_as_dict(fields) for fields in reply[2::2]]
 
 
 def _row_id(row: Any) -> str:
