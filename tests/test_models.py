@@ -101,3 +101,15 @@ def test_events_get_ids_and_timestamps() -> None:
 def test_get_session_config_validates() -> None:
     assert GetSessionConfig().num_recent_events is None
     assert GetSessionConfig(num_recent_events=0).num_recent_events == 0
+
+
+def test_the_core_never_imports_google_adk() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, redis_agent_sessions\n"
+        "from redis_agent_sessions import RedisMemoryService, RedisSessionService\n"
+        "assert not [m for m in sys.modules if m.startswith('google')], 'google imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
