@@ -227,3 +227,15 @@ async def test_append_names_any_key_of_foreign_type(
             populated, Event(actions=EventActions(state_delta={"k": 3, "user:u": 3, "app:a": 3}))
         )
     assert await snapshot(redis_client) == before
+
+
+async def test_get_session_config_must_be_ours(
+    service: RedisSessionService, populated: Any
+) -> None:
+    with pytest.raises(InvalidInputError, match="config must be a GetSessionConfig, got dict"):
+        await service.get_session(
+            app_name=APP,
+            user_id=USER,
+            session_id=populated.id,
+            config={"num_recent_events": 1},  # type: ignore[arg-type]
+        )

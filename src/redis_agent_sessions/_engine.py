@@ -74,6 +74,11 @@ class ModelCodec(Protocol[S, E]):
 
     def is_session(self, value: object) -> bool: ...
     def is_event(self, value: object) -> bool: ...
+    def narrowing(self, config: object | None) -> tuple[int | None, float | None]:
+        """``(num_recent_events, after_timestamp)`` of a get-session config of this model
+        family; InvalidInputError for anything else."""
+        ...
+
     def build_session(self, stored: StoredSession, events: list[E]) -> S: ...
     def events_of(self, session: S) -> list[E]: ...
     def encode_event(self, event: E) -> bytes:
@@ -250,14 +255,14 @@ class SessionEngine(Generic[S, E]):
         app_name: str,
         user_id: str,
         session_id: str,
-        num_recent_events: int | None = None,
-        after_timestamp: float | None = None,
+        config: object | None = None,
     ) -> S | None:
         keys = self.keys.session(
             check_id("app_name", app_name),
             check_id("user_id", user_id),
             check_id("session_id", session_id),
         )
+        num_recent_events, after_timestamp = self._codec.narrowing(config)
         if num_recent_events is not None and num_recent_events < 0:
             raise InvalidInputError("num_recent_events must be greater than or equal to 0.")
         # MULTI/EXEC: metadata, state and events come from one instant, so the revision

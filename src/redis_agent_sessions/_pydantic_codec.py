@@ -9,6 +9,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from ._engine import StoredSession
+from .errors import InvalidInputError
 
 __all__ = ["PydanticCodec"]
 
@@ -29,9 +30,17 @@ class PydanticCodec(Generic[S, E]):
             events, interleaved A/B); slower for plain models like ours.
     """
 
-    def __init__(self, session_type: type[S], event_type: type[E], *, validate_dicts: bool) -> None:
+    def __init__(
+        self,
+        session_type: type[S],
+        event_type: type[E],
+        config_type: type[BaseModel],
+        *,
+        validate_dicts: bool,
+    ) -> None:
         self._session_type = session_type
         self._event_type = event_type
+        self._config_type = config_type
         self._events: TypeAdapter[list[E]] = TypeAdapter(list[event_type])  # type: ignore[valid-type]
         self._validate_dicts = validate_dicts
 
@@ -40,6 +49,15 @@ class PydanticCodec(Generic[S, E]):
 
     def is_event(self, value: object) -> bool:
         return isinstance(value, self._event_type)
+
+    def narrowing(self, config: object | None) -> tuple[int | None, float | None]:
+        if config is None:
+            return None, None
+        if not isinstance(config, self._config_type):
+            raise InvalidInputError(
+                f"config must be a {self._config_type.__name__}, got {type(config).__name__}"
+            )
+        return getattr(config, "num_recent_events", None), getattr(config, "after_timestamp", None)
 
     def build_session(self, stored: StoredSession, events: list[E]) -> S:
         session = self._session_type(

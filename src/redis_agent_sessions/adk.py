@@ -43,7 +43,6 @@ from ._engine import SessionEngine
 from ._lifecycle import ClientOwner
 from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
-from .errors import InvalidInputError
 
 __all__ = [
     "AlreadyExistsError",
@@ -79,7 +78,7 @@ class _AdkCodec(PydanticCodec[Session, Event]):
     def __init__(self) -> None:
         # genai decodes base64 bytes itself, so binary parts survive dict validation
         # (tests/test_adk_parity.py::test_rich_event_round_trip).
-        super().__init__(Session, Event, validate_dicts=True)
+        super().__init__(Session, Event, GetSessionConfig, validate_dicts=True)
 
     def revision(self, session: Session) -> int | None:
         marker = session._storage_update_marker
@@ -152,14 +151,8 @@ class RedisSessionService(ClientOwner, BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         """The session with merged state and its events in append order, or None."""
-        if config is not None and not isinstance(config, GetSessionConfig):
-            raise InvalidInputError(f"config must be a GetSessionConfig, got {type(config)}")
         return await self._engine.get_session(
-            app_name=app_name,
-            user_id=user_id,
-            session_id=session_id,
-            num_recent_events=config.num_recent_events if config else None,
-            after_timestamp=config.after_timestamp if config else None,
+            app_name=app_name, user_id=user_id, session_id=session_id, config=config
         )
 
     @override

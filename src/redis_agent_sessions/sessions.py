@@ -11,7 +11,6 @@ from ._engine import SessionEngine
 from ._lifecycle import ClientOwner
 from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
-from .errors import InvalidInputError
 from .models import Event, GetSessionConfig, ListSessionsResponse, Session
 
 __all__ = ["RedisSessionService"]
@@ -21,7 +20,7 @@ class _Codec(PydanticCodec[Session, Event]):
     """Maps the engine onto :mod:`redis_agent_sessions.models`."""
 
     def __init__(self) -> None:
-        super().__init__(Session, Event, validate_dicts=False)
+        super().__init__(Session, Event, GetSessionConfig, validate_dicts=False)
 
     def revision(self, session: Session) -> int | None:
         return session._revision
@@ -73,14 +72,8 @@ class RedisSessionService(ClientOwner):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         """The session with merged state and its events (in append order), or None."""
-        if config is not None and not isinstance(config, GetSessionConfig):
-            raise InvalidInputError(f"config must be a GetSessionConfig, got {type(config)}")
         return await self._engine.get_session(
-            app_name=app_name,
-            user_id=user_id,
-            session_id=session_id,
-            num_recent_events=config.num_recent_events if config else None,
-            after_timestamp=config.after_timestamp if config else None,
+            app_name=app_name, user_id=user_id, session_id=session_id, config=config
         )
 
     async def list_sessions(
