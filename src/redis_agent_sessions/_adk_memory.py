@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from typing_extensions import Self, override
 
 from . import memory as core
+from ._codec import check_sequence
 from ._lifecycle import ClientOwner
 from .config import SessionServiceConfig
 from .errors import InvalidInputError
@@ -134,7 +135,7 @@ class RedisMemoryService(ClientOwner, BaseMemoryService):
     ) -> None:
         """Store explicit entries; an entry's id (a new uuid when None) replaces any entry
         with that id, even a deleted one. Its metadata overrides ``custom_metadata``."""
-        _check_sequence("memories", memories)
+        check_sequence("memories", memories)
         entries = []
         for entry in memories:
             if not isinstance(entry, MemoryEntry):
@@ -195,15 +196,8 @@ class RedisMemoryService(ClientOwner, BaseMemoryService):
         )
 
 
-def _check_sequence(name: str, value: object) -> None:
-    # Iterating a str would yield characters and a generator could be half consumed
-    # before a bad item is found; refuse both up front, as the core does.
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise InvalidInputError(f"{name} must be a sequence, got {type(value).__name__}")
-
-
 def _core_events(events: Sequence[AdkEvent]) -> list[Event]:
-    _check_sequence("events", events)
+    check_sequence("events", events)
     converted = []
     for event in events:
         if not isinstance(event, AdkEvent):

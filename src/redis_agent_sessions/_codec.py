@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,7 +12,7 @@ import orjson
 
 from .errors import CorruptDataError, InvalidInputError
 
-__all__ = ["check_id", "decode_hash", "encode_fields", "gc_paused", "text"]
+__all__ = ["check_id", "check_sequence", "decode_hash", "encode_fields", "gc_paused", "text"]
 
 _MAX_ID_LENGTH = 1024
 
@@ -31,6 +31,16 @@ def check_id(name: str, value: object) -> str:
     if len(value) > _MAX_ID_LENGTH:
         raise InvalidInputError(f"{name} is longer than {_MAX_ID_LENGTH} characters")
     return value
+
+
+def check_sequence(name: str, value: object) -> None:
+    """InvalidInputError unless ``value`` is a list-like sequence of items.
+
+    Iterating a str would yield characters, and a generator could be half consumed before a
+    bad item is found; both are refused up front.
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidInputError(f"{name} must be a sequence, got {type(value).__name__}")
 
 
 def _check_json(value: object, where: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 
-from ._codec import check_id
+from ._codec import check_id, check_sequence
 from ._lifecycle import ClientOwner
 from ._memory_search import IndexSearch, PlainSearch, has_search_module
 from ._memory_store import Doc, MemoryStore, batches, iso_timestamp, make_doc, parse_iso
@@ -163,8 +163,7 @@ class RedisMemoryService(ClientOwner):
         """
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         sid = _UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
-        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
-            raise InvalidInputError(f"events must be a sequence, got {type(events).__name__}")
+        check_sequence("events", events)
         docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
         store, _ = await self._ready()
         for batch in batches(docs):
@@ -181,8 +180,7 @@ class RedisMemoryService(ClientOwner):
         """Store explicit entries; an entry's id (a new uuid when None) replaces any entry
         with that id, even a deleted one. Its metadata overrides ``custom_metadata``."""
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
-        if isinstance(memories, (str, bytes)) or not isinstance(memories, Sequence):
-            raise InvalidInputError(f"memories must be a sequence, got {type(memories).__name__}")
+        check_sequence("memories", memories)
         shared = _metadata(custom_metadata)
         docs: dict[str, Doc] = {}
         for entry in memories:
