@@ -136,18 +136,26 @@ async def run_turn(
     """One user turn through a real Runner; what it yielded and what the model saw."""
     agent, model, seen = build_agent(worker, before_tool=before_tool)
     runner = Runner(agent=agent, app_name=APP_NAME, session_service=service)
+    events = await collect(runner, USER_ID, session_id, message, yield_user_message=True)
+    return {"events": events, "instructions": model.instructions, "seen": seen, "pid": os.getpid()}
+
+
+async def collect(
+    runner: Runner, user_id: str, session_id: str, message: str, **options: Any
+) -> list[dict[str, Any]]:
+    """Run one user message through ``runner``; every event it yielded, as stored JSON."""
     events = []
     try:
         async for event in runner.run_async(
-            user_id=USER_ID,
+            user_id=user_id,
             session_id=session_id,
             new_message=types.Content(role="user", parts=[types.Part(text=message)]),
-            yield_user_message=True,
+            **options,
         ):
             events.append(event.model_dump(mode="json", exclude_none=True))
     finally:
         await runner.close()
-    return {"events": events, "instructions": model.instructions, "seen": seen, "pid": os.getpid()}
+    return events
 
 
 async def _main(url: str, prefix: str, session_id: str, message: str, worker: str) -> None:

@@ -26,6 +26,7 @@ from google.adk.tools import load_memory
 from google.genai import types
 from pydantic import BaseModel, Field
 
+from adk_booking_app import collect
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.adk import RedisMemoryService, RedisSessionService
 
@@ -85,16 +86,7 @@ async def run_turn(
     """One user turn through a real Runner wired to both of our services."""
     agent, model = build_agent()
     runner = Runner(agent=agent, app_name=app_name, session_service=sessions, memory_service=memory)
-    events = []
-    try:
-        async for event in runner.run_async(
-            user_id=user_id,
-            session_id=session_id,
-            new_message=types.Content(role="user", parts=[types.Part(text=message)]),
-        ):
-            events.append(event.model_dump(mode="json", exclude_none=True))
-    finally:
-        await runner.close()
+    events = await collect(runner, user_id, session_id, message)
     return {"events": events, "queries": model.queries, "pid": os.getpid()}
 
 
