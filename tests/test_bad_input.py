@@ -9,13 +9,18 @@ from typing import Any
 import pytest
 
 from redis_agent_sessions import (
+    Content,
     CorruptDataError,
     Event,
     EventActions,
     InvalidInputError,
+    MemoryEntry,
+    Part,
     PayloadTooLargeError,
+    RedisMemoryService,
     RedisSessionsError,
     RedisSessionService,
+    Session,
 )
 from redis_agent_sessions.keys import KeySpace
 
@@ -86,7 +91,12 @@ async def test_unserializable_state_in_create_writes_nothing(
     assert await snapshot(redis_client) == before
 
 
-@pytest.mark.parametrize("bad", ["", " x", "x\n", 5, None, "x" * 1025])
+LONE_SURROGATE = "a\ud800"
+"""A str that UTF-8 cannot encode (what a bad decode with surrogateescape or JSON
+``"\\ud800"`` yields); redis-py would fail on it while sending the command."""
+
+
+@pytest.mark.parametrize("bad", ["", " x", "x\n", 5, None, "x" * 1025, LONE_SURROGATE])
 async def test_bad_ids_are_rejected_everywhere(
     service: RedisSessionService, redis_client: Any, populated: Any, bad: Any
 ) -> None:
@@ -98,12 +108,118 @@ async def test_bad_ids_are_rejected_everywhere(
         service.list_sessions(app_name=bad),
         service.delete_session(app_name=APP, user_id=USER, session_id=bad),
         service.get_user_state(app_name=APP, user_id=bad),
+        service.get_app_state(app_name=bad),
     ]
-    if bad is not None:
+    if bad is not None:  # None is valid for these: a new uuid, every user
+        calls.append(service.list_sessions(app_name=APP, user_id=bad))
         calls.append(service.create_session(app_name=APP, user_id=USER, session_id=bad))
         calls.append(service.get_session(app_name=APP, user_id=USER, session_id=bad))
     for call in calls:
         with pytest.raises(InvalidInputError):
+            await call
+    assert await snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize("scope", ["", "user:", "app:"])
+async def test_lone_surrogate_state_keys_write_nothing(
+    service: RedisSessionService, redis_client: Any, populated: Any, scope: str
+) -> None:
+    before = await snapshot(redis_client)
+    key = scope + LONE_SURROGATE
+    with pytest.raises(InvalidInputError, match="surrogate"):
+        await service.create_session(app_name=APP, user_id=USER, state={"app:ok": 1, key: 1})
+    with pytest.raises(InvalidInputError, match="surrogate"):
+        await service.append_event(
+            populated, Event(actions=EventActions(state_delta={"app:ok": 2, key: 2}))
+        )
+    assert await snapshot(redis_client) == before
+    assert len(populated.events) == 1
+    assert "app:ok" not in populated.state
+
+
+@pytest.mark.parametrize(
+    "value",
+    [LONE_SURROGATE, [LONE_SURROGATE], {LONE_SURROGATE: 1}, {"k": {"deep": LONE_SURROGATE}}],
+    ids=["str", "in-list", "dict-key", "nested"],
+)
+async def test_lone_surrogate_state_values_write_nothing(
+    service: RedisSessionService, redis_client: Any, populated: Any, value: Any
+) -> None:
+    before = await snapshot(redis_client)
+    with pytest.raises(InvalidInputError, match="surrogate"):
+        await service.create_session(app_name=APP, user_id=USER, state={"user:v": value})
+    with pytest.raises(InvalidInputError, match="surrogate"):
+        await service.append_event(populated, Event(actions=EventActions(state_delta={"v": value})))
+    assert await snapshot(redis_client) == before
+
+
+async def test_lone_surrogate_event_fields_write_nothing(
+    service: RedisSessionService, redis_client: Any, populated: Any
+) -> None:
+    before = await snapshot(redis_client)
+    with pytest.raises(InvalidInputError, match="event id"):
+        await service.append_event(populated, Event(id=LONE_SURROGATE))
+    with pytest.raises(InvalidInputError, match="JSON"):
+        await service.append_event(populated, Event(author=LONE_SURROGATE))
+    assert await snapshot(redis_client) == before
+    assert len(populated.events) == 1
+
+
+async def test_non_ascii_text_outside_the_bmp_is_stored(
+    service: RedisSessionService, populated: Any
+) -> None:
+    # The surrogate check must refuse only what UTF-8 cannot encode: a character outside
+    # the BMP (a proper surrogate pair in UTF-16) is fine everywhere.
+    name = "caf\u00e9-\U0001f600"
+    s = await service.create_session(
+        app_name=name, user_id=name, session_id=name, state={name: name, f"user:{name}": 1}
+    )
+    await service.append_event(
+        s, Event(id=name, author=name, actions=EventActions(state_delta={f"app:{name}": [name]}))
+    )
+    again = await service.get_session(app_name=name, user_id=name, session_id=name)
+    assert again is not None
+    assert again.state == {name: name, f"user:{name}": 1, f"app:{name}": [name]}
+    assert [e.id for e in again.events] == [name]
+
+
+async def test_memory_rejects_lone_surrogates_and_writes_nothing(
+    redis_client: Any, populated: Any
+) -> None:
+    # The memory service checks its ids and custom metadata with the same helpers.
+    memory = RedisMemoryService(redis_client, backend="plain")
+    text = Content(parts=[Part(text="hello world")])
+    await memory.add_memory(app_name=APP, user_id=USER, memories=[MemoryEntry(content=text)])
+    before = await snapshot(redis_client)
+    bad = LONE_SURROGATE
+    calls = [
+        memory.add_memory(app_name=bad, user_id=USER, memories=[MemoryEntry(content=text)]),
+        memory.add_memory(app_name=APP, user_id=USER, memories=[MemoryEntry(id=bad, content=text)]),
+        memory.add_memory(
+            app_name=APP,
+            user_id=USER,
+            memories=[MemoryEntry(content=text)],
+            custom_metadata={bad: 1},
+        ),
+        memory.add_memory(
+            app_name=APP,
+            user_id=USER,
+            memories=[MemoryEntry(content=text, custom_metadata={"k": [bad]})],
+        ),
+        memory.add_events_to_memory(
+            app_name=APP, user_id=USER, session_id=bad, events=[Event(content=text)]
+        ),
+        memory.add_events_to_memory(
+            app_name=APP, user_id=USER, events=[Event(id=bad, content=text)]
+        ),
+        memory.add_session_to_memory(
+            Session(app_name=APP, user_id=bad, id="s", events=[Event(content=text)])
+        ),
+        memory.delete_memory(app_name=APP, user_id=USER, memory_id=bad),
+        memory.search_memory(app_name=APP, user_id=bad, query="hello"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInputError, match="surrogate"):
             await call
     assert await snapshot(redis_client) == before
 

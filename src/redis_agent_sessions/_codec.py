@@ -22,6 +22,22 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _encodable(value: str) -> bool:
+    """Whether ``value`` has a UTF-8 encoding (no lone surrogate such as ``"\\ud800"``).
+
+    redis-py encodes every str argument as strict UTF-8 only while sending the command,
+    where a lone surrogate raises a bare UnicodeEncodeError; checking first turns that into
+    InvalidInputError before anything is sent.
+    """
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_id(name: str, value: object) -> str:
     """``value`` if it is a usable identifier, else InvalidInputError."""
     if not isinstance(value, str):
@@ -30,6 +46,10 @@ def check_id(name: str, value: object) -> str:
         raise InvalidInputError(f"{name} must be non-empty without surrounding spaces: {value!r}")
     if len(value) > _MAX_ID_LENGTH:
         raise InvalidInputError(f"{name} is longer than {_MAX_ID_LENGTH} characters")
+    if not _encodable(value):
+        raise InvalidInputError(
+            f"{name} has a lone surrogate, which UTF-8 cannot encode: {value!r}"
+        )
     return value
 
 
@@ -46,7 +66,13 @@ def check_sequence(name: str, value: object) -> None:
 def _check_json(value: object, where: str) -> None:
     # orjson would quietly write NaN as null and datetimes as strings; state must
     # read back exactly as written, so only plain JSON types get through.
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, str):
+        # orjson refuses it as well, but with a TypeError that callers encoding memory
+        # metadata do not catch; the check names the value instead.
+        if not _encodable(value):
+            raise InvalidInputError(f"state value {where} has a lone surrogate: {value!r}")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -60,6 +86,8 @@ def _check_json(value: object, where: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInputError(f"state value {where} has a non-string key {key!r}")
+            if not _encodable(key):
+                raise InvalidInputError(f"state value {where} has a lone surrogate in key {key!r}")
             _check_json(item, where)
         return
     raise InvalidInputError(f"state value {where} is not JSON-serializable: {type(value).__name__}")
@@ -71,6 +99,9 @@ def encode_fields(values: Mapping[str, Any], scope: str) -> list[bytes | str]:
     for key, value in values.items():
         if not isinstance(key, str):
             raise InvalidInputError(f"state keys must be strings, got {key!r} in {scope} scope")
+        if not _encodable(key):
+            # The key becomes a hash field: HSET would fail inside redis-py, not in here.
+            raise InvalidInputError(f"state key {key!r} ({scope} scope) has a lone surrogate")
         _check_json(value, f"{key!r} ({scope} scope)")
         try:
             encoded = orjson.dumps(value)
