@@ -28,10 +28,13 @@ from google.adk.sessions import (
     Session,
 )
 from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.genai import types
 
 from redis_agent_sessions import InvalidInputError, RedisSessionsError
+from redis_agent_sessions import RedisSessionService as CoreSessionService
 from redis_agent_sessions.adk import RedisSessionService
+from test_bad_input import snapshot
 
 pytestmark = pytest.mark.adk
 
@@ -40,8 +43,10 @@ DIFFERENCES = {
     "failed_append_side_effects": "a rejected append leaves the caller's session and event "
     "untouched; DB has already put temp: keys in session.state and trimmed the delta",
     "duplicate_event_id": "a no-op returning the event, like IM (DB raises IntegrityError)",
-    "empty_or_padded_ids": "InvalidInputError (a ValueError); IM strips or generates a "
-    "uuid for '', DB stores them verbatim",
+    "empty_or_padded_session_ids": "stripped, or a new uuid for '', like IM and Sqlite (DB "
+    "stores them verbatim); the core raises InvalidInputError",
+    "empty_or_padded_app_or_user": "refused on create, nothing found on reads (IM, Sqlite and "
+    "DB store them verbatim)",
     "non_json_state": "InvalidInputError before writing; IM keeps the object, DB stringifies it",
     "event_order": "append order, like IM (DB sorts by timestamp, id)",
     "after_timestamp": "a filter (timestamp >= t) like DB (IM keeps the suffix after the "
@@ -63,14 +68,27 @@ async def backends(redis_client: Any, tmp_path: Path) -> AsyncIterator[dict[str,
     await database.close()
 
 
+@pytest.fixture
+def normalizing(backends: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """The ADK services that normalize session ids (InMemory and the Sqlite one), and ours.
+
+    ADK's DatabaseSessionService stores ids verbatim instead: test_difference_ids.
+    """
+    return {
+        "memory": backends["memory"],
+        "sqlite": SqliteSessionService(db_path=str(tmp_path / "adk-sqlite.db")),
+        "redis": backends["redis"],
+    }
+
+
 Scenario = Callable[[BaseSessionService], Awaitable[Any]]
 
 
 async def agree(backends: dict[str, BaseSessionService], scenario: Scenario) -> Any:
     """Run ``scenario`` on every backend; assert equal observations and return ours."""
     seen = {name: await scenario(service) for name, service in backends.items()}
-    assert seen["redis"] == seen["memory"], seen
-    assert seen["redis"] == seen["database"], seen
+    for name in backends:
+        assert seen["redis"] == seen[name], seen
     return seen["redis"]
 
 
@@ -326,6 +344,94 @@ async def test_duplicate_create_has_no_side_effect(backends: dict[str, Any]) -> 
     assert read["state"] == {"user:a": 1, "app:b": 1}
 
 
+async def test_padded_session_id_is_normalized(
+    normalizing: dict[str, Any], redis_client: Any
+) -> None:
+    """google-adk's own session-service tests: a padded id reaches the stripped one."""
+
+    async def scenario(svc: BaseSessionService) -> Any:
+        s = await svc.create_session(
+            app_name="app", user_id="u", session_id="order-42\n", state={"user:a": 1, "app:b": 1}
+        )
+        read = await svc.get_session(app_name="app", user_id="u", session_id=" order-42 ")
+        before = await snapshot(redis_client) if svc is normalizing["redis"] else None
+        with pytest.raises(AdkAlreadyExistsError) as info:
+            await svc.create_session(
+                app_name="app",
+                user_id="u",
+                session_id="\torder-42",
+                state={"user:a": 2, "app:b": 2, "c": 2},
+            )
+        if before is not None:
+            assert await snapshot(redis_client) == before
+        again = await svc.get_session(app_name="app", user_id="u", session_id="order-42")
+        listed = await svc.list_sessions(app_name="app", user_id="u")
+        await svc.delete_session(app_name="app", user_id="u", session_id="\norder-42\t")
+        gone = await svc.get_session(app_name="app", user_id="u", session_id="order-42")
+        return s.id, view(read), str(info.value), view(again), [x.id for x in listed.sessions], gone
+
+    sid, read, message, again, listed, gone = await agree(normalizing, scenario)
+    assert (sid, message) == ("order-42", "Session with id order-42 already exists.")
+    assert read == again
+    assert again["state"] == {"user:a": 1, "app:b": 1}
+    assert (listed, gone) == (["order-42"], None)
+
+
+async def test_blank_session_id_gets_a_uuid_and_finds_nothing(normalizing: dict[str, Any]) -> None:
+    async def scenario(svc: BaseSessionService) -> Any:
+        made = [
+            (await svc.create_session(app_name="app", user_id="u", session_id=sid)).id
+            for sid in ("", "  \n")
+        ]
+        found = [
+            await svc.get_session(app_name="app", user_id="u", session_id=sid) for sid in ("", " ")
+        ]
+        await svc.delete_session(app_name="app", user_id="u", session_id=" ")
+        listed = await svc.list_sessions(app_name="app", user_id="u")
+        return (
+            [len(x) >= 32 and x == x.strip() for x in made],
+            found,
+            sorted(x.id for x in listed.sessions) == sorted(made),
+        )
+
+    assert await agree(normalizing, scenario) == ([True, True], [None, None], True)
+
+
+async def test_empty_or_padded_user_has_nothing(
+    backends: dict[str, Any], normalizing: dict[str, Any]
+) -> None:
+    """Reads for a user (or app) id nobody stored answer "nothing", as in every ADK service."""
+
+    async def scenario(svc: BaseSessionService) -> Any:
+        await svc.create_session(app_name="app", user_id="u", session_id="s", state={"user:a": 1})
+        return (
+            [x.id for x in (await svc.list_sessions(app_name="app", user_id="")).sessions],
+            [x.id for x in (await svc.list_sessions(app_name="app", user_id=" u")).sessions],
+            [x.id for x in (await svc.list_sessions(app_name="")).sessions],
+            await svc.get_session(app_name="app", user_id="", session_id="s"),
+            await svc.get_session(app_name="app ", user_id="u", session_id="s"),
+            await svc.get_user_state(app_name="app", user_id=""),
+            await svc.get_user_state(app_name="app", user_id="u\n"),
+            await svc.delete_session(app_name="app", user_id=" u", session_id="s"),
+            [x.id for x in (await svc.list_sessions(app_name="app", user_id="u")).sessions],
+        )
+
+    everyone = {**backends, "sqlite": normalizing["sqlite"]}
+    assert await agree(everyone, scenario) == ([], [], [], None, None, {}, {}, None, ["s"])
+
+
+async def test_ours_still_checks_other_bad_ids_on_reads(redis_client: Any) -> None:
+    svc = RedisSessionService(redis_client)
+    for call in (
+        svc.list_sessions(app_name="app", user_id=5),  # type: ignore[arg-type]
+        svc.get_session(app_name="app", user_id="u", session_id="a\ud800"),
+        svc.get_user_state(app_name="x" * 1025, user_id="u"),
+        svc.delete_session(app_name="app", user_id="u", session_id=None),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidInputError):
+            await call
+
+
 async def test_append_to_missing_session(backends: dict[str, Any]) -> None:
     async def scenario(svc: BaseSessionService) -> Any:
         ghost = Session(id="ghost", app_name="app", user_id="u")
@@ -491,24 +597,41 @@ async def test_difference_duplicate_event_id(backends: dict[str, Any]) -> None:
     assert outcomes == {"memory": None, "database": "IntegrityError", "redis": None}
 
 
-async def test_difference_ids(backends: dict[str, Any]) -> None:
+async def test_difference_ids(
+    backends: dict[str, Any], normalizing: dict[str, Any], redis_client: Any
+) -> None:
+    services = {
+        **backends,
+        "sqlite": normalizing["sqlite"],
+        "core": CoreSessionService(redis_client),
+    }
     outcomes: dict[str, list[Any]] = {}
-    for name, svc in backends.items():
+    for name, svc in services.items():
         outcomes[name] = []
-        for sid in ("", " padded\n"):
+        for ids in (
+            {"user_id": "u", "session_id": ""},
+            {"user_id": "u", "session_id": " padded\n"},
+            {"user_id": "", "session_id": "s1"},
+            {"user_id": " u", "session_id": "s2"},
+        ):
             try:
-                s = await svc.create_session(app_name="app", user_id="u", session_id=sid)
+                s = await svc.create_session(app_name="app", **ids)
             except InvalidInputError:
                 outcomes[name].append("InvalidInputError")
             else:
-                outcomes[name].append("verbatim" if s.id == sid else "changed")
+                same = (s.user_id, s.id) == (ids["user_id"], ids["session_id"])
+                outcomes[name].append("verbatim" if same else "changed")
+    refused = ["InvalidInputError", "InvalidInputError"]
     assert outcomes == {
-        "memory": ["changed", "changed"],
-        "database": ["verbatim", "verbatim"],
-        "redis": ["InvalidInputError", "InvalidInputError"],
+        "memory": ["changed", "changed", "verbatim", "verbatim"],
+        "sqlite": ["changed", "changed", "verbatim", "verbatim"],
+        "database": ["verbatim"] * 4,
+        "redis": ["changed", "changed", *refused],
+        "core": refused * 2,
     }
+    # The core is stricter on purpose: it names the argument, and it is a ValueError.
     with pytest.raises(ValueError, match="session_id"):
-        await backends["redis"].create_session(app_name="app", user_id="u", session_id=" x")
+        await services["core"].create_session(app_name="app", user_id="u", session_id=" x")
 
 
 class Opaque:

@@ -39,6 +39,7 @@ from typing_extensions import override
 
 from . import errors
 from ._adk_memory import RedisMemoryService
+from ._codec import check_id
 from ._engine import SessionEngine
 from ._lifecycle import ClientOwner
 from ._pydantic_codec import PydanticCodec
@@ -92,12 +93,40 @@ class _AdkCodec(PydanticCodec[Session, Event]):
         session._storage_update_marker = str(revision)
 
 
+def _session_id(value: str) -> str:
+    """A session id as ADK's InMemory and Sqlite services take it: surrounding whitespace
+    stripped (``"order-42\\n"`` is ``"order-42"``); anything else is left to the core."""
+    return value.strip() if isinstance(value, str) else value
+
+
+def _found_nothing(**ids: object) -> bool:
+    """Whether a read names an id no session can be stored under: empty or padded.
+
+    The core refuses to store such ids (creating one raises), so ADK's answer for an
+    unknown id (None, [], {}) is exactly true for them. Any other bad id (not a str,
+    unencodable, too long) still raises InvalidInputError.
+    """
+    found_nothing = False
+    for name, value in ids.items():
+        if isinstance(value, str) and (not value or value != value.strip()):
+            found_nothing = True
+        else:
+            check_id(name, value)
+    return found_nothing
+
+
 class RedisSessionService(ClientOwner, BaseSessionService):
     """ADK sessions, events and scoped state in Redis, shared by every worker.
 
     Semantics are ADK's (see ``BaseSessionService``); a writer holding an outdated
     session gets ``StaleSessionError`` like with ``DatabaseSessionService`` (or, with
     ``SessionServiceConfig(stale_policy="merge")``, its append is applied).
+
+    Session ids are normalized like ADK's ``InMemorySessionService`` and
+    ``SqliteSessionService`` do: surrounding whitespace is stripped on create, get and
+    delete, and an empty one on create gets a new uuid. App names and user ids are never
+    stripped (ADK keeps ``" u"`` and ``"u"`` apart too); an empty or padded one is refused
+    on create and finds nothing on reads.
 
     Args:
         client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
@@ -130,13 +159,18 @@ class RedisSessionService(ClientOwner, BaseSessionService):
     ) -> Session:
         """Create a session; ``app:``/``user:`` keys of ``state`` go to the shared scopes.
 
+        ``session_id`` is stripped of surrounding whitespace; when that leaves nothing, a
+        uuid is generated, as ADK's InMemory and Sqlite services do.
+
         Raises:
             AlreadyExistsError: the id is taken (nothing is written).
-            InvalidInputError: an empty or space-padded id, or a non-JSON state value.
+            InvalidInputError: an empty or space-padded app name or user id, or a
+                non-JSON state value.
         """
+        sid = None if session_id is None else _session_id(session_id)
         try:
             return await self._engine.create_session(
-                app_name=app_name, user_id=user_id, state=state, session_id=session_id
+                app_name=app_name, user_id=user_id, state=state, session_id=sid or None
             )
         except errors.AlreadyExistsError as exc:
             raise AlreadyExistsError(str(exc)) from None
@@ -150,9 +184,15 @@ class RedisSessionService(ClientOwner, BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        """The session with merged state and its events in append order, or None."""
+        """The session with merged state and its events in append order, or None.
+
+        A padded ``session_id`` finds the session under its stripped id.
+        """
+        sid = _session_id(session_id)
+        if _found_nothing(app_name=app_name, user_id=user_id, session_id=sid):
+            return None
         return await self._engine.get_session(
-            app_name=app_name, user_id=user_id, session_id=session_id, config=config
+            app_name=app_name, user_id=user_id, session_id=sid, config=config
         )
 
     @override
@@ -161,15 +201,24 @@ class RedisSessionService(ClientOwner, BaseSessionService):
     ) -> ListSessionsResponse:
         """Sessions of one user, or of every user when ``user_id`` is None.
 
-        Oldest update first, with merged state and no events.
+        Oldest update first, with merged state and no events. An empty or padded user id
+        has no sessions, as in ADK's services.
         """
+        if _found_nothing(app_name=app_name, **({} if user_id is None else {"user_id": user_id})):
+            return ListSessionsResponse()
         sessions = await self._engine.list_sessions(app_name=app_name, user_id=user_id)
         return ListSessionsResponse(sessions=sessions)
 
     @override
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """Delete a session and its events; user and app state stay. Missing: no-op."""
-        await self._engine.delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
+        """Delete a session and its events; user and app state stay. Missing: no-op.
+
+        A padded ``session_id`` deletes the session under its stripped id.
+        """
+        sid = _session_id(session_id)
+        if _found_nothing(app_name=app_name, user_id=user_id, session_id=sid):
+            return
+        await self._engine.delete_session(app_name=app_name, user_id=user_id, session_id=sid)
 
     @override
     async def append_event(self, session: Session, event: Event) -> Event:
@@ -195,8 +244,12 @@ class RedisSessionService(ClientOwner, BaseSessionService):
     @override
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """User-scope state, keys without the ``user:`` prefix; ``{}`` when none."""
+        if _found_nothing(app_name=app_name, user_id=user_id):
+            return {}
         return await self._engine.get_user_state(app_name=app_name, user_id=user_id)
 
     async def get_app_state(self, *, app_name: str) -> dict[str, Any]:
         """App-scope state, keys without the ``app:`` prefix (not part of ADK's API)."""
+        if _found_nothing(app_name=app_name):
+            return {}
         return await self._engine.get_app_state(app_name=app_name)
