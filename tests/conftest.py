@@ -1,9 +1,11 @@
 """Backends for the contract suites.
 
-Every test taking ``redis_client`` (or ``service``) runs once on fakeredis and once on
-the real server named by REDIS_URL; the real variant is skipped when REDIS_URL is unset.
-A real server is flushed before and after each test, so point REDIS_URL at a throwaway
-database.
+Every test taking ``redis_client`` (or ``service``) runs on four backends: fakeredis; a
+slot-checking fakeredis that the services treat as a cluster (the cluster code path, with
+every script and transaction checked to stay in one slot); the real server named by
+REDIS_URL; and the real Redis Cluster named by REDIS_CLUSTER_URL. A real variant is skipped
+when its variable is unset. Real servers are flushed before and after each test, so point
+the variables at throwaway servers.
 """
 
 from __future__ import annotations
@@ -14,23 +16,42 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from _servers import skip_without
+from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 
 
 @pytest.fixture(
     params=[
         pytest.param("fake", marks=pytest.mark.fake),
+        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
         pytest.param("real", marks=pytest.mark.real),
+        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
     ]
 )
-async def redis_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    if request.param == "fake":
+async def redis_client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    if request.param in ("fake", "fake-slots"):
         # A fresh server per test: a script that leaked a global would break later ones.
-        client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        server = fakeredis.FakeServer()
+        client: Any
+        if request.param == "fake":
+            client = fakeredis.FakeAsyncRedis(server=server)
+        else:
+            cluster_layout(monkeypatch)
+            client = SlotCheckedRedis(server=server)
         yield client
         await client.aclose()
+        return
+    if request.param == "cluster":
+        cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+        await flush_cluster(cluster)
+        yield cluster
+        await flush_cluster(cluster)
+        await cluster.aclose()
         return
     client = Redis.from_url(skip_without("REDIS_URL"))
     await client.flushdb()

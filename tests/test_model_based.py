@@ -11,8 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from _servers import skip_without
+from _slots import SlotCheckedRedis, flush_cluster
 from redis_agent_sessions import (
     AlreadyExistsError,
     Event,
@@ -21,6 +23,7 @@ from redis_agent_sessions import (
     RedisSessionService,
     Session,
     SessionNotFoundError,
+    SessionServiceConfig,
     StaleSessionError,
 )
 from redis_agent_sessions.state import merge_state, split_state_delta, without_temp
@@ -154,6 +157,41 @@ def test_fakeredis_matches_the_model(steps: list[Any]) -> None:
         client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
         await run(RedisSessionService(client), steps)
         await client.aclose()
+
+    asyncio.run(main())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ops, min_size=1, max_size=25))
+@pytest.mark.fake
+@pytest.mark.cluster
+def test_cluster_layout_matches_the_model(steps: list[Any]) -> None:
+    """The cluster code path on fakeredis, every script and transaction checked to stay
+    in one hash slot."""
+
+    async def main() -> None:
+        client = SlotCheckedRedis(server=fakeredis.FakeServer())
+        await run(RedisSessionService(client, config=SessionServiceConfig(cluster=True)), steps)
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ops, min_size=1, max_size=25))
+@pytest.mark.real
+@pytest.mark.cluster
+def test_real_cluster_matches_the_model(steps: list[Any]) -> None:
+    url = skip_without("REDIS_CLUSTER_URL")
+
+    async def main() -> None:
+        client = RedisCluster.from_url(url)
+        await flush_cluster(client)
+        try:
+            await run(RedisSessionService(client), steps)
+        finally:
+            await flush_cluster(client)
+            await client.aclose()
 
     asyncio.run(main())
 

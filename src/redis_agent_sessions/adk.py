@@ -34,14 +34,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "redis_agent_sessions.adk needs google-adk: pip install 'redis-agent-sessions[adk]'"
     ) from exc
 
-from redis.asyncio import Redis
 from typing_extensions import override
 
 from . import errors
 from ._adk_memory import RedisMemoryService
 from ._codec import check_id
 from ._engine import SessionEngine
-from ._lifecycle import ClientOwner
+from ._lifecycle import AnyRedis, ClientOwner
 from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
 
@@ -129,14 +128,15 @@ class RedisSessionService(ClientOwner, BaseSessionService):
     on create and finds nothing on reads.
 
     Args:
-        client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
+            this service closes.
         config: key prefix, TTL, stale-writer policy and size limit. Every service
             sharing the data must use the same values; the core
             :class:`redis_agent_sessions.RedisSessionService` with the same config reads
             and writes the same keys.
     """
 
-    def __init__(self, client: Redis, *, config: SessionServiceConfig | None = None) -> None:
+    def __init__(self, client: AnyRedis, *, config: SessionServiceConfig | None = None) -> None:
         self._engine: SessionEngine[Session, Event] = SessionEngine(client, _AdkCodec(), config)
         self._client = client
         self._owns_client = False

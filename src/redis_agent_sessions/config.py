@@ -25,6 +25,11 @@ class SessionServiceConfig(BaseModel):
     applies it anyway, each state key taking the last writer's value."""
     max_payload_bytes: int = Field(default=1 << 20, gt=0)
     """Largest encoded event (or initial state of a new session) accepted."""
+    cluster: bool | None = None
+    """Use the Redis Cluster layout, where every script touches one hash slot and app-scope
+    writes reach the app's slot in a second, idempotent step. None (the default) detects it
+    from the client: a ``redis.asyncio.cluster.RedisCluster`` gets it. True on a single
+    node runs the cluster code path there (to check a deployment's code before moving)."""
 
     @field_validator("key_prefix")
     @classmethod

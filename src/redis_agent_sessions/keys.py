@@ -4,6 +4,10 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
 
     ras:{<app>}:app_state                        hash   app-scope state, field -> JSON
     ras:{<app>}:sessions                         zset   "<user>:<session>" by creation time
+    ras:{<app>}:app_versions                     hash   cluster: app-state field -> version
+    ras:{<app>}:app_applied                      hash   cluster: user -> last outbox id applied
+    ras:{<app>:<user>}:app_outbox                stream cluster: app-scope writes not yet known
+                                                        to be applied (one entry per operation)
     ras:{<app>:<user>}:user_state                hash   user-scope state, field -> JSON
     ras:{<app>:<user>}:sessions                  zset   session ids by creation time
     ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev, ...)
@@ -18,7 +22,9 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:<user>}:texts                 hash   plain backend: entry id -> lowercased text
     ras:mem:{<app>:<user>}:word:<word>           zset   plain backend: entry ids by timestamp
     ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: same, per CJK character/pair
+    ras:mem:backend                              string "search" or "plain", set on first use
     ras:mem:idx                                  (RediSearch index over ras:mem:{ hashes)
+    ras:mem:{<app>:<user>}:idx                   (cluster: one index per user, over its entries)
 
 Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
 characters, each as its code point: ``%3A``, ``%85``), so no two different (app, user,
@@ -66,6 +72,11 @@ class SessionKeys:
     app_sessions: str
     app_member: str
     """This session's member in the app-wide index."""
+    user_member: str
+    """The user's field in the app's applied-outbox hash (cluster layout)."""
+    app_outbox: str
+    app_versions: str
+    app_applied: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +101,15 @@ class KeySpace:
     def app_sessions(self, app_name: str) -> str:
         return f"{self._app(app_name)}:sessions"
 
+    def app_versions(self, app_name: str) -> str:
+        return f"{self._app(app_name)}:app_versions"
+
+    def app_applied(self, app_name: str) -> str:
+        return f"{self._app(app_name)}:app_applied"
+
+    def app_outbox(self, app_name: str, user_id: str) -> str:
+        return f"{self._user(app_name, user_id)}:app_outbox"
+
     def user_state(self, app_name: str, user_id: str) -> str:
         return f"{self._user(app_name, user_id)}:user_state"
 
@@ -110,6 +130,19 @@ class KeySpace:
     def memory_index_prefix(self) -> str:
         """The key prefix the RediSearch index covers."""
         return f"{self.prefix}:mem:{{"
+
+    def memory_user_index(self, app_name: str, user_id: str) -> str:
+        """Name of one (app, user)'s RediSearch index (cluster layout; not a key, but a
+        cluster routes it by its hash tag to the shard holding that user's entries)."""
+        return f"{self._memory(app_name, user_id)}:idx"
+
+    def memory_user_index_prefix(self, app_name: str, user_id: str) -> str:
+        """The key prefix one (app, user)'s index covers: its entry hashes."""
+        return f"{self._memory(app_name, user_id)}:entry:"
+
+    def memory_backend(self) -> str:
+        """String key recording the memory backend every worker must use."""
+        return f"{self.prefix}:mem:backend"
 
     def memory_entry(self, app_name: str, user_id: str, memory_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:entry:{escape(memory_id)}"
@@ -156,6 +189,10 @@ def _session_keys(space: KeySpace, app_name: str, user_id: str, session_id: str)
         app_state=space.app_state(app_name),
         app_sessions=space.app_sessions(app_name),
         app_member=app_member(user_id, session_id),
+        user_member=escape(user_id),
+        app_outbox=f"{user}:app_outbox",
+        app_versions=space.app_versions(app_name),
+        app_applied=space.app_applied(app_name),
     )
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from redis.asyncio import Redis
-
 from ._engine import SessionEngine
-from ._lifecycle import ClientOwner
+from ._lifecycle import AnyRedis, ClientOwner
 from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
 from .models import Event, GetSessionConfig, ListSessionsResponse, Session
@@ -33,11 +31,12 @@ class RedisSessionService(ClientOwner):
     """Sessions, events and scoped state stored in Redis, shared by every worker.
 
     Args:
-        client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
+        client: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster`` client
+            (the key layout follows); it stays open when this service closes.
         config: key prefix, TTL, stale-writer policy and size limit.
     """
 
-    def __init__(self, client: Redis, *, config: SessionServiceConfig | None = None) -> None:
+    def __init__(self, client: AnyRedis, *, config: SessionServiceConfig | None = None) -> None:
         self._engine: SessionEngine[Session, Event] = SessionEngine(client, _Codec(), config)
         self._client = client
         self._owns_client = False

@@ -1,26 +1,40 @@
 -- Appends one event and applies its state delta to every scope, as one atomic step.
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
--- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] app state hash
+-- KEYS[4] event ids hash         KEYS[5] user state hash
+-- KEYS[6] app state hash, or (cluster layout, ARGV[9] set) the user's app outbox stream
 -- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
 -- ARGV[2] id of the last event the writer has ('' = none)
 -- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
 -- ARGV[4] event id   ARGV[5] event JSON   ARGV[6] event time, whole ms since the epoch
 -- ARGV[7] last_update_time (float text)   ARGV[8] ttl seconds (0 = keep forever)
--- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs
+-- ARGV[9] '' = single-node layout; else the cluster layout, and this is the lowest outbox
+--         id that may not be applied yet: older entries are dropped, newer ones returned
+-- ARGV[10..12] number of session, user and app fields, then that many field/JSON pairs
 -- The session indexes are not touched: they are scored by creation time, and listings
 -- order by the last_update_time kept here.
--- returns {1, new revision, stream id} appended, {2, revision the event produced} already
---         stored (a retry), {-1} no such session, {-2, current revision} stale writer,
---         {-3, key, found type} when a key has a foreign type. Only status 1 writes.
+-- returns {1, new revision, stream id, outbox} appended, {2, revision the event produced,
+--         '', outbox} already stored (a retry), {-1} no such session, {-2, current revision}
+--         stale writer, {-3, key, found type} when a key has a foreign type. Only status 1
+--         writes (besides dropping applied outbox entries). outbox (cluster layout only):
+--         the entries from ARGV[9] on, as XRANGE returns them, for the caller to apply to
+--         the app's slot; app fields are recorded there as "app:<field>" -> JSON.
 
 -- Nothing may fail after the first write (Redis does not roll scripts back), so every key
 -- written after it is known to have the right type first. The reads below check KEYS[1]
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
+local cluster = ARGV[9] ~= ''
 for scope, i in ipairs({2, 5, 6}) do
-  if ARGV[8 + scope] ~= '0' then
+  local want = (cluster and i == 6) and 'stream' or 'hash'
+  if ARGV[9 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
-    if t ~= 'none' and t ~= 'hash' then return {-3, KEYS[i], t} end
+    if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
   end
+end
+-- Entries before ARGV[9] were applied to the app's slot (the caller read that there).
+local function outbox()
+  if not cluster then return {} end
+  redis.call('XTRIM', KEYS[6], 'MINID', ARGV[9])
+  return redis.call('XRANGE', KEYS[6], ARGV[9], '+')
 end
 local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms')
 if meta['err'] then return {-3, KEYS[1], 'not a hash'} end
@@ -29,7 +43,7 @@ local rev = tonumber(meta[1])
 
 local seen = redis.pcall('HGET', KEYS[4], ARGV[4])
 if type(seen) == 'table' and seen['err'] then return {-3, KEYS[4], 'not a hash'} end
-if seen then return {2, tonumber(seen)} end
+if seen then return {2, tonumber(seen), '', outbox()} end
 
 if ARGV[3] == 'reject' then
   if ARGV[1] ~= '' then
@@ -50,13 +64,23 @@ if last_ms and tonumber(last_ms) > tonumber(ms) then ms = last_ms end
 local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', 'event', ARGV[5])
 if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
 
-local pos = 12
+local pos = 13
 for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
-  local n = tonumber(ARGV[8 + scope])
+  local n = tonumber(ARGV[9 + scope])
   -- unpack() is bounded by the Lua stack, so very large deltas go in slices.
   while n > 0 do
     local take = math.min(n, 1000)
-    redis.call('HSET', key, unpack(ARGV, pos, pos + 2 * take - 1))
+    if cluster and scope == 3 then
+      -- The app hash is in another slot: record the write; the caller applies it there.
+      local entry = {}
+      for j = 0, take - 1 do
+        entry[2 * j + 1] = 'app:' .. ARGV[pos + 2 * j]
+        entry[2 * j + 2] = ARGV[pos + 2 * j + 1]
+      end
+      redis.call('XADD', key, '*', unpack(entry))
+    else
+      redis.call('HSET', key, unpack(ARGV, pos, pos + 2 * take - 1))
+    end
     pos = pos + 2 * take
     n = n - take
   end
@@ -70,4 +94,4 @@ local ttl = tonumber(ARGV[8])
 if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
 end
-return {1, rev, stream_id}
+return {1, rev, stream_id, outbox()}

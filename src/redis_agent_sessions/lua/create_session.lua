@@ -3,13 +3,20 @@
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] user sessions zset
 -- KEYS[7] app state hash         KEYS[8] app sessions zset
+--   (cluster layout, ARGV[7] set: KEYS[7] is the user's app outbox stream, no KEYS[8])
 -- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
+-- ARGV[7] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
+--         that may not be applied yet (see append_event.lua)
 -- Both session indexes are scored by creation time and never touched by appends.
--- ARGV[7..9] number of session, user and app fields, then that many field/JSON pairs in order
--- returns {1, user state as field/value list, app state as field/value list} when created,
+-- ARGV[8..10] number of session, user and app fields, then that many field/JSON pairs in order
+-- returns {1, user state as field/value list, app state as field/value list} when created
+--         ({1, user state, outbox entries from ARGV[7] on} in the cluster layout, where the
+--         app index entry and app fields are recorded in the outbox for the caller to apply),
 --         {0} when the session exists, {-3, key, found type} when a key has a foreign type
+local cluster = ARGV[7] ~= ''
 local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'hash', 'zset'}
+if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'stream'} end
 for i, want in ipairs(expected) do
   local t = redis.call('TYPE', KEYS[i])
   if type(t) == 'table' then t = t['ok'] end
@@ -20,23 +27,42 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
 -- Leftovers of an expired or hand-deleted session must not reappear under the new one.
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 
-local counts = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
-local targets = {KEYS[2], KEYS[5], KEYS[7]}
-local pos = 10
-for scope = 1, 3 do
-  for _ = 1, counts[scope] do
-    redis.call('HSET', targets[scope], ARGV[pos], ARGV[pos + 1])
-    pos = pos + 2
+local counts = {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
+local pos = 11
+for scope, target in ipairs({KEYS[2], KEYS[5], KEYS[7]}) do
+  if cluster and scope == 3 then
+    -- The app's slot is elsewhere: its index entry and app fields go to the outbox, in
+    -- entries of at most 1000 fields (unpack() is bounded by the Lua stack).
+    local entry = {'index_add', ARGV[6], 'score', ARGV[4]}
+    for _ = 1, counts[3] do
+      entry[#entry + 1] = 'app:' .. ARGV[pos]
+      entry[#entry + 1] = ARGV[pos + 1]
+      pos = pos + 2
+      if #entry >= 2000 then
+        redis.call('XADD', target, '*', unpack(entry))
+        entry = {}
+      end
+    end
+    if #entry > 0 then redis.call('XADD', target, '*', unpack(entry)) end
+  else
+    for _ = 1, counts[scope] do
+      redis.call('HSET', target, ARGV[pos], ARGV[pos + 1])
+      pos = pos + 2
+    end
   end
 end
 
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'app_name', ARGV[2], 'user_id', ARGV[3],
   'rev', 0, 'create_time', ARGV[4], 'last_update_time', ARGV[4], 'last_event_id', '')
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
-redis.call('ZADD', KEYS[8], ARGV[4], ARGV[6])
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[2], ttl)
 end
+if cluster then
+  redis.call('XTRIM', KEYS[7], 'MINID', ARGV[7])
+  return {1, redis.call('HGETALL', KEYS[5]), redis.call('XRANGE', KEYS[7], ARGV[7], '+')}
+end
+redis.call('ZADD', KEYS[8], ARGV[4], ARGV[6])
 return {1, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[7])}

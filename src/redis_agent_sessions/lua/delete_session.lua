@@ -1,15 +1,29 @@
 -- Deletes a session, its events and its index entries; user and app state stay.
 -- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] events stream
--- KEYS[4] event ids hash      KEYS[5] user sessions zset   KEYS[6] app sessions zset
+-- KEYS[4] event ids hash      KEYS[5] user sessions zset   KEYS[6] app sessions zset, or
+--   (cluster layout, ARGV[3] set) the user's app outbox stream
 -- ARGV[1] session id   ARGV[2] member in the app sessions zset
--- returns 1 when something was deleted, 0 when there was nothing,
---         {-3, key, found type} when an index has a foreign type (nothing deleted)
+-- ARGV[3] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
+--         that may not be applied yet (see append_event.lua)
+-- returns {n, outbox}: n = 1 when something was deleted, 0 when there was nothing; outbox
+--         (cluster layout) = entries from ARGV[3] on, the app index removal among them, for
+--         the caller to apply; {-3, key, found type} when an index has a foreign type
+--         (nothing deleted)
+local cluster = ARGV[3] ~= ''
 for i, key in ipairs({KEYS[5], KEYS[6]}) do
+  local want = (cluster and i == 2) and 'stream' or 'zset'
   local t = redis.call('TYPE', key)
   if type(t) == 'table' then t = t['ok'] end
-  if t ~= 'none' and t ~= 'zset' then return {-3, key, t} end
+  if t ~= 'none' and t ~= want then return {-3, key, t} end
 end
 local n = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-n = n + redis.call('ZREM', KEYS[5], ARGV[1]) + redis.call('ZREM', KEYS[6], ARGV[2])
-if n > 0 then return 1 end
-return 0
+n = n + redis.call('ZREM', KEYS[5], ARGV[1])
+if not cluster then
+  n = n + redis.call('ZREM', KEYS[6], ARGV[2])
+  return {n > 0 and 1 or 0, {}}
+end
+-- The app index is in another slot: its removal is applied from the outbox, after any
+-- earlier entry of this user (a create of the same id) in order.
+if n > 0 then redis.call('XADD', KEYS[6], '*', 'index_rem', ARGV[2]) end
+redis.call('XTRIM', KEYS[6], 'MINID', ARGV[3])
+return {n > 0 and 1 or 0, redis.call('XRANGE', KEYS[6], ARGV[3], '+')}

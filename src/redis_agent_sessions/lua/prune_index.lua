@@ -1,15 +1,32 @@
 -- Drops index entries of sessions that no longer exist (expired by TTL or deleted by hand).
 -- Each session is re-checked here, so one re-created since the caller looked is kept.
--- KEYS[1] app sessions zset, then for each session: its meta hash and its user sessions zset
--- ARGV for each session, in the same order: its session id and its app sessions member
--- returns the number of sessions dropped from the indexes
+-- KEYS[1] app sessions zset, or (cluster layout, ARGV[1] set) the user's app outbox stream;
+--   then for each session: its meta hash and its user sessions zset (all of one user in the
+--   cluster layout)
+-- ARGV[1] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
+--         that may not be applied yet (see append_event.lua)
+-- ARGV[2..] for each session, in the same order: its session id and its app sessions member
+-- returns {dropped, outbox}: the number of sessions dropped from the indexes, and (cluster
+--         layout) the outbox entries from ARGV[1] on, app index removals among them
+local cluster = ARGV[1] ~= ''
+if cluster then
+  local t = redis.call('TYPE', KEYS[1])
+  if type(t) == 'table' then t = t['ok'] end
+  if t ~= 'none' and t ~= 'stream' then return {-3, KEYS[1], t} end
+end
 local dropped = 0
 for i = 0, (#KEYS - 1) / 2 - 1 do
   local meta, user_index = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
   if redis.call('EXISTS', meta) == 0 then
-    redis.call('ZREM', user_index, ARGV[1 + 2 * i])
-    redis.call('ZREM', KEYS[1], ARGV[2 + 2 * i])
+    redis.call('ZREM', user_index, ARGV[2 + 2 * i])
+    if cluster then
+      redis.call('XADD', KEYS[1], '*', 'index_rem', ARGV[3 + 2 * i])
+    else
+      redis.call('ZREM', KEYS[1], ARGV[3 + 2 * i])
+    end
     dropped = dropped + 1
   end
 end
-return dropped
+if not cluster then return {dropped, {}} end
+redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
+return {dropped, redis.call('XRANGE', KEYS[1], ARGV[1], '+')}

@@ -1,0 +1,109 @@
+"""App-scope writes on a Redis Cluster: recorded in the user's slot, applied in the app's.
+
+On a cluster one script may only touch one hash slot. Everything of one (app, user) shares
+a slot, but ``app:`` state and the app-wide session index live in the app's slot. So the
+user-slot scripts record app-scope writes in the user's outbox stream (atomically with the
+rest of the operation), and ``app_apply.lua`` applies them to the app's slot. Applying is
+idempotent and ordered (per user by outbox id, per field by version), so the worker that
+wrote an entry, a retry, or any later operation of the same user may apply it, once or
+several times; a worker dying between the two steps loses nothing.
+
+Which entries are known to be applied is read from the app's slot (``app_applied``); each
+engine remembers the last it saw per user so that its next user-slot script can drop them
+from the outbox and report only the rest. That memory is a hint: a stale one only makes an
+operation re-send entries that ``app_apply`` then skips.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from . import _scripts
+from ._codec import text
+from .errors import CorruptDataError
+
+__all__ = ["AppOutbox", "Entry"]
+
+Entry = tuple[str, list[Any]]
+"""An outbox entry: stream id and its flat field/value list."""
+
+_REMEMBERED_USERS = 10_000
+
+
+def _id(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class AppOutbox:
+    """Applies outbox entries and remembers, per user, how far they are known applied."""
+
+    def __init__(self, client: Any) -> None:
+        self._apply = _scripts.register(client, "app_apply")
+        self._applied: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def first_unapplied(self, applied_key: str, user_member: str) -> str:
+        """The lowest outbox id that may not be applied yet, as far as this engine knows."""
+        last = self._applied.get((applied_key, user_member))
+        if last is None:
+            return "0-1"
+        ms, seq = _id(last)
+        return f"{ms}-{seq + 1}"
+
+    def learn(self, applied_key: str, user_member: str, applied: bytes | str | None) -> None:
+        """Record that the app's slot has applied this user's outbox up to ``applied``."""
+        if not applied:
+            return
+        value = text(applied)
+        key = (applied_key, user_member)
+        known = self._applied.get(key)
+        if known is None or _id(value) > _id(known):
+            self._applied[key] = value
+        self._applied.move_to_end(key)
+        if len(self._applied) > _REMEMBERED_USERS:
+            self._applied.popitem(last=False)
+
+    @staticmethod
+    def entries(reply: Sequence[Any]) -> list[Entry]:
+        """Outbox entries from a script's XRANGE reply (lists, or dicts if parsed)."""
+        out: list[Entry] = []
+        for stream_id, fields in reply:
+            if isinstance(fields, dict):
+                fields = [x for kv in fields.items() for x in kv]
+            out.append((text(stream_id), list(fields)))
+        return out
+
+    @staticmethod
+    def pending(entries: list[Entry], applied: bytes | str | None) -> list[Entry]:
+        """The entries after ``applied`` (the app's slot's record for the user)."""
+        if not applied:
+            return entries
+        last = _id(text(applied))
+        return [e for e in entries if _id(e[0]) > last]
+
+    async def apply(
+        self,
+        *,
+        app_state: str,
+        app_versions: str,
+        app_sessions: str,
+        app_applied: str,
+        user_member: str,
+        entries: list[Entry],
+        want_state: bool,
+    ) -> Any:
+        """Apply ``entries`` (one user's, oldest first) in the app's slot.
+
+        Returns the app state hash as a flat list when ``want_state``, else None.
+        """
+        args: list[Any] = [user_member, "1" if want_state else "0"]
+        for stream_id, fields in entries:
+            args += (stream_id, len(fields) // 2, *fields)
+        keys = [app_state, app_versions, app_sessions, app_applied]
+        reply = await self._apply(keys=keys, args=args)
+        if reply and reply[0] == -3:
+            raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
+        self.learn(app_applied, user_member, reply[0])
+        return reply[1] if want_state else None

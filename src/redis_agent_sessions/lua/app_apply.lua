@@ -1,0 +1,65 @@
+-- Cluster layout: applies one user's outbox entries (app-scope writes recorded in the
+-- user's slot) to the app's slot. Safe to run twice, concurrently, or after a crash: each
+-- entry is applied at most once and in order per user (KEYS[4] keeps how far), and an
+-- app field takes a value only if its version is newer than the one it holds, so writes of
+-- different users meet in the same order whoever applies them, whenever.
+-- A version is the entry's outbox id (the user's shard's clock, in ms, then a sequence),
+-- zero-padded so that versions compare as strings, then the user: "<ms>-<seq>:<user>".
+-- KEYS[1] app state hash   KEYS[2] app versions hash   KEYS[3] app sessions zset
+-- KEYS[4] app applied hash (user -> last outbox id applied)
+-- ARGV[1] the user's field in KEYS[4] (escaped user id)   ARGV[2] '1' to return the app state
+-- ARGV[3..] entries, oldest first: id, number of fields, then that many name/value pairs;
+--   names: 'app:<field>' -> JSON, 'index_add' -> member (then 'score' -> score),
+--   'index_rem' -> member
+-- returns {last id applied ('' = none yet), app state as field/value list (ARGV[2] = '1')},
+--         {-3, key, found type} when a key has a foreign type (nothing written)
+local expected = {'hash', 'hash', 'zset', 'hash'}
+for i, want in ipairs(expected) do
+  local t = redis.call('TYPE', KEYS[i])
+  if type(t) == 'table' then t = t['ok'] end
+  if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
+end
+
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function newer(a, b)
+  local ams, aseq = parse(a)
+  local bms, bseq = parse(b)
+  return ams > bms or (ams == bms and aseq > bseq)
+end
+
+local applied = redis.call('HGET', KEYS[4], ARGV[1]) or '0-0'
+local pos = 3
+while pos <= #ARGV do
+  local id, n = ARGV[pos], tonumber(ARGV[pos + 1])
+  if newer(id, applied) then
+    local ms, seq = parse(id)
+    local version = string.format('%015d-%010d:', ms, seq) .. ARGV[1]
+    for j = pos + 2, pos + 2 * n, 2 do
+      local name, value = ARGV[j], ARGV[j + 1]
+      if name == 'index_add' then
+        local score = 0
+        for k = pos + 2, pos + 2 * n, 2 do
+          if ARGV[k] == 'score' then score = ARGV[k + 1] end
+        end
+        redis.call('ZADD', KEYS[3], score, value)
+      elseif name == 'index_rem' then
+        redis.call('ZREM', KEYS[3], value)
+      elseif string.sub(name, 1, 4) == 'app:' then
+        local field = string.sub(name, 5)
+        local current = redis.call('HGET', KEYS[2], field)
+        if not current or version > current then
+          redis.call('HSET', KEYS[1], field, value)
+          redis.call('HSET', KEYS[2], field, version)
+        end
+      end
+    end
+    applied = id
+  end
+  pos = pos + 2 + 2 * n
+end
+if applied ~= '0-0' then redis.call('HSET', KEYS[4], ARGV[1], applied) end
+if ARGV[2] == '1' then return {applied, redis.call('HGETALL', KEYS[1])} end
+return {applied, {}}

@@ -1,0 +1,39 @@
+-- Reads one session at one instant: metadata, the state hashes and a range of its events.
+-- Read-only; a script rather than MULTI because a cluster client cannot run MULTI cheaply.
+-- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] user state hash
+-- KEYS[4] events stream       KEYS[5] app state hash, or (cluster layout, ARGV[4] set) the
+--   user's app outbox stream
+-- ARGV[1] 'all' (XRANGE from ARGV[2]), 'recent' (the newest ARGV[3] events from ARGV[2] on)
+--         or 'none' (no events)
+-- ARGV[2] first stream id ('-' = from the start)   ARGV[3] count for 'recent'
+-- ARGV[4] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
+--         that may not be applied yet
+-- returns {meta, session state, user state, app state or outbox entries, events} (hashes
+--         as field/value lists, events newest first for 'recent'; {} when there is no
+--         session), or {-3, key, error} when a key has a foreign type
+local bad = nil
+local function read(cmd, key, ...)
+  local reply = redis.pcall(cmd, key, ...)
+  if type(reply) == 'table' and reply['err'] then
+    bad = bad or {-3, key, reply['err']}
+    return {}
+  end
+  return reply
+end
+local meta = read('HGETALL', KEYS[1])
+if bad then return bad end
+if #meta == 0 then return {} end
+local shared = {}
+if ARGV[4] ~= '' then
+  shared = read('XRANGE', KEYS[5], ARGV[4], '+')
+else
+  shared = read('HGETALL', KEYS[5])
+end
+local events = {}
+if ARGV[1] == 'all' then
+  events = read('XRANGE', KEYS[4], ARGV[2], '+')
+elseif ARGV[1] == 'recent' then
+  events = read('XREVRANGE', KEYS[4], '+', ARGV[2], 'COUNT', ARGV[3])
+end
+local out = {meta, read('HGETALL', KEYS[2]), read('HGETALL', KEYS[3]), shared, events}
+return bad or out
