@@ -9,13 +9,16 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from _servers import skip_without
+from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
     Content,
     Event,
     InvalidInputError,
     MemoryEntry,
+    MemoryIndexError,
     Part,
     RedisMemoryService,
     Session,
@@ -29,13 +32,31 @@ APP, USER = "memory_app", "user1"
         pytest.param("fake", marks=pytest.mark.fake),
         pytest.param("real", marks=pytest.mark.real),
         pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
+        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
+        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
+        pytest.param(
+            "search-cluster", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.cluster]
+        ),
     ]
 )
-async def memory_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    if request.param == "fake":
+async def memory_client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    if request.param in ("fake", "fake-slots"):
         client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        if request.param == "fake-slots":
+            cluster_layout(monkeypatch)
+            client = SlotCheckedRedis(server=fakeredis.FakeServer())
         yield client
         await client.aclose()
+        return
+    if request.param in ("cluster", "search-cluster"):
+        variable = "REDIS_CLUSTER_URL" if request.param == "cluster" else "REDIS_SEARCH_CLUSTER_URL"
+        cluster = RedisCluster.from_url(skip_without(variable))
+        await flush_cluster(cluster)
+        yield cluster
+        await flush_cluster(cluster)
+        await cluster.aclose()
         return
     url = skip_without("REDIS_URL" if request.param == "real" else "REDIS_SEARCH_URL")
     client = Redis.from_url(url)
@@ -48,7 +69,8 @@ async def memory_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 @pytest.fixture
 async def memory(memory_client: Any, request: pytest.FixtureRequest) -> RedisMemoryService:
     service = RedisMemoryService(memory_client)
-    expected = "search" if request.node.callspec.params["memory_client"] == "search" else "plain"
+    kind = request.node.callspec.params["memory_client"]
+    expected = "search" if kind.startswith("search") else "plain"
     assert await service.backend() == expected
     return service
 
@@ -366,3 +388,78 @@ async def test_backends_agree_on_random_queries(
     finally:
         await client.flushdb()
         await client.aclose()
+
+
+async def test_users_on_every_shard_are_found(memory: RedisMemoryService) -> None:
+    """On a cluster each user's entries live on the shard of their slot; a search must be
+    asked there (one index per user), never silently answer from another shard."""
+    users = [f"user-{i}" for i in range(12)]  # spread over the slots of all three primaries
+    for user in users:
+        await memory.add_events_to_memory(
+            app_name=APP, user_id=user, events=[event(f"kiwi of {user}", ts=1, id="k")]
+        )
+    for user in users:
+        found = await memory.search_memory(app_name=APP, user_id=user, query="kiwi")
+        assert [m.content.parts[0].text for m in found.memories] == [f"kiwi of {user}"]
+    assert (await memory.search_memory(app_name=APP, user_id="nobody", query="kiwi")).memories == []
+
+
+async def test_backend_is_recorded_for_every_worker(
+    memory: RedisMemoryService, memory_client: Any
+) -> None:
+    """The first worker's choice is stored; a worker asking for the other backend is refused
+    instead of reading and writing the same keys differently."""
+    chosen = await memory.backend()
+    assert await memory_client.get("ras:mem:backend") == chosen.encode()
+    other = "plain" if chosen == "search" else "search"
+    with pytest.raises(MemoryIndexError, match="records"):
+        await RedisMemoryService(memory_client, backend=other).backend()
+    assert await RedisMemoryService(memory_client).backend() == chosen
+
+
+@pytest.mark.real
+@pytest.mark.search
+async def test_recorded_plain_backend_wins_over_detection() -> None:
+    client = Redis.from_url(skip_without("REDIS_SEARCH_URL"))
+    await client.flushdb()
+    try:
+        assert await RedisMemoryService(client, backend="plain").backend() == "plain"
+        # This worker would detect the module, but the deployment already uses plain.
+        assert await RedisMemoryService(client).backend() == "plain"
+    finally:
+        await client.flushdb()
+        await client.aclose()
+
+
+@pytest.mark.real
+@pytest.mark.search
+async def test_worker_denied_module_list_never_guesses() -> None:
+    """A Redis user that may not run MODULE LIST cannot tell the backends apart: with no
+    recorded choice it is refused (not silently plain); with one it follows it."""
+    url = skip_without("REDIS_SEARCH_URL")
+    admin = Redis.from_url(url)
+    await admin.flushdb()
+    await admin.acl_setuser(
+        "nomodules", enabled=True, passwords=["+pw"], keys=["ras:*"],
+        commands=["+@all", "-module"], reset=True,
+    )  # fmt: skip
+    limited = Redis.from_url(url, username="nomodules", password="pw")
+    try:
+        with pytest.raises(MemoryIndexError, match="MODULE LIST"):
+            await RedisMemoryService(limited).backend()
+        assert await admin.get("ras:mem:backend") is None
+        assert await RedisMemoryService(admin).backend() == "search"
+        worker = RedisMemoryService(limited)
+        assert await worker.backend() == "search"
+        await worker.add_memory(
+            app_name=APP,
+            user_id=USER,
+            memories=[MemoryEntry(content=Content(parts=[Part(text="x y")]))],
+        )
+        found = await RedisMemoryService(admin).search_memory(app_name=APP, user_id=USER, query="y")
+        assert len(found.memories) == 1
+    finally:
+        await limited.aclose()
+        await admin.acl_deluser("nomodules")
+        await admin.flushdb()  # drops the index too
+        await admin.aclose()

@@ -17,12 +17,11 @@ from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import Session as AdkSession
 from google.genai import types
-from redis.asyncio import Redis
 from typing_extensions import Self, override
 
 from . import memory as core
 from ._codec import check_sequence
-from ._lifecycle import ClientOwner
+from ._lifecycle import AnyRedis, ClientOwner, make_client
 from .config import SessionServiceConfig
 from .errors import InvalidInputError
 from .models import Content, Event, Session
@@ -41,14 +40,15 @@ class RedisMemoryService(ClientOwner, BaseMemoryService):
     to one (app, user).
 
     Args:
-        client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
+            this service closes.
         config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``.
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: AnyRedis,
         *,
         config: SessionServiceConfig | None = None,
         backend: core.Backend = "auto",
@@ -64,10 +64,13 @@ class RedisMemoryService(ClientOwner, BaseMemoryService):
         *,
         config: SessionServiceConfig | None = None,
         backend: core.Backend = "auto",
+        cluster: bool = False,
         **redis_kwargs: Any,
     ) -> Self:
         """A service with its own client, closed by :meth:`aclose`."""
-        service = cls(Redis.from_url(url, **redis_kwargs), config=config, backend=backend)
+        service = cls(
+            make_client(url, cluster=cluster, **redis_kwargs), config=config, backend=backend
+        )
         service._owns_client = True
         return service
 

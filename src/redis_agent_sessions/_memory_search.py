@@ -6,11 +6,13 @@ first (equal times: larger id first), at most ``limit``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoPermissionError, ResponseError
 
 from . import _scripts
 from ._codec import text
@@ -40,11 +42,25 @@ _SCHEMA = (
 
 
 async def has_search_module(client: Any) -> bool:
-    """Whether ``MODULE LIST`` shows RediSearch 2.x or later."""
+    """Whether ``MODULE LIST`` shows RediSearch 2.x or later.
+
+    Raises MemoryIndexError when the user may not run ``MODULE LIST``: guessing "no" there
+    would let this worker use another backend than workers that may.
+    """
+    # A cluster client cannot route a keyless command: ask one node (all load the same).
+    # A node, not the RANDOM flag, which redis-py 8.1 honours only on the first call.
+    cluster = isinstance(client, RedisCluster)
+    options = {"target_nodes": client.get_default_node()} if cluster else {}
     try:
-        modules = await client.execute_command("MODULE", "LIST")
-    except ResponseError:
-        return False  # no MODULE command (fakeredis) or not allowed: search is not usable
+        modules = await client.execute_command("MODULE", "LIST", **options)
+    except ResponseError as exc:
+        if isinstance(exc, NoPermissionError) or "NOPERM" in str(exc).upper():
+            raise MemoryIndexError(
+                "cannot tell whether the server has the search module: this Redis user may "
+                "not run MODULE LIST. Grant +module|list, or pass backend='search' or "
+                "backend='plain' to match what the other workers use."
+            ) from exc
+        return False  # no MODULE command (fakeredis): search is not usable
     for module in modules:
         info = (
             module
@@ -64,34 +80,61 @@ def _escape_term(word: str) -> str:
 
 
 class IndexSearch:
-    """Queries one RediSearch index covering every app and user under the key prefix."""
+    """Queries RediSearch: one index covering every app and user under the key prefix, or
+    on a cluster (``per_user``) one index per (app, user), which lives on, and is asked on,
+    the shard holding that user's entries (the search module indexes each shard apart)."""
 
-    def __init__(self, client: Any, keys: KeySpace) -> None:
+    def __init__(self, client: Any, keys: KeySpace, *, per_user: bool = False) -> None:
         self._redis = client
-        self._index = keys.memory_index()
-        self._prefix = keys.memory_index_prefix()
         self._keys = keys
-        self._ready = False
+        self._per_user = per_user
+        self._ready: set[tuple[str, str]] = set()
         self.windows = _WINDOWS
 
-    async def ensure_index(self) -> None:
-        """Create the index unless it exists; an existing one must have our schema."""
-        if self._ready:
+    def _index(self, app: str, user: str) -> str:
+        if self._per_user:
+            return self._keys.memory_user_index(app, user)
+        return self._keys.memory_index()
+
+    def _prefix(self, app: str, user: str) -> str:
+        if self._per_user:
+            return self._keys.memory_user_index_prefix(app, user)
+        return self._keys.memory_index_prefix()
+
+    async def _run(self, app: str, user: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Run search commands where the (app, user)'s index lives, in one round trip."""
+        if not isinstance(self._redis, RedisCluster):
+            pipe = self._redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute())
+        # The cluster client cannot route FT.* (an index name is no key): send them to the
+        # node owning the user's slot.
+        node = self._redis.get_node_from_key(self._keys.memory_entries(app, user))
+        calls = (self._redis.execute_command(*c, target_nodes=node) for c in commands)
+        return list(await asyncio.gather(*calls))
+
+    async def ensure_index(self, app: str = "", user: str = "") -> None:
+        """Create the index (of ``app``/``user`` when per user) unless it exists; an
+        existing one must have our schema."""
+        owner = (app, user) if self._per_user else ("", "")
+        if owner in self._ready:
             return
+        index = self._index(app, user)
         schema = [part for name, kind, opts in _SCHEMA for part in (name, kind, *opts)]
         try:
-            await self._redis.execute_command(
-                "FT.CREATE", self._index, "ON", "HASH", "PREFIX", 1, self._prefix,
+            await self._run(app, user, [(
+                "FT.CREATE", index, "ON", "HASH", "PREFIX", 1, self._prefix(app, user),
                 "STOPWORDS", 0, "SCHEMA", *schema,
-            )  # fmt: skip
+            )])  # fmt: skip
         except ResponseError as exc:
             if "already exists" not in str(exc).lower():
                 raise
-            await self._check_existing()
-        self._ready = True
+            await self._check_existing(app, user)
+        self._ready.add(owner)
 
-    async def _check_existing(self) -> None:
-        info = await self._redis.execute_command("FT.INFO", self._index)
+    async def _check_existing(self, app: str, user: str) -> None:
+        [info] = await self._run(app, user, [("FT.INFO", self._index(app, user))])
         info = _as_dict(info)
         definition = _as_dict(info.get("index_definition", []))
         prefixes = [text(p) for p in definition.get("prefixes", [])]
@@ -100,17 +143,24 @@ class IndexSearch:
             attr = _as_dict(attr) if not isinstance(attr, list) else _flags(attr)
             found[text(attr.get("attribute", b""))] = text(attr.get("type", b""))
         want = {name: kind for name, kind, _ in _SCHEMA}
-        if prefixes != [self._prefix] or any(found.get(n) != k for n, k in want.items()):
+        prefix = self._prefix(app, user)
+        if prefixes != [prefix] or any(found.get(n) != k for n, k in want.items()):
             raise MemoryIndexError(
-                f"RediSearch index {self._index!r} exists with another definition "
+                f"RediSearch index {self._index(app, user)!r} exists with another definition "
                 f"(prefixes {prefixes}, fields {found}); drop it or use another key_prefix"
             )
 
     async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
         ordered = sorted(words)
-        if len(ordered) <= _MAX_LEVEL_WORDS and all(w.isascii() for w in ordered):
-            return await self._by_levels(app, user, ordered, limit)
-        return await self._aggregate(app, user, ordered, limit)
+        try:
+            if len(ordered) <= _MAX_LEVEL_WORDS and all(w.isascii() for w in ordered):
+                return await self._by_levels(app, user, ordered, limit)
+            return await self._aggregate(app, user, ordered, limit)
+        except ResponseError as exc:
+            # A user's own index exists once they have written an entry.
+            if self._per_user and "no such index" in str(exc).lower():
+                return []
+            raise
 
     async def _by_levels(self, app: str, user: str, words: list[str], limit: int) -> list[str]:
         """Level c asks for the newest entries matching at least c of the words.
@@ -140,15 +190,13 @@ class IndexSearch:
         pending = list(levels)
         for start in starts:
             window = "" if start is None else f" @ts:[{start!r} +inf]"
-            pipe = self._redis.pipeline(transaction=False)
-            for c in pending:
-                pipe.execute_command(
-                    "FT.SEARCH", self._index, f"{scope}{window} ({levels[c]})",
-                    "RETURN", 3, "words", "ts", "id",
-                    "SORTBY", "ts", "DESC", "LIMIT", 0, limit, "DIALECT", 2,
-                )  # fmt: skip
+            commands = [(
+                "FT.SEARCH", self._index(app, user), f"{scope}{window} ({levels[c]})",
+                "RETURN", 3, "words", "ts", "id",
+                "SORTBY", "ts", "DESC", "LIMIT", 0, limit, "DIALECT", 2,
+            ) for c in pending]  # fmt: skip
             short = []
-            for c, reply in zip(pending, await pipe.execute(), strict=True):
+            for c, reply in zip(pending, await self._run(app, user, commands), strict=True):
                 docs = _search_docs(reply)
                 for fields in docs:
                     # Recount exactly: the index may fold words unlike our tokenizer.
@@ -176,14 +224,14 @@ class IndexSearch:
                 clauses.append(f"@grams:({grams})")
                 tests.append(f'(contains(@lower, "{word}") > 0)')
         query = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}} ({' | '.join(clauses)})"
-        reply = await self._redis.execute_command(
-            "FT.AGGREGATE", self._index, query,
+        [reply] = await self._run(app, user, [(
+            "FT.AGGREGATE", self._index(app, user), query,
             "LOAD", 4, "@words", "@lower", "@ts", "@id",
             "APPLY", " + ".join(tests), "AS", "n",
             "FILTER", "@n > 0",
             "SORTBY", 6, "@n", "DESC", "@ts", "DESC", "@id", "DESC", "MAX", limit,
             "DIALECT", 2,
-        )  # fmt: skip
+        )])  # fmt: skip
         return [_row_id(row) for row in _rows(reply)]
 
 

@@ -15,15 +15,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
-from ._codec import check_id, check_sequence
-from ._lifecycle import ClientOwner
+from . import _lifecycle
+from ._codec import check_id, check_sequence, text
+from ._lifecycle import AnyRedis, ClientOwner, make_client
 from ._memory_search import IndexSearch, PlainSearch, has_search_module
 from ._memory_store import Doc, MemoryStore, batches, iso_timestamp, make_doc, parse_iso
 from ._memory_text import query_words
 from .config import SessionServiceConfig
-from .errors import InvalidInputError
+from .errors import CorruptDataError, InvalidInputError, MemoryIndexError
 from .keys import KeySpace
 from .models import Content, Event, Session
 
@@ -58,15 +59,19 @@ class RedisMemoryService(ClientOwner):
     """Memory entries in Redis, searchable by keyword, shared by every worker.
 
     Args:
-        client: a ``redis.asyncio.Redis`` client; it stays open when this service closes.
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
+            this service closes.
         config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``: search
-            when ``MODULE LIST`` shows the module at version 2.0 or later, checked once.
+            when ``MODULE LIST`` shows the module at version 2.0 or later. The first worker
+            records its choice in Redis (``<prefix>:mem:backend``); every later one uses
+            the recorded backend, or raises MemoryIndexError when it asks for the other
+            one or cannot use it, so workers never split between backends.
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: AnyRedis,
         *,
         config: SessionServiceConfig | None = None,
         backend: Backend = "auto",
@@ -81,6 +86,7 @@ class RedisMemoryService(ClientOwner):
         self._store: MemoryStore | None = None
         self._search: IndexSearch | PlainSearch | None = None
         self._lock = asyncio.Lock()
+        self._cluster = _lifecycle.is_cluster_client(client)
 
     @classmethod
     def from_url(
@@ -89,10 +95,13 @@ class RedisMemoryService(ClientOwner):
         *,
         config: SessionServiceConfig | None = None,
         backend: Backend = "auto",
+        cluster: bool = False,
         **redis_kwargs: Any,
     ) -> RedisMemoryService:
         """A service with its own client, closed by :meth:`aclose`."""
-        service = cls(Redis.from_url(url, **redis_kwargs), config=config, backend=backend)
+        service = cls(
+            make_client(url, cluster=cluster, **redis_kwargs), config=config, backend=backend
+        )
         service._owns_client = True
         return service
 
@@ -101,23 +110,57 @@ class RedisMemoryService(ClientOwner):
         await self._ready()
         return "search" if isinstance(self._search, IndexSearch) else "plain"
 
-    async def _ready(self) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
+    async def _ready(
+        self, app: str | None = None, user: str | None = None
+    ) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
+        """The store and search, choosing the backend on first call; with ``app`` and
+        ``user``, also ready for writes of that user (their index, on a cluster)."""
         if self._store is None or self._search is None:
             async with self._lock:
                 if self._store is None or self._search is None:
-                    use_search = self._backend == "search" or (
-                        self._backend == "auto" and await has_search_module(self._client)
-                    )
+                    use_search = await self._choose_backend() == "search"
                     search: IndexSearch | PlainSearch
                     if use_search:
-                        index = IndexSearch(self._client, self._keys)
-                        await index.ensure_index()
+                        index = IndexSearch(self._client, self._keys, per_user=self._cluster)
+                        try:
+                            if not self._cluster:
+                                await index.ensure_index()
+                        except ResponseError as exc:
+                            raise MemoryIndexError(
+                                f"the memory backend is 'search' but this client cannot use "
+                                f"the search module: {exc}"
+                            ) from exc
                         search = index
                     else:
                         search = PlainSearch(self._client, self._keys)
                     self._store = MemoryStore(self._client, self._keys, postings=not use_search)
                     self._search = search
+        if app is not None and user is not None and isinstance(self._search, IndexSearch):
+            await self._search.ensure_index(app, user)
         return self._store, self._search
+
+    async def _choose_backend(self) -> Literal["search", "plain"]:
+        """The backend recorded in Redis; the first worker records its choice there, so
+        workers that would detect differently (other permissions) never split."""
+        key = self._keys.memory_backend()
+        recorded = await self._client.get(key)
+        if recorded is None:
+            want = self._backend
+            if want == "auto":
+                want = "search" if await has_search_module(self._client) else "plain"
+            await self._client.set(key, want, nx=True)
+            recorded = await self._client.get(key)
+            if recorded is None:  # deleted at once by someone else: do not guess
+                raise MemoryIndexError(f"could not record the memory backend in {key!r}")
+        chosen = text(recorded)
+        if chosen not in ("search", "plain"):
+            raise CorruptDataError(key, f"not a memory backend name: {chosen!r}")
+        if self._backend not in ("auto", chosen):
+            raise MemoryIndexError(
+                f"this service asks for the {self._backend!r} memory backend, but "
+                f"{key!r} records {chosen!r}, used by the other workers"
+            )
+        return "search" if chosen == "search" else "plain"
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -133,7 +176,7 @@ class RedisMemoryService(ClientOwner):
         app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
         sid = check_id("session_id", session.id)
         docs = self._event_docs(app, user, sid, session.events, {})
-        store, _ = await self._ready()
+        store, _ = await self._ready(app, user)
         ingest = self._keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
         parts = list(batches(docs)) or [[]]
         stale: list[str] = []
@@ -165,7 +208,7 @@ class RedisMemoryService(ClientOwner):
         sid = _UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
         check_sequence("events", events)
         docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
-        store, _ = await self._ready()
+        store, _ = await self._ready(app, user)
         for batch in batches(docs):
             await store.put(app, user, batch, mode="keep", session_id=sid)
 
@@ -204,7 +247,7 @@ class RedisMemoryService(ClientOwner):
             )
             if doc is not None:
                 docs[memory_id] = doc
-        store, _ = await self._ready()
+        store, _ = await self._ready(app, user)
         for batch in batches(list(docs.values())):
             await store.put(app, user, batch, mode="explicit", session_id=None)
 
