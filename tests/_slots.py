@@ -35,10 +35,18 @@ def check_one_slot(what: str, keys: list[Any]) -> None:
         raise CrossSlotError(f"{what} spans several slots: {keys}")
 
 
+def check_name(name: Any) -> None:
+    # redis-py's cluster client routes by the command name: a bytes name breaks it.
+    if not isinstance(name, str):
+        raise CrossSlotError(f"command name {name!r} is not a str")
+
+
 class SlotCheckedRedis(fakeredis.FakeAsyncRedis):  # type: ignore[misc]
-    """fakeredis that refuses what a cluster refuses: multi-slot scripts and transactions."""
+    """fakeredis that refuses what a cluster refuses: multi-slot scripts and transactions,
+    and command names a cluster client cannot route."""
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
+        check_name(args[0])
         if str(args[0]).upper() in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"):
             check_one_slot(f"script {args[1]!r}", _script_keys(args))
         return await super().execute_command(*args, **options)
@@ -50,6 +58,7 @@ class SlotCheckedRedis(fakeredis.FakeAsyncRedis):  # type: ignore[misc]
         async def checked(*a: Any, **kw: Any) -> Any:
             keys: list[Any] = []
             for args, _ in pipe.command_stack:
+                check_name(args[0])
                 name = str(args[0]).upper()
                 if name.startswith("EVAL"):
                     check_one_slot(f"script {args[1]!r}", _script_keys(args))
@@ -57,7 +66,6 @@ class SlotCheckedRedis(fakeredis.FakeAsyncRedis):  # type: ignore[misc]
                 elif len(args) > 1:
                     keys.append(args[1])
             if transaction:
-                # A cluster client also refuses bytes command names in a transaction.
                 check_one_slot("MULTI", keys)
             return await execute(*a, **kw)
 

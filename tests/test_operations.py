@@ -11,7 +11,13 @@ import pytest
 from redis.asyncio import Redis
 
 from _servers import skip_without
-from redis_agent_sessions import Event, EventActions, RedisSessionService, SessionServiceConfig
+from redis_agent_sessions import (
+    Event,
+    EventActions,
+    GetSessionConfig,
+    RedisSessionService,
+    SessionServiceConfig,
+)
 from redis_agent_sessions.keys import KeySpace
 
 APP, USER = "app", "user"
@@ -173,8 +179,8 @@ async def test_round_trips_do_not_grow_with_history(redis_client: Any) -> None:
             assert counting.round_trips == 1
         counting.round_trips = 0
         await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
-        # On a cluster the app's slot is read at the same time: two requests, one wait.
-        assert counting.round_trips == (2 if cluster else 1)
+        # On a cluster too: one pipeline reads the user's slot and the app's together.
+        assert counting.round_trips == 1
     for i in range(30):
         await service.create_session(app_name=APP, user_id=f"u{i}")
     counting.round_trips = 0
@@ -230,3 +236,32 @@ def test_batch_decodes_restore_the_collector_state() -> None:
     with pytest.raises(ZeroDivisionError), gc_paused():
         1 / 0  # noqa: B018
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("optimistic_reads", [3, 0])
+async def test_cluster_reads_by_pipeline_or_script_agree(
+    redis_client: Any, optimistic_reads: int
+) -> None:
+    """The cluster layout reads a session optimistically (pipelined, metadata checked before
+    and after) and falls back to a read-only script; both give the same session."""
+    service = RedisSessionService(redis_client, config=SessionServiceConfig(cluster=True))
+    service._engine.optimistic_reads = optimistic_reads
+    s = await service.create_session(app_name=APP, user_id=USER, state={"app:a": 0, "user:u": 0})
+    for i in range(1, 6):
+        delta = {"k": i, "user:u": i, "app:a": i}
+        event = Event(timestamp=1000 + i, actions=EventActions(state_delta=delta))
+        await service.append_event(s, event)
+    ids = [e.id for e in s.events]
+    cases = [
+        (None, ids),
+        (GetSessionConfig(num_recent_events=2), ids[-2:]),
+        (GetSessionConfig(num_recent_events=0), []),
+        (GetSessionConfig(after_timestamp=1003.0), ids[2:]),
+    ]
+    for config, expected in cases:
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id, config=config)
+        assert got is not None
+        assert got.state == {"k": 5, "user:u": 5, "app:a": 5}
+        assert got._revision == 5
+        assert [e.id for e in got.events] == expected
+    assert await service.get_session(app_name=APP, user_id=USER, session_id="nope") is None
