@@ -10,17 +10,22 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 
 from _servers import skip_without
+from redis_agent_sessions._demo_output import removal_command
+from redis_agent_sessions._demo_worker import APP, CONVERSATIONS
 from redis_agent_sessions._server import LocalRedis, find_redis_server
+from redis_agent_sessions.keys import KeySpace
 
 REDIS_URL = os.environ.get("REDIS_URL")
 DEMO = [sys.executable, "-m", "redis_agent_sessions", "demo"]
@@ -85,6 +90,13 @@ def test_demo_with_redis_url_uses_its_own_prefix_only() -> None:
             # The data stays for the operator to inspect; the demo's own queues do not.
             assert any(k.endswith(":events") for k in left)
             assert not [k for k in left if ":demo:" in k]
+            cli = f"redis-cli -p {port} -n 3"
+            removal = f"{cli} --scan --pattern '{prefix}:*' | xargs {cli} UNLINK"
+            assert f"\n  {removal}\n" in result.stdout
+            if shutil.which("redis-cli"):  # the printed command does remove them all
+                subprocess.run(["bash", "-c", removal], check=True, timeout=30)
+                assert not list(client.scan_iter(match=f"{prefix}:*", count=1000))
+                assert client.get(sentinel) == b"untouched"
         finally:
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             client.delete(sentinel, *keys)
@@ -105,6 +117,63 @@ def test_demo_with_redis_url_refuses_a_used_prefix() -> None:
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 client.delete(*keys)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "not-a-url",
+        "http://x",
+        "redis://host:abc/0",
+        "redis://127.0.0.1:99999/0",
+        "redis://127.0.0.1/0?socket_timeout=soon",
+        "redis://:s3cret@[::1/0",
+    ],
+)
+def test_demo_malformed_redis_url_exits_2_with_one_line(url: str) -> None:
+    result = _run(DEMO, _env(REDIS_URL=url))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: REDIS_URL=")
+    assert "is not a Redis URL" in lines[0]
+    assert "s3cret" not in lines[0]
+
+
+def test_removal_pattern_matches_only_the_prefix() -> None:
+    # A --key-prefix holding glob characters must not widen what the command deletes.
+    command = removal_command("redis://127.0.0.1:7000/2", "demo*[x]")
+    pattern = re.search(r"--pattern '([^']+)'", command)
+    assert pattern, command
+    assert pattern[1] == r"demo\*\[x\]:*"
+    assert command.endswith("| xargs redis-cli -p 7000 -n 2 UNLINK")
+
+
+async def test_removal_pattern_finds_exactly_the_demo_keys(redis_client: Any) -> None:
+    prefix = "demo*[x]"
+    mine, others = [f"{prefix}:a", f"{prefix}:{{b:c}}:d"], ["demoZx:a", "demo*[x]x:a", "other"]
+    for key in mine + others:
+        await redis_client.set(key, "1")
+    pattern = re.search(r"--pattern '([^']+)'", removal_command("redis://h/0", prefix))
+    assert pattern
+    found = [k.decode() async for k in redis_client.scan_iter(match=pattern[1])]
+    assert sorted(found) == sorted(mine)
+
+
+def test_readme_key_examples_name_what_the_demo_writes() -> None:
+    """The redis-cli examples of the README's key table use the demo's app, user and session."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("## Redis layout", 1)[1].split("\n\n## ", 1)[0]
+    examples = re.findall(r"`redis-cli \w+ '([^']+)'", table)
+    assert len(examples) == 8, examples
+    session = KeySpace().session(APP, "user1", CONVERSATIONS["user1"].session_id)
+    expected = {
+        session.app_state, session.app_sessions, session.user_state, session.user_sessions,
+        session.meta, session.state, session.events, session.event_ids,
+    }  # fmt: skip
+    assert set(examples) == expected
 
 
 def test_demo_unreachable_redis_url_exits_2() -> None:

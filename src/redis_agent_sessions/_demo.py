@@ -24,7 +24,7 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
-from ._demo_output import print_inspection, redact, show, text
+from ._demo_output import print_inspection, redact, removal_command, show, text, url_problem
 from ._demo_worker import APP, CONVERSATIONS, SCRIPT, queue_key, results_key, worker_main
 from ._server import LocalRedis, find_redis_server
 from .config import SessionServiceConfig
@@ -46,6 +46,15 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
     """Run the demo; returns the process exit code (0 ok, 1 failed check, 2 no Redis)."""
     url = os.environ.get("REDIS_URL")
     if url:
+        problem = url_problem(url)
+        if problem is not None:
+            # Exit 1 means a failed self-check; a URL that names no server is like no server.
+            print(
+                f"error: REDIS_URL={redact(url)!r} is not a Redis URL: {problem} "
+                "(use redis://[:password@]host:port/db, rediss://... or unix:///path)",
+                file=sys.stderr,
+            )
+            return 2
         # Never touch a user's existing keys: everything goes under a fresh prefix.
         prefix = key_prefix or f"ras-demo-{secrets.token_hex(4)}"
         print(f"Using REDIS_URL={redact(url)}, all keys under the prefix {prefix!r}")
@@ -100,6 +109,14 @@ def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
         return 1
     finally:
         _stop_workers(url, prefix, procs)
+        if not own_server:
+            # The data stays for inspection rather than expiring: a TTL could only cover a
+            # session's own keys (user: and app: state and the indexes never expire), and
+            # would pull the data away while someone is reading it.
+            print(
+                f"\nThe demo's keys stay on that server. Remove them all (only keys under "
+                f"{prefix}:) with:\n  {removal_command(url, prefix)}"
+            )
 
 
 def _stop_workers(url: str, prefix: str, procs: list[BaseProcess]) -> None:

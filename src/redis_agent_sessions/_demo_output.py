@@ -3,30 +3,76 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
+import redis
 from redis.asyncio import Redis
 
 from ._demo_worker import APP
 from .keys import KeySpace
 
-__all__ = ["clip", "print_inspection", "redact", "show", "text"]
+__all__ = [
+    "clip",
+    "print_inspection",
+    "redact",
+    "removal_command",
+    "show",
+    "text",
+    "url_problem",
+]
 
 
-async def print_inspection(ctl: Redis, url: str, keys: KeySpace, *, own_server: bool) -> None:
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a Redis URL redis-py can use, or None when it is.
+
+    redis-py parses a URL only when the first connection is made, deep in a traceback;
+    parsing it up front (without connecting) lets the demo say so in one line.
+    """
+    try:
+        redis.ConnectionPool.from_url(url)
+    except ValueError as exc:  # bad scheme, port, or query option (redis-py and urllib)
+        return str(exc).replace("\n", " ")
+    return None
+
+
+def _cli(url: str) -> tuple[list[str], str]:
+    """``redis-cli`` with the options that reach the server of ``url``, and a password note."""
     parts = urlsplit(url)
     cli = ["redis-cli"]
-    if parts.hostname not in (None, "127.0.0.1", "localhost"):
-        cli += ["-h", parts.hostname]
-    cli += ["-p", str(parts.port or 6379)]
-    db = parts.path.strip("/") or "0"
+    query_db = parse_qs(parts.query).get("db", ["0"])[0]
+    if parts.scheme == "unix":
+        cli += ["-s", parts.path]
+        db = query_db
+    else:
+        if parts.hostname not in (None, "127.0.0.1", "localhost"):
+            cli += ["-h", parts.hostname]
+        cli += ["-p", str(parts.port or 6379)]
+        db = parts.path.strip("/") or query_db
     if db != "0":
         cli += ["-n", db]
     if parts.scheme == "rediss":
         cli.append("--tls")
     note = " (add -a <password>)" if parts.password else ""
+    return cli, note
+
+
+def _glob_escape(prefix: str) -> str:
+    # SCAN MATCH is a glob: a prefix holding * ? [ ] or \ must match only itself.
+    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+
+
+def removal_command(url: str, prefix: str) -> str:
+    """A shell command deleting every key under ``prefix`` (and nothing else) on ``url``."""
+    cli, note = _cli(url)
+    scan = shlex.join([*cli, "--scan", "--pattern", _glob_escape(prefix) + ":*"])
+    return f"{scan} | xargs {shlex.join([*cli, 'UNLINK'])}{note}"
+
+
+async def print_inspection(ctl: Redis, url: str, keys: KeySpace, *, own_server: bool) -> None:
+    cli, note = _cli(url)
     sk = keys.session(APP, "user1", "user1-trip")
     commands = [
         ["HGETALL", sk.meta], ["HGETALL", sk.state], ["HGETALL", sk.user_state],
@@ -41,7 +87,8 @@ async def print_inspection(ctl: Redis, url: str, keys: KeySpace, *, own_server: 
         for line in await cli_lines(ctl, cmd[0], cmd[1]):
             print("    " + line)
     if not own_server:
-        print(f"  All demo keys: {shlex.join([*cli, '--scan', '--pattern', keys.prefix + ':*'])}")
+        pattern = _glob_escape(keys.prefix) + ":*"
+        print(f"  All demo keys: {shlex.join([*cli, '--scan', '--pattern', pattern])}")
 
 
 async def cli_lines(ctl: Redis, command: str, key: str) -> list[str]:
@@ -77,7 +124,11 @@ def show(value: Any) -> str:
 
 
 def redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        # Too malformed to parse (e.g. "redis://[x"), yet it may still hold a password.
+        return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url, count=1)
+    if password is None:
         return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    return url.replace(f":{password}@", ":***@", 1)
