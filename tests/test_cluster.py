@@ -427,20 +427,7 @@ async def test_retry_after_a_failed_app_step_stores_once_and_applies(
     await service.append_event(s, event({"n": 2}))
 
 
-@pytest.mark.parametrize(
-    "op",
-    [
-        "delete",
-        pytest.param(
-            "create",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="src bug: create_session.lua returns {0} for an existing id without the "
-                "outbox, so a create retried after its app step failed never finishes it",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("op", ["delete", "create"])
 async def test_create_or_delete_retried_after_a_failed_app_step_finishes_it(
     client: Any, failing: FailingApply, op: str
 ) -> None:

@@ -162,6 +162,8 @@ class SessionEngine(Generic[S, E]):
             fields,
         )
         if reply[0] == 0:
+            if self._outbox is not None and reply[1]:
+                await self._apply(keys, reply[1], want_state=False)
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
         user_state = decode_hash(keys.user_state, reply[1])
         app_raw = reply[2]
@@ -345,16 +347,17 @@ class SessionEngine(Generic[S, E]):
 
         MULTI on redis-py's cluster client runs in threads (~25x a pipeline), so the user's
         slot is read optimistically: metadata before and after the rest, kept only if it
-        did not change (every append, create and delete changes it). After three misses
-        under heavy writing (``optimistic_reads``), a read-only script takes the snapshot instead. This user's
-        app writes that are not applied yet (a worker died between the two steps) are
-        applied now, so a user always reads their own writes.
+        did not change (every append, create and delete changes it). After
+        ``optimistic_reads`` misses under heavy writing, a read-only script takes the
+        snapshot instead. This user's app writes that are not applied yet (a worker died
+        between the two steps) are applied now, so a user always reads their own writes.
         """
         assert self._outbox is not None
         first = self._first_unapplied(keys)
         read_keys = [keys.meta, keys.state, keys.user_state, keys.events, keys.app_outbox]
         read_keys += [keys.meta, keys.app_state, keys.app_applied]
         reply: list[Any] = []
+        outbox: Any = []
         for _ in range(self.optimistic_reads):
             pipe = self._redis.pipeline(transaction=False)
             pipe.hgetall(keys.meta)
@@ -384,11 +387,16 @@ class SessionEngine(Generic[S, E]):
                 script, _execute(pipe, [keys.app_state, keys.app_applied])
             )
             reply = [_pairs(flat[0]), *flat[1:]] if flat else []
+            if not flat:
+                return [], app_raw
+        # The outbox was read even for a missing session: a user's pending writes (say, the
+        # index removal of a delete whose app step failed) are finished by any read.
         if reply:
-            self._outbox.learn(keys.app_applied, keys.user_member, applied)
-            pending = AppOutbox.pending(AppOutbox.entries(reply[3]), applied)
-            if pending:
-                app_raw = await self._apply(keys, pending, want_state=True)
+            outbox = reply[3]
+        self._outbox.learn(keys.app_applied, keys.user_member, applied)
+        pending = AppOutbox.pending(AppOutbox.entries(outbox), applied)
+        if pending:
+            app_raw = await self._apply(keys, pending, want_state=True)
         return reply, app_raw
 
     async def _events(

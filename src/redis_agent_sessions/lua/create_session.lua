@@ -13,7 +13,8 @@
 -- returns {1, user state as field/value list, app state as field/value list} when created
 --         ({1, user state, outbox entries from ARGV[7] on} in the cluster layout, where the
 --         app index entry and app fields are recorded in the outbox for the caller to apply),
---         {0} when the session exists, {-3, key, found type} when a key has a foreign type
+--         {0} when the session exists ({0, outbox entries from ARGV[7] on} in the cluster
+--         layout), {-3, key, found type} when a key has a foreign type
 local cluster = ARGV[7] ~= ''
 local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'hash', 'zset'}
 if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'stream'} end
@@ -22,7 +23,11 @@ for i, want in ipairs(expected) do
   if type(t) == 'table' then t = t['ok'] end
   if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- A retried create whose app step failed must still finish it.
+  if cluster then return {0, redis.call('XRANGE', KEYS[7], ARGV[7], '+')} end
+  return {0}
+end
 
 -- Leftovers of an expired or hand-deleted session must not reappear under the new one.
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
