@@ -161,6 +161,11 @@ async def test_lone_surrogate_event_fields_write_nothing(
         await service.append_event(populated, Event(id=LONE_SURROGATE))
     with pytest.raises(InvalidInputError, match="JSON"):
         await service.append_event(populated, Event(author=LONE_SURROGATE))
+    for field in ("id", "app_name", "user_id"):
+        # A session object built by hand reaches append_event without create's checks.
+        forged = populated.model_copy(update={field: LONE_SURROGATE})
+        with pytest.raises(InvalidInputError, match="surrogate"):
+            await service.append_event(forged, Event(author="a"))
     assert await snapshot(redis_client) == before
     assert len(populated.events) == 1
 
@@ -217,6 +222,12 @@ async def test_memory_rejects_lone_surrogates_and_writes_nothing(
         ),
         memory.delete_memory(app_name=APP, user_id=USER, memory_id=bad),
         memory.search_memory(app_name=APP, user_id=bad, query="hello"),
+        memory.add_events_to_memory(
+            app_name=APP, user_id=USER, events=[Event(author=bad, content=text)]
+        ),
+        memory.add_memory(
+            app_name=APP, user_id=USER, memories=[MemoryEntry(author=bad, content=text)]
+        ),
     ]
     for call in calls:
         with pytest.raises(InvalidInputError, match="surrogate"):

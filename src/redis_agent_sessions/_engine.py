@@ -183,6 +183,10 @@ class SessionEngine(Generic[S, E]):
         if event.partial:
             return event
         check_id("event id", event.id)
+        # A session built by hand has not been through create_session's checks.
+        check_id("app_name", session.app_name)
+        check_id("user_id", session.user_id)
+        check_id("session id", session.id)
         timestamp = event.timestamp
         if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
             raise InvalidInputError(f"event timestamp must be a finite number: {timestamp}")

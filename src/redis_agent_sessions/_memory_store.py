@@ -84,6 +84,7 @@ def make_doc(
     if not words:
         return None
     _check_json(meta, "in custom_metadata")
+    _check_json(author, "of the author")  # a lone surrogate cannot be sent
     grams = entry_grams(words)
     has_other = any(not w.isascii() for w in words)
     lower = lowered_text(text_)
