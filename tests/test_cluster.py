@@ -28,7 +28,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 import cluster_worker
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
-from redis_agent_sessions import AlreadyExistsError, Event, EventActions, RedisSessionService
+from redis_agent_sessions import (
+    AlreadyExistsError,
+    Event,
+    EventActions,
+    RedisMemoryService,
+    RedisSessionService,
+)
 from redis_agent_sessions._outbox import AppOutbox
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.state import merge_state, split_state_delta
@@ -458,3 +464,24 @@ async def test_create_or_delete_retried_after_a_failed_app_step_finishes_it(
     else:
         await call()
         assert await app_index(client) == ["bob:b"]
+
+
+@pytest.mark.real
+@pytest.mark.cluster
+async def test_fresh_cluster_client_takes_concurrent_first_calls() -> None:
+    """redis-py 8.1's RedisCluster fails when its very first commands run concurrently;
+    the services initialize it once, so a worker may start with a burst of requests."""
+    url = skip_without("REDIS_CLUSTER_URL")
+    async with RedisSessionService.from_url(url, cluster=True) as service:
+        made = await asyncio.gather(
+            *(service.create_session(app_name="fresh", user_id=f"u{i}") for i in range(8))
+        )
+        assert len({s.id for s in made}) == 8
+    async with RedisMemoryService.from_url(url, cluster=True, backend="plain") as memory:
+        found = await asyncio.gather(
+            *(memory.search_memory(app_name="fresh", user_id=f"u{i}", query="x") for i in range(8))
+        )
+        assert all(f.memories == [] for f in found)
+    cleanup = RedisCluster.from_url(url)
+    await flush_cluster(cleanup)
+    await cleanup.aclose()

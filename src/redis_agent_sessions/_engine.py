@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from . import _lifecycle, _scripts
@@ -118,6 +119,7 @@ class SessionEngine(Generic[S, E]):
         self.cluster = detected or bool(self.config.cluster)
         """Cluster layout: every script touches one slot; app-scope writes go via an outbox."""
         self._outbox = AppOutbox(client) if self.cluster else None
+        self._cluster_client_fresh = isinstance(client, RedisCluster)
         self._read = _scripts.register(client, "read_session")
         self._create = _scripts.register(client, "create_session")
         self._append = _scripts.register(client, "append_event")
@@ -134,6 +136,7 @@ class SessionEngine(Generic[S, E]):
         state: Mapping[str, Any] | None = None,
         session_id: str | None = None,
     ) -> S:
+        await self._connected()
         check_id("app_name", app_name)
         check_id("user_id", user_id)
         sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
@@ -176,6 +179,7 @@ class SessionEngine(Generic[S, E]):
         return self._codec.build_session(stored, [])
 
     async def append_event(self, session: S, event: E) -> E:
+        await self._connected()
         if not self._codec.is_session(session):
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         if not self._codec.is_event(event):
@@ -261,6 +265,7 @@ class SessionEngine(Generic[S, E]):
         return raw
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        await self._connected()
         keys = self.keys.session(
             check_id("app_name", app_name),
             check_id("user_id", user_id),
@@ -292,6 +297,7 @@ class SessionEngine(Generic[S, E]):
         session_id: str,
         config: object | None = None,
     ) -> S | None:
+        await self._connected()
         keys = self.keys.session(
             check_id("app_name", app_name),
             check_id("user_id", user_id),
@@ -441,6 +447,7 @@ class SessionEngine(Generic[S, E]):
             raise CorruptDataError(key, f"an event is not valid event JSON: {exc}") from exc
 
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> list[S]:
+        await self._connected()
         check_id("app_name", app_name)
         if user_id is not None:
             check_id("user_id", user_id)
@@ -530,10 +537,12 @@ class SessionEngine(Generic[S, E]):
                 await self._apply(first, reply[1], want_state=False)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        await self._connected()
         key = self.keys.user_state(check_id("app_name", app_name), check_id("user_id", user_id))
         return await self._read_hash(key)
 
     async def get_app_state(self, *, app_name: str) -> dict[str, Any]:
+        await self._connected()
         return await self._read_hash(self.keys.app_state(check_id("app_name", app_name)))
 
     async def _read_hash(self, key: str) -> dict[str, Any]:
@@ -543,6 +552,13 @@ class SessionEngine(Generic[S, E]):
         return decode_hash(key, raw)
 
     # -- helpers --------------------------------------------------------------------------
+
+    async def _connected(self) -> None:
+        """Initialize a fresh cluster client once: redis-py 8.1's RedisCluster fails when its
+        very first commands run concurrently (redis-py issue #3032)."""
+        if self._cluster_client_fresh:
+            await self._redis.initialize()
+            self._cluster_client_fresh = False
 
     def _first_unapplied(self, keys: SessionKeys) -> str:
         """ARGV that selects the layout: '' on a single node, else the outbox cursor."""

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from . import _lifecycle
@@ -118,6 +119,10 @@ class RedisMemoryService(ClientOwner):
         if self._store is None or self._search is None:
             async with self._lock:
                 if self._store is None or self._search is None:
+                    if isinstance(self._client, RedisCluster):
+                        # redis-py 8.1's RedisCluster fails when its first commands run
+                        # concurrently (redis-py issue #3032); later ones pass this lock.
+                        await self._client.initialize()
                     use_search = await self._choose_backend() == "search"
                     search: IndexSearch | PlainSearch
                     if use_search:
