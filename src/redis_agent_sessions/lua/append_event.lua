@@ -23,16 +23,19 @@
 -- written after it is known to have the right type first. The reads below check KEYS[1]
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
 local cluster = ARGV[9] ~= ''
+local has_outbox = false
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
   if ARGV[9 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
+    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[12] ~= '0' end
   end
 end
 -- Entries before ARGV[9] were applied to the app's slot (the caller read that there).
+-- A user who never wrote an app key has no outbox: nothing to trim or report.
 local function outbox()
-  if not cluster then return {} end
+  if not has_outbox then return {} end
   redis.call('XTRIM', KEYS[6], 'MINID', ARGV[9])
   return redis.call('XRANGE', KEYS[6], ARGV[9], '+')
 end
