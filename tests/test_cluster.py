@@ -26,6 +26,7 @@ from redis.cluster import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import cluster_worker
+from _folds import fold_deltas
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
@@ -37,7 +38,7 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions._outbox import AppOutbox
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.state import merge_state, split_state_delta
+from redis_agent_sessions.state import merge_state
 
 APP = "cluster_app"
 KEYS = KeySpace()
@@ -205,12 +206,7 @@ async def test_processes_of_users_on_every_shard_lose_nothing(
         session = await service.get_session(app_name=APP, user_id=user, session_id=sid)
         assert session is not None
         assert sorted(e.id for e in session.events) == sorted(landed), user
-        fold: dict[str, Any] = {}
-        user_fold: dict[str, Any] = {}
-        for e in session.events:
-            scoped = split_state_delta(e.actions.state_delta)
-            fold.update(scoped.session)
-            user_fold.update(scoped.user)
+        fold, user_fold = fold_deltas(session.events)
         # Each user's user: keys are written through this one session only.
         assert await service.get_user_state(app_name=APP, user_id=user) == user_fold, user
         assert session.state == merge_state(fold, user_fold, app_state), user

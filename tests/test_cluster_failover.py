@@ -36,11 +36,12 @@ from redis.exceptions import ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from _folds import fold_deltas
 from _servers import REQUIRE_SERVERS
 from cluster_worker import version
 from redis_agent_sessions import Event, EventActions, RedisSessionService, Session
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.state import merge_state, split_state_delta
+from redis_agent_sessions.state import merge_state
 
 APP = "failover_app"
 KEYS = KeySpace()
@@ -548,12 +549,7 @@ async def failover_under_load(cluster: LocalCluster) -> None:
             # nothing is stored that was not acknowledged (no attempt was abandoned).
             assert stored == [a.event_id for a in mine], user
             assert [e.actions.state_delta for e in session.events] == [a.delta for a in mine]
-            fold: dict[str, Any] = {}
-            user_fold: dict[str, Any] = {}
-            for e in session.events:
-                scoped = split_state_delta(e.actions.state_delta)
-                fold.update(scoped.session)
-                user_fold.update(scoped.user)
+            fold, user_fold = fold_deltas(session.events)
             assert await service.get_user_state(app_name=APP, user_id=user) == user_fold, user
             assert session.state == merge_state(fold, user_fold, app_state), user
 
