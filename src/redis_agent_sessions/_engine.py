@@ -403,11 +403,7 @@ class SessionEngine(Generic[S, E]):
         # index removal of a delete whose app step failed) are finished by any read.
         if reply:
             outbox = reply[3]
-        self._outbox.learn(keys.app_applied, keys.user_member, applied)
-        pending = AppOutbox.pending(AppOutbox.entries(outbox), applied)
-        if pending:
-            app_raw = await self._apply(keys, pending, want_state=True)
-        return reply, app_raw
+        return reply, await self._finish_pending(keys, outbox, applied, app_raw)
 
     async def _events(
         self, key: str, entries: list[Any], count: int | None, after: float | None
@@ -494,11 +490,7 @@ class SessionEngine(Generic[S, E]):
         if self._outbox is not None:
             outboxes = replies[n + len(users) : n + 2 * len(users)]
             for u, outbox, applied in zip(users, outboxes, replies[-1], strict=True):
-                keys = user_keys[u]
-                self._outbox.learn(keys.app_applied, keys.user_member, applied)
-                pending = AppOutbox.pending(AppOutbox.entries(outbox), applied)
-                if pending:
-                    app_raw = await self._apply(keys, pending, want_state=True)
+                app_raw = await self._finish_pending(user_keys[u], outbox, applied, app_raw)
         app_state = decode_hash(app_key, app_raw)
         found: list[StoredSession] = []
         gone: list[tuple[str, str]] = []
@@ -565,6 +557,19 @@ class SessionEngine(Generic[S, E]):
         if self._outbox is None:
             return ""
         return self._outbox.first_unapplied(keys.app_applied, keys.user_member)
+
+    async def _finish_pending(
+        self, keys: SessionKeys, outbox: Any, applied: bytes | str | None, app_raw: Any
+    ) -> Any:
+        """The app state to show a reader of this user: ``app_raw`` as read, or, when the
+        user's ``outbox`` (an XRANGE reply) holds entries after ``applied`` (the app's
+        record for the user), the state after applying them now."""
+        assert self._outbox is not None
+        self._outbox.learn(keys.app_applied, keys.user_member, applied)
+        pending = AppOutbox.pending(AppOutbox.entries(outbox), applied)
+        if not pending:
+            return app_raw
+        return await self._apply(keys, pending, want_state=True)
 
     async def _apply(self, keys: SessionKeys, raw_entries: Any, *, want_state: bool) -> Any:
         """Apply a user's outbox entries (an XRANGE reply, or parsed) in the app's slot."""
