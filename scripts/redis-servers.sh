@@ -95,6 +95,11 @@ serve() {
   wait_ping "$name" "$port" "$!"
 }
 
+# abs_dir: $DIR as an absolute path (REDIS_TEST_DIR may be either).
+abs_dir() {
+  mkdir -p "$DIR" && (cd "$DIR" && pwd)
+}
+
 # cluster_spawn NAME BINARY ARGS...: 3 cluster-enabled servers NAME-1..3; sets CLUSTER_PORTS.
 # The nodes.conf path is absolute because redis opens it after changing into --dir.
 cluster_spawn() {
@@ -104,7 +109,7 @@ cluster_spawn() {
   for port in "${CLUSTER_PORTS[@]}"; do
     i=$((i + 1))
     serve "$name-$i" "$port" "$bin" --cluster-enabled yes --cluster-node-timeout 5000 \
-      --cluster-config-file "$PWD/$DIR/$name-$i/nodes.conf" "$@"
+      --cluster-config-file "$(abs_dir)/$name-$i/nodes.conf" "$@"
   done
 }
 
