@@ -260,8 +260,30 @@ async def test_oversized_payloads(make_service: Any, redis_client: Any) -> None:
         await service.append_event(s, Event(actions=EventActions(state_delta={"k": "x" * 2000})))
     with pytest.raises(PayloadTooLargeError):
         await service.create_session(app_name=APP, user_id=USER, state={"k": "x" * 2000})
+    # Keys count as much as values, and many small keys add up.
+    with pytest.raises(PayloadTooLargeError):
+        await service.create_session(app_name=APP, user_id=USER, state={"k" * 5000: 1})
+    many = {f"key-{i:03d}": "v" * 30 for i in range(500)}
+    with pytest.raises(PayloadTooLargeError):
+        await service.create_session(app_name=APP, user_id=USER, state=many)
+    with pytest.raises(PayloadTooLargeError):
+        await service.append_event(s, Event(actions=EventActions(state_delta={"k" * 2000: 1})))
+    # A delta is stored in the event and in the state: 950 bytes of it take ~1.9 KB.
+    with pytest.raises(PayloadTooLargeError):
+        await service.append_event(s, Event(actions=EventActions(state_delta={"k": "x" * 950})))
     assert await snapshot(redis_client) == before
-    await service.append_event(s, Event(actions=EventActions(state_delta={"k": "x" * 1000})))
+    await service.append_event(s, Event(actions=EventActions(state_delta={"k": "x" * 500})))
+    fits = {f"user:{'k' * 900}": 1, f"app:{'a' * 900}": 2, "s": "x" * 100}
+    await service.create_session(app_name=APP, user_id=USER, state=fits)
+
+
+async def test_payload_limit_counts_exactly(make_service: Any, redis_client: Any) -> None:
+    """The limit is on bytes stored: keys as UTF-8 (a 3-byte character counts 3)."""
+    service = make_service(max_payload_bytes=100)
+    # "\u20ac" is 3 bytes; value 1 is 1 byte: 33 * 3 + 1 = 100 fits, one more byte does not.
+    await service.create_session(app_name=APP, user_id=USER, state={"\u20ac" * 33: 1})
+    with pytest.raises(PayloadTooLargeError, match="101 bytes"):
+        await service.create_session(app_name=APP, user_id=USER, state={"\u20ac" * 33: 10})
 
 
 def test_errors_share_one_root() -> None:

@@ -144,7 +144,7 @@ class SessionEngine(Generic[S, E]):
             raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
         scoped = split_state_delta(state or {})
         fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
-        self._check_size("initial state", sum(len(v) for f in fields for v in f[1::2]))
+        self._check_size("initial state", _stored_bytes(fields))
         now = time.time()
         keys = self.keys.session(app_name, user_id, sid)
         script_keys = _script_keys(keys)
@@ -210,7 +210,7 @@ class SessionEngine(Generic[S, E]):
         # failure the caller gets its event back as it was, ready to retry.
         event.actions.state_delta = stored_delta
         try:
-            raw_event = self._encode_event(event)
+            raw_event = self._encode_event(event, _stored_bytes(fields))
             reply = await self._run(
                 self._append,
                 [
@@ -256,12 +256,13 @@ class SessionEngine(Generic[S, E]):
             self._codec.set_revision(session, new_revision)
         return event
 
-    def _encode_event(self, event: E) -> bytes:
+    def _encode_event(self, event: E, state_bytes: int) -> bytes:
         try:
             raw = self._codec.encode_event(event)
         except Exception as exc:
             raise InvalidInputError(f"event cannot be encoded as JSON: {exc}") from exc
-        self._check_size("event", len(raw))
+        # The delta is stored twice, in the event and in the state hashes: both count.
+        self._check_size("event with its state changes", len(raw) + state_bytes)
         return raw
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
@@ -622,6 +623,11 @@ class SessionEngine(Generic[S, E]):
 
 
 _SCOPES = ("session", "user", "app")
+
+
+def _stored_bytes(fields: list[list[bytes | str]]) -> int:
+    """Bytes of the state fields and values a write stores (field names are UTF-8 text)."""
+    return sum(len(v.encode() if isinstance(v, str) else v) for f in fields for v in f)
 
 
 def _pairs(flat: list[Any]) -> dict[Any, Any]:

@@ -24,7 +24,9 @@ class SessionServiceConfig(BaseModel):
     StaleSessionError and writes nothing (like ADK's DatabaseSessionService); ``merge``
     applies it anyway, each state key taking the last writer's value."""
     max_payload_bytes: int = Field(default=1 << 20, gt=0)
-    """Largest encoded event (or initial state of a new session) accepted."""
+    """Most bytes one write may store: for create_session the initial state's keys and
+    JSON values; for append_event the encoded event plus the state keys and values it
+    sets (so a state delta counts twice: it is stored in the event and in the state)."""
     cluster: bool | None = None
     """Use the Redis Cluster layout, where every script touches one hash slot and app-scope
     writes reach the app's slot in a second, idempotent step. None (the default) detects it
