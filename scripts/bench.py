@@ -43,7 +43,6 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import Any
 
 import orjson
@@ -62,6 +61,7 @@ from redis_agent_sessions import (
     SessionServiceConfig,
 )
 from redis_agent_sessions import _engine as engine_module
+from redis_agent_sessions._scripts import lua_source
 from redis_agent_sessions.keys import KeySpace
 
 APP = "bench_app"
@@ -557,8 +557,7 @@ def stats_delta(
 
 async def raw_append_script(work: Workload, client: Redis, plan: Plan) -> Stats:
     """append_event.lua itself, by raw EVALSHA with prebuilt arguments (layout: the .lua)."""
-    source = resources.files("redis_agent_sessions").joinpath("lua", "append_event.lua")
-    sha = await client.script_load(source.read_text("utf-8"))
+    sha = await client.script_load(lua_source("append_event"))
     session = await work.new_session()
     k = work.service._engine.keys.session(APP, session.user_id, session.id)
     keys = [k.meta, k.state, k.events, k.event_ids, k.user_state, k.app_state]

@@ -3,9 +3,13 @@
 Every test taking ``redis_client`` (or ``service``) runs on four backends: fakeredis; a
 slot-checking fakeredis that the services treat as a cluster (the cluster code path, with
 every script and transaction checked to stay in one slot); the real server named by
-REDIS_URL; and the real Redis Cluster named by REDIS_CLUSTER_URL. A real variant is skipped
-when its variable is unset. Real servers are flushed before and after each test, so point
-the variables at throwaway servers.
+REDIS_URL, once as an admin and once (``acl``) with the services logged in as the README's
+least-privilege ACL user; and the real Redis Cluster named by REDIS_CLUSTER_URL. A real
+variant is skipped when its variable is unset. Real servers are flushed before and after each
+test, so point the variables at throwaway servers.
+
+Tests inspect and corrupt data through ``redis_client`` (an admin); services are built on
+``worker_client``, which is that same client except under ``acl``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from _acl import acl_user
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
@@ -29,6 +34,7 @@ from redis_agent_sessions import RedisSessionService, SessionServiceConfig
         pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
         pytest.param("real", marks=pytest.mark.real),
         pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
+        pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
     ]
 )
 async def redis_client(
@@ -61,15 +67,25 @@ async def redis_client(
 
 
 @pytest.fixture
-def service(redis_client: Any) -> RedisSessionService:
-    return RedisSessionService(redis_client)
+async def worker_client(redis_client: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The client services run on: ``redis_client``, or under ``acl`` the README's user."""
+    if request.node.callspec.params.get("redis_client") != "acl":
+        yield redis_client
+        return
+    async with acl_user(redis_client) as worker:
+        yield worker
 
 
 @pytest.fixture
-def make_service(redis_client: Any) -> Any:
+def service(worker_client: Any) -> RedisSessionService:
+    return RedisSessionService(worker_client)
+
+
+@pytest.fixture
+def make_service(worker_client: Any) -> Any:
     """A factory for services on the same client with another config."""
 
     def make(**config: Any) -> RedisSessionService:
-        return RedisSessionService(redis_client, config=SessionServiceConfig(**config))
+        return RedisSessionService(worker_client, config=SessionServiceConfig(**config))
 
     return make

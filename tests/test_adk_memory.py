@@ -1,5 +1,6 @@
 """The google-adk memory drop-in: ADK types in and out, and parity with ADK's
-InMemoryMemoryService. Runs on fakeredis and on REDIS_URL (conftest ``redis_client``);
+InMemoryMemoryService. Runs on every backend of conftest's ``redis_client``, the
+least-privilege ACL user (``acl``) included;
 one test runs on the RediSearch backend (REDIS_SEARCH_URL) under a key prefix of its own.
 """
 
@@ -38,8 +39,8 @@ PROJECT = "My favorite project is Project Alpha."
 
 
 @pytest.fixture
-def memory(redis_client: Any) -> RedisMemoryService:
-    return RedisMemoryService(redis_client)
+def memory(worker_client: Any) -> RedisMemoryService:
+    return RedisMemoryService(worker_client, backend="plain")
 
 
 def event(text: str, *, ts: float, id: str | None = None, author: str = "user", **kw: Any) -> Event:
@@ -206,11 +207,11 @@ async def test_delete_all_of_a_user(memory: RedisMemoryService) -> None:
     assert len(await search(memory, "plum", user_id="user2")) == 1
 
 
-async def test_shares_data_with_the_core_service(redis_client: Any) -> None:
+async def test_shares_data_with_the_core_service(worker_client: Any) -> None:
     """Same keys under the same config: written through ADK, read through the core."""
     adk_memory, core_memory = (
-        RedisMemoryService(redis_client),
-        core.RedisMemoryService(redis_client),
+        RedisMemoryService(worker_client, backend="plain"),
+        core.RedisMemoryService(worker_client, backend="plain"),
     )
     await adk_memory.add_session_to_memory(session("s", event(COLOR, ts=T0, id="e1")))
     found = await core_memory.search_memory(app_name=APP, user_id=USER, query="hiking")

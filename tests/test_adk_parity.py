@@ -58,12 +58,12 @@ T0 = float(int(time.time())) + 1000.0  # later than any creation time, exact in 
 
 
 @pytest.fixture
-async def backends(redis_client: Any, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+async def backends(worker_client: Any, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     database = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}")
     yield {
         "memory": InMemorySessionService(),
         "database": database,
-        "redis": RedisSessionService(redis_client),
+        "redis": RedisSessionService(worker_client),
     }
     await database.close()
 
@@ -420,8 +420,8 @@ async def test_empty_or_padded_user_has_nothing(
     assert await agree(everyone, scenario) == ([], [], [], None, None, {}, {}, None, ["s"])
 
 
-async def test_ours_still_checks_other_bad_ids_on_reads(redis_client: Any) -> None:
-    svc = RedisSessionService(redis_client)
+async def test_ours_still_checks_other_bad_ids_on_reads(worker_client: Any) -> None:
+    svc = RedisSessionService(worker_client)
     for call in (
         svc.list_sessions(app_name="app", user_id=5),  # type: ignore[arg-type]
         svc.get_session(app_name="app", user_id="u", session_id="a\ud800"),
@@ -474,8 +474,8 @@ async def test_read_back_equals_returned(backends: dict[str, Any]) -> None:
     assert await agree(backends, scenario) == (True, True, True)
 
 
-async def test_ours_read_back_is_exactly_equal(redis_client: Any) -> None:
-    svc = RedisSessionService(redis_client)
+async def test_ours_read_back_is_exactly_equal(worker_client: Any) -> None:
+    svc = RedisSessionService(worker_client)
     s = await svc.create_session(app_name="app", user_id="u", state={"k": 1})
     assert await svc.get_session(app_name="app", user_id="u", session_id=s.id) == s
     for i in range(3):
@@ -571,8 +571,8 @@ async def test_difference_failed_append_leaves_caller_untouched(
     }
 
 
-async def test_stale_error_is_adk_and_ours(redis_client: Any) -> None:
-    svc = RedisSessionService(redis_client)
+async def test_stale_error_is_adk_and_ours(worker_client: Any) -> None:
+    svc = RedisSessionService(worker_client)
     s = await svc.create_session(app_name="app", user_id="u")
     stale = await svc.get_session(app_name="app", user_id="u", session_id=s.id)
     assert stale is not None
@@ -598,12 +598,12 @@ async def test_difference_duplicate_event_id(backends: dict[str, Any]) -> None:
 
 
 async def test_difference_ids(
-    backends: dict[str, Any], normalizing: dict[str, Any], redis_client: Any
+    backends: dict[str, Any], normalizing: dict[str, Any], worker_client: Any
 ) -> None:
     services = {
         **backends,
         "sqlite": normalizing["sqlite"],
-        "core": CoreSessionService(redis_client),
+        "core": CoreSessionService(worker_client),
     }
     outcomes: dict[str, list[Any]] = {}
     for name, svc in services.items():

@@ -189,10 +189,10 @@ async def test_non_ascii_text_outside_the_bmp_is_stored(
 
 
 async def test_memory_rejects_lone_surrogates_and_writes_nothing(
-    redis_client: Any, populated: Any
+    redis_client: Any, worker_client: Any, populated: Any
 ) -> None:
     # The memory service checks its ids and custom metadata with the same helpers.
-    memory = RedisMemoryService(redis_client, backend="plain")
+    memory = RedisMemoryService(worker_client, backend="plain")
     text = Content(parts=[Part(text="hello world")])
     await memory.add_memory(app_name=APP, user_id=USER, memories=[MemoryEntry(content=text)])
     before = await snapshot(redis_client)

@@ -1,5 +1,7 @@
 """Memory contract suite, run on fakeredis, on plain Redis (REDIS_URL) and on Redis with
-RediSearch (REDIS_SEARCH_URL); a real backend is skipped when its variable is unset."""
+RediSearch (REDIS_SEARCH_URL), each also as the README's least-privilege ACL user (``acl``,
+``search-acl``), and on both kinds of cluster; a real backend is skipped when its variable is
+unset. ``memory_client`` is an admin client for inspection; services run as the worker."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from _acl import acl_user
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
@@ -20,6 +23,7 @@ from redis_agent_sessions import (
     MemoryEntry,
     MemoryIndexError,
     Part,
+    PermissionDeniedError,
     RedisMemoryService,
     Session,
 )
@@ -37,6 +41,8 @@ APP, USER = "memory_app", "user1"
         pytest.param(
             "search-cluster", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.cluster]
         ),
+        pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
+        pytest.param("search-acl", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.acl]),
     ]
 )
 async def memory_client(
@@ -58,7 +64,7 @@ async def memory_client(
         await flush_cluster(cluster)
         await cluster.aclose()
         return
-    url = skip_without("REDIS_URL" if request.param == "real" else "REDIS_SEARCH_URL")
+    url = skip_without("REDIS_URL" if request.param in ("real", "acl") else "REDIS_SEARCH_URL")
     client = Redis.from_url(url)
     await client.flushdb()
     yield client
@@ -67,12 +73,22 @@ async def memory_client(
 
 
 @pytest.fixture
-async def memory(memory_client: Any, request: pytest.FixtureRequest) -> RedisMemoryService:
-    service = RedisMemoryService(memory_client)
+async def memory(
+    memory_client: Any, request: pytest.FixtureRequest
+) -> AsyncIterator[RedisMemoryService]:
     kind = request.node.callspec.params["memory_client"]
     expected = "search" if kind.startswith("search") else "plain"
-    assert await service.backend() == expected
-    return service
+    if not kind.endswith("acl"):
+        service = RedisMemoryService(memory_client)
+        assert await service.backend() == expected
+        yield service
+        return
+    # The README's base line has no +module|list: a plain-only worker names its backend.
+    search = kind == "search-acl"
+    async with acl_user(memory_client, search=search) as worker:
+        service = RedisMemoryService(worker, backend="auto" if search else "plain")
+        assert await service.backend() == expected
+        yield service
 
 
 def event(text: str, *, ts: float, id: str | None = None, author: str = "user") -> Event:
@@ -445,7 +461,7 @@ async def test_worker_denied_module_list_never_guesses() -> None:
     )  # fmt: skip
     limited = Redis.from_url(url, username="nomodules", password="pw")
     try:
-        with pytest.raises(MemoryIndexError, match="MODULE LIST"):
+        with pytest.raises(PermissionDeniedError, match=r"MODULE\|LIST"):
             await RedisMemoryService(limited).backend()
         assert await admin.get("ras:mem:backend") is None
         assert await RedisMemoryService(admin).backend() == "search"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from . import _lifecycle, _scripts
 from ._codec import check_id, decode_hash, encode_fields, gc_paused, text
@@ -26,6 +26,7 @@ from .errors import (
     CorruptDataError,
     InvalidInputError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     SessionNotFoundError,
     StaleSessionError,
 )
@@ -610,7 +611,7 @@ class SessionEngine(Generic[S, E]):
         counts = [len(f) // 2 for f in fields] if fields else []
         flat = [v for f in fields for v in f]
         try:
-            reply = await script(keys=keys, args=[*args, *counts, *flat])
+            reply = await _scripts.call(script, keys, [*args, *counts, *flat])
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
                 raise CorruptDataError(
@@ -637,10 +638,23 @@ def _pairs(flat: list[Any]) -> dict[Any, Any]:
 async def _execute(pipe: Any, keys: list[str]) -> list[Any]:
     """Run a pipeline whose i-th command reads ``keys[i]`` (the last key repeats for the
     rest); a key holding a foreign type becomes a CorruptDataError naming it."""
-    replies: list[Any] = await pipe.execute(raise_on_error=False)
+    try:
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    except NoPermissionError as exc:  # EXEC refused: nothing ran
+        raise _scripts.permission_error(exc, keys[0]) from exc
+    except ResponseError as exc:
+        if "NOPERM" in str(exc):  # a queued command or EXEC refused: the transaction aborted
+            raise _scripts.permission_error(exc, keys[0]) from exc
+        # MULTI refused: redis-py reports only the EXEC that followed (the queued reads ran
+        # on their own, and are dropped with it).
+        if "EXEC without MULTI" not in str(exc):
+            raise
+        raise PermissionDeniedError("multi", None, str(exc)) from exc
     for i, reply in enumerate(replies):
         if isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply):
             raise CorruptDataError(keys[min(i, len(keys) - 1)], f"foreign type: {reply}")
+        if isinstance(reply, NoPermissionError):
+            raise _scripts.permission_error(reply, keys[min(i, len(keys) - 1)]) from reply
         if isinstance(reply, Exception):
             raise reply
     return replies

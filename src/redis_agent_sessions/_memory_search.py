@@ -18,7 +18,7 @@ from . import _scripts
 from ._codec import text
 from ._memory_store import owner_tag
 from ._memory_text import query_grams
-from .errors import MemoryIndexError
+from .errors import MemoryIndexError, PermissionDeniedError
 from .keys import KeySpace
 
 __all__ = ["IndexSearch", "PlainSearch", "has_search_module"]
@@ -44,7 +44,7 @@ _SCHEMA = (
 async def has_search_module(client: Any) -> bool:
     """Whether ``MODULE LIST`` shows RediSearch 2.x or later.
 
-    Raises MemoryIndexError when the user may not run ``MODULE LIST``: guessing "no" there
+    Raises PermissionDeniedError when the user may not run ``MODULE LIST``: guessing "no" there
     would let this worker use another backend than workers that may.
     """
     # A cluster client cannot route a keyless command: ask one node (all load the same).
@@ -55,10 +55,11 @@ async def has_search_module(client: Any) -> bool:
         modules = await client.execute_command("MODULE", "LIST", **options)
     except ResponseError as exc:
         if isinstance(exc, NoPermissionError) or "NOPERM" in str(exc).upper():
-            raise MemoryIndexError(
-                "cannot tell whether the server has the search module: this Redis user may "
-                "not run MODULE LIST. Grant +module|list, or pass backend='search' or "
-                "backend='plain' to match what the other workers use."
+            raise PermissionDeniedError(
+                "module|list",
+                None,
+                "so it cannot tell whether the server has the search module (or pass "
+                "backend='search' or backend='plain', as the other workers use)",
             ) from exc
         return False  # no MODULE command (fakeredis): search is not usable
     for module in modules:
@@ -298,5 +299,5 @@ class PlainSearch:
                 args.append(len(keys))
             args.append(verify)
             args[1] += 1
-        reply = await self._script(keys=keys, args=args)
+        reply = await _scripts.call(self._script, keys, args)
         return [text(x) for x in reply[::2]]

@@ -226,9 +226,10 @@ class MemoryStore:
                     op["x"] = f"{text(words)}|{text(grams or '')}"
                     op["o"] = [ks.ref(k) for k in self._stored_postings(app, user, words, grams)]
                 ops.append(op)
-            reply = await self._put(
-                keys=ks.keys,
-                args=[
+            reply = await _scripts.call(
+                self._put,
+                ks.keys,
+                [
                     mode,
                     int(self.postings),
                     int(session_id is not None),
@@ -279,9 +280,10 @@ class MemoryStore:
                 if only_session is not None:
                     op["only"] = only_session
                 ops.append(op)
-            reply = await self._delete(
-                keys=ks.keys,
-                args=[
+            reply = await _scripts.call(
+                self._delete,
+                ks.keys,
+                [
                     int(tombstone),
                     int(self.postings),
                     int(ingest is not None),

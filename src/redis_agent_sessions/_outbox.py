@@ -102,7 +102,7 @@ class AppOutbox:
         for stream_id, fields in entries:
             args += (stream_id, len(fields) // 2, *fields)
         keys = [app_state, app_versions, app_sessions, app_applied]
-        reply = await self._apply(keys=keys, args=args)
+        reply = await _scripts.call(self._apply, keys, args)
         if reply and reply[0] == -3:
             raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
         self.learn(app_applied, user_member, reply[0])

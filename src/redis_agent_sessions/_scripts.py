@@ -7,22 +7,83 @@ SCRIPT FLUSH), so callers never handle that themselves.
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Awaitable, Callable
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoPermissionError, ResponseError
 
-__all__ = ["lua_source", "register"]
+from ._codec import text
+from .errors import PermissionDeniedError
+
+__all__ = ["call", "lua_source", "permission_error", "register", "typed_permissions"]
+
+DENIED = -4
+"""First item of a script's reply when the ACL user may not run a command it needs."""
 
 
 @cache
 def lua_source(name: str) -> str:
-    """The text of ``lua/<name>.lua`` inside this package."""
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    """The text of ``lua/<name>.lua`` inside this package, after the ACL prelude
+    (``lua/_permitted.lua``), which every script that writes calls before writing."""
+    lua = resources.files(__package__).joinpath("lua")
+    return lua.joinpath("_permitted.lua").read_text("utf-8") + lua.joinpath(
+        f"{name}.lua"
+    ).read_text("utf-8")
 
 
 def register(client: Any, name: str) -> AsyncScript:
     """``lua/<name>.lua`` bound to ``client``."""
     script: AsyncScript = client.register_script(lua_source(name))
     return script
+
+
+async def call(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+    """Run ``script``; a refused command (asked before writing, or refused by Redis) is a
+    PermissionDeniedError naming it."""
+    try:
+        reply = await script(keys=keys, args=args)
+    except NoPermissionError as exc:  # EVALSHA or SCRIPT LOAD itself
+        raise permission_error(exc, keys[0] if keys else None) from exc
+    except ResponseError as exc:
+        # A command the plan did not foresee, refused inside the script (Redis does not
+        # name it there). Not expected: every script asks for all it runs.
+        if "user executing the script can't" not in str(exc):
+            raise
+        raise PermissionDeniedError(None, None, str(exc)) from exc
+    if isinstance(reply, list) and reply and reply[0] == DENIED:
+        raise PermissionDeniedError(text(reply[1]), text(reply[2]), "nothing was written")
+    return reply
+
+
+_COMMAND = re.compile(r"run the '([^']+)' command")
+
+
+def permission_error(exc: ResponseError, key: str | None) -> PermissionDeniedError:
+    """Redis's NOPERM reply as a PermissionDeniedError: the command when Redis names it,
+    else (a key outside the user's patterns) the key the operation was for."""
+    found = _COMMAND.search(str(exc))
+    if found:
+        return PermissionDeniedError(found.group(1), None, str(exc))
+    return PermissionDeniedError(None, key, str(exc))
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def typed_permissions(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """``method`` with Redis's NOPERM replies raised as PermissionDeniedError."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except NoPermissionError as exc:
+            raise permission_error(exc, None) from exc
+
+    return wrapper

@@ -13,6 +13,7 @@ __all__ = [
     "InvalidInputError",
     "MemoryIndexError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "RedisSessionsError",
     "SessionNotFoundError",
     "StaleSessionError",
@@ -68,3 +69,22 @@ class CorruptDataError(RedisSessionsError):
 
 class MemoryIndexError(RedisSessionsError):
     """The RediSearch index name is taken by an index with another definition."""
+
+
+class PermissionDeniedError(RedisSessionsError):
+    """The Redis ACL user may not run a command (or touch a key) an operation needs.
+
+    Scripts ask before their first write, so a script refused this way wrote nothing;
+    ``command`` is the Redis command to grant (``+<command>``; None when Redis refused a
+    key, not a command), ``key`` the key it was for (None when Redis did not say).
+    """
+
+    def __init__(self, command: str | None, key: str | None, detail: str = "") -> None:
+        what = f"run {command.upper()}" if command else "use a key"
+        on = f" on key {key!r}" if key else ""
+        super().__init__(
+            f"the Redis user may not {what}{on}{': ' + detail if detail else ''}. Grant it "
+            "(see the README's least-privilege ACL) or connect as a user that has it"
+        )
+        self.command = command.upper() if command else None
+        self.key = key

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
-from . import _lifecycle
+from . import _lifecycle, _scripts
 from ._codec import check_id, check_sequence, text
 from ._lifecycle import AnyRedis, ClientOwner, make_client
 from ._memory_search import IndexSearch, PlainSearch, has_search_module
@@ -106,6 +106,7 @@ class RedisMemoryService(ClientOwner):
         service._owns_client = True
         return service
 
+    @_scripts.typed_permissions
     async def backend(self) -> Literal["search", "plain"]:
         """The backend in use, detecting it on first call under ``auto``."""
         await self._ready()
@@ -123,52 +124,51 @@ class RedisMemoryService(ClientOwner):
                         # redis-py 8.1's RedisCluster fails when its first commands run
                         # concurrently (redis-py issue #3032); later ones pass this lock.
                         await self._client.initialize()
-                    use_search = await self._choose_backend() == "search"
-                    search: IndexSearch | PlainSearch
-                    if use_search:
-                        index = IndexSearch(self._client, self._keys, per_user=self._cluster)
-                        try:
-                            if not self._cluster:
-                                await index.ensure_index()
-                        except ResponseError as exc:
-                            raise MemoryIndexError(
-                                f"the memory backend is 'search' but this client cannot use "
-                                f"the search module: {exc}"
-                            ) from exc
-                        search = index
-                    else:
-                        search = PlainSearch(self._client, self._keys)
-                    self._store = MemoryStore(self._client, self._keys, postings=not use_search)
-                    self._search = search
+                    self._store, self._search = await self._open_backend()
         if app is not None and user is not None and isinstance(self._search, IndexSearch):
             await self._search.ensure_index(app, user)
         return self._store, self._search
 
-    async def _choose_backend(self) -> Literal["search", "plain"]:
-        """The backend recorded in Redis; the first worker records its choice there, so
-        workers that would detect differently (other permissions) never split."""
+    async def _open_backend(self) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
+        """The backend recorded in Redis, or when none is, this worker's choice, recorded
+        for every later worker (so workers that would detect differently, having other
+        permissions, never split). The search index is made before the choice is recorded:
+        a worker that cannot make it records nothing."""
         key = self._keys.memory_backend()
         recorded = await self._client.get(key)
-        if recorded is None:
-            want = self._backend
-            if want == "auto":
-                want = "search" if await has_search_module(self._client) else "plain"
-            await self._client.set(key, want, nx=True)
-            recorded = await self._client.get(key)
-            if recorded is None:  # deleted at once by someone else: do not guess
-                raise MemoryIndexError(f"could not record the memory backend in {key!r}")
-        chosen = text(recorded)
-        if chosen not in ("search", "plain"):
-            raise CorruptDataError(key, f"not a memory backend name: {chosen!r}")
+        chosen = self._backend if recorded is None else _backend_name(key, recorded)
+        if chosen == "auto":
+            chosen = "search" if await has_search_module(self._client) else "plain"
         if self._backend not in ("auto", chosen):
             raise MemoryIndexError(
                 f"this service asks for the {self._backend!r} memory backend, but "
                 f"{key!r} records {chosen!r}, used by the other workers"
             )
-        return "search" if chosen == "search" else "plain"
+        search: IndexSearch | PlainSearch = PlainSearch(self._client, self._keys)
+        if chosen == "search":
+            search = IndexSearch(self._client, self._keys, per_user=self._cluster)
+            try:
+                if not self._cluster:
+                    await search.ensure_index()
+            except NoPermissionError:
+                raise  # a PermissionDeniedError naming what to grant
+            except ResponseError as exc:
+                raise MemoryIndexError(
+                    f"the memory backend is 'search' but this client cannot use "
+                    f"the search module: {exc}"
+                ) from exc
+        if recorded is None:
+            await self._client.set(key, chosen, nx=True)
+            again = await self._client.get(key)
+            if again is None:  # deleted at once by someone else: do not guess
+                raise MemoryIndexError(f"could not record the memory backend in {key!r}")
+            if _backend_name(key, again) != chosen:  # another worker recorded first
+                return await self._open_backend()
+        return MemoryStore(self._client, self._keys, postings=chosen == "plain"), search
 
     # -- writes ---------------------------------------------------------------------------
 
+    @_scripts.typed_permissions
     async def add_session_to_memory(self, session: Session) -> None:
         """Index the session's events that carry text, replacing what it contributed before.
 
@@ -196,6 +196,7 @@ class RedisMemoryService(ClientOwner):
                 app, user, [], mode="replace", session_id=sid, ingest=ingest, final=True
             )
 
+    @_scripts.typed_permissions
     async def add_events_to_memory(
         self,
         *,
@@ -217,6 +218,7 @@ class RedisMemoryService(ClientOwner):
         for batch in batches(docs):
             await store.put(app, user, batch, mode="keep", session_id=sid)
 
+    @_scripts.typed_permissions
     async def add_memory(
         self,
         *,
@@ -256,6 +258,7 @@ class RedisMemoryService(ClientOwner):
         for batch in batches(list(docs.values())):
             await store.put(app, user, batch, mode="explicit", session_id=None)
 
+    @_scripts.typed_permissions
     async def delete_memory(
         self, *, app_name: str, user_id: str, memory_id: str | None = None
     ) -> None:
@@ -274,6 +277,7 @@ class RedisMemoryService(ClientOwner):
 
     # -- reads ----------------------------------------------------------------------------
 
+    @_scripts.typed_permissions
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str, limit: int = 10
     ) -> SearchMemoryResponse:
@@ -336,6 +340,13 @@ class RedisMemoryService(ClientOwner):
             if doc is not None:
                 docs.setdefault(event.id, doc)
         return list(docs.values())
+
+
+def _backend_name(key: str, raw: bytes | str) -> Literal["search", "plain"]:
+    name = text(raw)
+    if name not in ("search", "plain"):
+        raise CorruptDataError(key, f"not a memory backend name: {name!r}")
+    return "search" if name == "search" else "plain"
 
 
 def _metadata(value: Mapping[str, object] | None) -> dict[str, Any]:

@@ -12,7 +12,13 @@
 --   names: 'app:<field>' -> JSON, 'index_add' -> member (then 'score' -> score),
 --   'index_rem' -> member
 -- returns {last id applied ('' = none yet), app state as field/value list (ARGV[2] = '1')},
---         {-3, key, found type} when a key has a foreign type (nothing written)
+--         {-3, key, found type} when a key has a foreign type, {-4, command, key} when the
+--         ACL user may not run a command it needs (nothing written either way)
+local refused = denied_each('TYPE', KEYS)
+  or denied('HGET', KEYS[2], 'HGET', KEYS[4], 'HSET', KEYS[1], 'HSET', KEYS[2], 'HSET', KEYS[4],
+    'ZADD', KEYS[3], 'ZREM', KEYS[3], 'HGETALL', KEYS[1])
+if refused then return refused end
+
 local expected = {'hash', 'hash', 'zset', 'hash'}
 for i, want in ipairs(expected) do
   local t = redis.call('TYPE', KEYS[i])

@@ -14,7 +14,8 @@
 -- order by the last_update_time kept here.
 -- returns {1, new revision, stream id, outbox} appended, {2, revision the event produced,
 --         '', outbox} already stored (a retry), {-1} no such session, {-2, current revision}
---         stale writer, {-3, key, found type} when a key has a foreign type. Only status 1
+--         stale writer, {-3, key, found type} when a key has a foreign type, {-4, command,
+--         key} when the ACL user may not run a command it needs. Only status 1
 --         writes (besides dropping applied outbox entries). outbox (cluster layout only):
 --         the entries from ARGV[9] on, as XRANGE returns them, for the caller to apply to
 --         the app's slot; app fields are recorded there as "app:<field>" -> JSON.
@@ -23,6 +24,16 @@
 -- written after it is known to have the right type first. The reads below check KEYS[1]
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
 local cluster = ARGV[9] ~= ''
+local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
+    'HSET', KEYS[1], 'HSET', KEYS[4])
+  or (ARGV[10] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
+  or (ARGV[11] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
+  or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
+  or (not cluster and ARGV[12] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
+  or (tonumber(ARGV[8]) > 0 and denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
+    'EXPIRE', KEYS[4]))
+if refused then return refused end
+
 local has_outbox = false
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'

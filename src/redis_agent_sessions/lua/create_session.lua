@@ -14,8 +14,17 @@
 --         ({1, user state, outbox entries from ARGV[7] on} in the cluster layout, where the
 --         app index entry and app fields are recorded in the outbox for the caller to apply),
 --         {0} when the session exists ({0, outbox entries from ARGV[7] on} in the cluster
---         layout), {-3, key, found type} when a key has a foreign type
+--         layout), {-3, key, found type} when a key has a foreign type, {-4, command, key}
+--         when the ACL user may not run a command it needs (nothing written)
 local cluster = ARGV[7] ~= ''
+local refused = denied_each('TYPE', KEYS)
+  or denied('EXISTS', KEYS[1], 'DEL', KEYS[2], 'DEL', KEYS[3], 'DEL', KEYS[4], 'HSET', KEYS[1],
+    'HSET', KEYS[2], 'HSET', KEYS[5], 'ZADD', KEYS[6], 'HGETALL', KEYS[5])
+  or (cluster and denied('XADD', KEYS[7], 'XTRIM', KEYS[7], 'XRANGE', KEYS[7]))
+  or (not cluster and denied('HSET', KEYS[7], 'HGETALL', KEYS[7], 'ZADD', KEYS[8]))
+  or (tonumber(ARGV[5]) > 0 and denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2]))
+if refused then return refused end
+
 local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'hash', 'zset'}
 if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'stream'} end
 for i, want in ipairs(expected) do

@@ -8,8 +8,14 @@
 -- returns {n, outbox}: n = 1 when something was deleted, 0 when there was nothing; outbox
 --         (cluster layout) = entries from ARGV[3] on, the app index removal among them, for
 --         the caller to apply; {-3, key, found type} when an index has a foreign type
---         (nothing deleted)
+--         (nothing deleted), {-4, command, key} when the ACL user may not run a command it
+--         needs (nothing deleted)
 local cluster = ARGV[3] ~= ''
+local refused = denied('TYPE', KEYS[5], 'TYPE', KEYS[6], 'DEL', KEYS[1], 'DEL', KEYS[2],
+    'DEL', KEYS[3], 'DEL', KEYS[4], 'ZREM', KEYS[5])
+  or (cluster and denied('XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
+  or (not cluster and denied('ZREM', KEYS[6]))
+if refused then return refused end
 for i, key in ipairs({KEYS[5], KEYS[6]}) do
   local want = (cluster and i == 2) and 'stream' or 'zset'
   local t = redis.call('TYPE', key)

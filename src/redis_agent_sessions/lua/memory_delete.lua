@@ -8,9 +8,24 @@
 --   x = words|grams read before (absent = entry was missing), o = posting key indexes,
 --   only = session id the entry must still belong to (absent = any)}
 -- returns {0} when an entry changed since it was read (nothing written: read and retry),
+--         {-4, command, key} when the ACL user may not run a command it needs (nothing
+--         written),
 --         else {1, entries deleted}
 local postings, spare = ARGV[2] == '1', ARGV[3] == '1'
 local ops = cjson.decode(ARGV[4])
+local refused = denied('ZREM', KEYS[1])
+for _, op in ipairs(ops) do
+  refused = refused or denied('HMGET', KEYS[op.k], 'DEL', KEYS[op.k])
+    or (op.s > 0 and denied('SREM', KEYS[op.s]))
+  if postings then
+    for _, i in ipairs(op.o) do refused = refused or denied('ZREM', KEYS[i]) end
+  end
+end
+refused = refused
+  or (postings and denied('HDEL', KEYS[3]))
+  or (ARGV[1] == '1' and denied('SADD', KEYS[2]))
+  or (spare and denied('SISMEMBER', KEYS[4]))
+if refused then return refused end
 local todo = {}
 for _, op in ipairs(ops) do
   local cur = redis.call('HMGET', KEYS[op.k], 'words', 'grams', 'session')

@@ -11,10 +11,31 @@
 --    w = [posting key indexes], o = [old posting key indexes], x = sig those belong to,
 --    t = text for KEYS[5] ('' = none)}
 -- returns {0} when an entry's stored words differ from x (nothing written: read and retry),
+--         {-4, command, key} when the ACL user may not run a command it needs (nothing
+--         written),
 --         else {1, written, stale ids of the session...} (ARGV[5] only; none left: KEYS[4]
 --         is dropped)
 local mode, postings = ARGV[1], ARGV[2] == '1'
 local ops = cjson.decode(ARGV[7])
+local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1])
+for _, op in ipairs(ops) do
+  local key = KEYS[op.k]
+  refused = refused or denied('HMGET', key, 'DEL', key, 'HSET', key)
+  if postings then
+    for _, i in ipairs(op.w) do refused = refused or denied('ZADD', KEYS[i]) end
+    for _, i in ipairs(op.o) do refused = refused or denied('ZREM', KEYS[i]) end
+  end
+end
+-- An ingestion ends by deleting the session's stale entries (memory_delete.lua): a user who
+-- may not do that is refused now, before its first batch is written.
+local ingest = tonumber(ARGV[4]) > 0
+refused = refused
+  or (postings and denied('HSET', KEYS[5], 'HDEL', KEYS[5]))
+  or (ARGV[3] == '1' and denied('SADD', KEYS[3]))
+  or (mode == 'explicit' and denied('SREM', KEYS[2]))
+  or (ingest and denied('SADD', KEYS[4], 'EXPIRE', KEYS[4], 'SDIFF', KEYS[4], 'DEL', KEYS[4],
+    'SISMEMBER', KEYS[4], 'SDIFF', KEYS[3], 'SREM', KEYS[3], 'ZREM', KEYS[1]))
+if refused then return refused end
 local todo = {}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]

@@ -3,10 +3,14 @@
 -- ARGV[1] limit   ARGV[2] number of query words, then for each word: the number of its
 --   postings, that many KEYS indexes (an entry must be in all), and a substring the
 --   entry's text must contain ('' = none)
--- returns flat {id, words matched, ...}, best first, at most ARGV[1] entries
+-- returns flat {id, words matched, ...}, best first, at most ARGV[1] entries, or
+--         {-4, command, key} when the ACL user may not run a command it needs
 -- Levels, from all words down to one: an entry matching c of n words is in at least one
 -- of any n - c + 1 of them, so the newest entries of level c come from merging only the
 -- n - c + 1 smallest postings newest first, stopping as soon as the limit is reached.
+local refused = denied_each('ZCARD', KEYS, 2) or denied_each('ZSCORE', KEYS, 2)
+  or denied_each('ZREVRANGE', KEYS, 2) or denied('HGET', KEYS[1])
+if refused then return refused end
 local limit = tonumber(ARGV[1])
 local terms = {}
 local pos = 3

@@ -7,8 +7,15 @@
 --         that may not be applied yet (see append_event.lua)
 -- ARGV[2..] for each session, in the same order: its session id and its app sessions member
 -- returns {dropped, outbox}: the number of sessions dropped from the indexes, and (cluster
---         layout) the outbox entries from ARGV[1] on, app index removals among them
+--         layout) the outbox entries from ARGV[1] on, app index removals among them;
+--         {-4, command, key} when the ACL user may not run a command it needs (nothing written)
 local cluster = ARGV[1] ~= ''
+local refused = nil
+for i = 2, #KEYS, 2 do refused = refused or denied('EXISTS', KEYS[i], 'ZREM', KEYS[i + 1]) end
+refused = refused
+  or (cluster and denied('TYPE', KEYS[1], 'XADD', KEYS[1], 'XTRIM', KEYS[1], 'XRANGE', KEYS[1]))
+  or (not cluster and denied('ZREM', KEYS[1]))
+if refused then return refused end
 if cluster then
   local t = redis.call('TYPE', KEYS[1])
   if type(t) == 'table' then t = t['ok'] end

@@ -12,7 +12,12 @@
 --         that may not be applied yet
 -- returns {meta, session state, user state, app state or outbox entries, events} (hashes
 --         as field/value lists, events newest first for 'recent'; {} when there is no
---         session), or {-3, key, error} when a key has a foreign type
+--         session), {-3, key, error} when a key has a foreign type, or {-4, command, key}
+--         when the ACL user may not run a command it needs
+local refused = denied('HGETALL', KEYS[1], 'HGETALL', KEYS[2], 'HGETALL', KEYS[3],
+  ARGV[4] ~= '' and 'XRANGE' or 'HGETALL', KEYS[5],
+  ARGV[1] == 'recent' and 'XREVRANGE' or 'XRANGE', KEYS[4])
+if refused then return refused end
 local bad = nil
 local function read(cmd, key, ...)
   local reply = redis.pcall(cmd, key, ...)

@@ -1,0 +1,59 @@
+"""The README's least-privilege ACL user, made on a real server for the contract suites.
+
+The rules are read from the README itself, so the published line is the one tested.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+_LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
+
+
+def readme_rules() -> tuple[list[str], list[str]]:
+    """(rules for sessions + plain memory, extra rules for the search backend)."""
+    base, search = _LINE.findall(README.read_text())
+    return shlex.split(base), shlex.split(search)
+
+
+def readme_commands(*, search: bool = False) -> list[str]:
+    """The commands the README grants (``+name``), for the one-missing checks."""
+    base, extra = readme_rules()
+    return [r[1:] for r in base + (extra if search else []) if r.startswith("+")]
+
+
+@asynccontextmanager
+async def acl_user(
+    admin: Redis, *, search: bool = False, without: str | None = None
+) -> AsyncIterator[Redis]:
+    """A client logged in as a fresh user with the README's rules (minus ``+without``)."""
+    base, extra = readme_rules()
+    rules = base + (extra if search else [])
+    name, password = f"ras-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    rules = [f">{password}" if r.startswith(">") else r for r in rules]
+    if without is not None:
+        assert f"+{without}" in rules, without
+        rules.remove(f"+{without}")
+    await admin.execute_command("ACL", "SETUSER", name, "reset", *rules)
+    kwargs: dict[str, Any] = admin.connection_pool.connection_kwargs
+    client = Redis(
+        host=kwargs.get("host", "localhost"),
+        port=kwargs.get("port", 6379),
+        db=kwargs.get("db", 0),
+        username=name,
+        password=password,
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await admin.execute_command("ACL", "DELUSER", name)

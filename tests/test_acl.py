@@ -1,0 +1,232 @@
+"""The README's least-privilege ACL, command by command, on real servers.
+
+The contract suites run as the README's user (the ``acl`` backends in conftest.py and
+test_memory.py), which shows the line grants enough. Here, for each command of the line, a
+user lacking just that one runs a workflow touching every operation: some step must be
+refused (so the command is needed: the line is least privilege) with PermissionDeniedError
+naming it, and the refused step must leave the database exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from _acl import acl_user, readme_commands
+from _servers import skip_without
+from redis_agent_sessions import (
+    Content,
+    Event,
+    EventActions,
+    GetSessionConfig,
+    MemoryEntry,
+    Part,
+    PermissionDeniedError,
+    RedisMemoryService,
+    RedisSessionService,
+    SessionServiceConfig,
+)
+from test_bad_input import snapshot
+
+pytestmark = [pytest.mark.real, pytest.mark.acl]
+
+APP, USER = "acl_app", "ann"
+Step = Callable[[], Awaitable[Any]]
+
+
+@pytest.fixture(params=["REDIS_URL", "REDIS_SEARCH_URL"])
+async def admin(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+    client = Redis.from_url(skip_without(request.param))
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+def text_event(words: str, **delta: Any) -> Event:
+    return Event(
+        author="user",
+        content=Content(role="user", parts=[Part(text=words)]),
+        actions=EventActions(state_delta=delta),
+    )
+
+
+def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple[str, Step]]:
+    """Every operation, in an order where each step can run once the ones before did."""
+    config = SessionServiceConfig(ttl_seconds=600, cluster=cluster_layout or None)
+    sessions = RedisSessionService(worker, config=config)
+    memory = RedisMemoryService(worker, config=config, backend="auto" if search else "plain")
+    got: dict[str, Any] = {}
+
+    async def create() -> None:
+        got["s"] = await sessions.create_session(
+            app_name=APP, user_id=USER, session_id="s1", state={"k": 1, "user:u": 1, "app:a": 1}
+        )
+
+    async def append() -> None:
+        got["s"] = await sessions.get_session(app_name=APP, user_id=USER, session_id="s1")
+        await sessions.append_event(got["s"], text_event("paris trip", k=2, **{"user:u": 2}))
+        await sessions.append_event(got["s"], text_event("rome hotel", **{"app:a": 2}))
+
+    async def second_session() -> None:
+        await sessions.create_session(app_name=APP, user_id=USER, session_id="s2")
+
+    async def read() -> None:
+        await sessions.get_session(app_name=APP, user_id=USER, session_id="s1")
+        recent = GetSessionConfig(num_recent_events=1)
+        await sessions.get_session(app_name=APP, user_id=USER, session_id="s1", config=recent)
+        await sessions.get_user_state(app_name=APP, user_id=USER)
+        await sessions.get_app_state(app_name=APP)
+
+    async def listing() -> None:
+        await sessions.list_sessions(app_name=APP, user_id=USER)
+        await sessions.list_sessions(app_name=APP)
+
+    async def memory_backend() -> None:
+        # Records the deployment's backend in ras:mem:backend (once, for every worker).
+        await memory.backend()
+
+    async def remember() -> None:
+        session = await sessions.get_session(app_name=APP, user_id=USER, session_id="s1")
+        assert session is not None
+        await memory.add_session_to_memory(session)
+        # Re-ingesting a session that lost an event drops that event's entry.
+        session.events = session.events[:1]
+        await memory.add_session_to_memory(session)
+        await memory.add_events_to_memory(app_name=APP, user_id=USER, events=session.events)
+        note = MemoryEntry(id="m1", content=Content(parts=[Part(text="paris note 東京駅")]))
+        await memory.add_memory(app_name=APP, user_id=USER, memories=[note])
+
+    async def another_worker() -> None:
+        other = RedisMemoryService(worker, config=config, backend="auto" if search else "plain")
+        await other.add_memory(
+            app_name=APP,
+            user_id=USER,
+            memories=[MemoryEntry(id="m2", content=Content(parts=[Part(text="paris again")]))],
+        )
+
+    async def recall() -> None:
+        found = await memory.search_memory(app_name=APP, user_id=USER, query="paris hotel")
+        assert found.memories
+        # A CJK word also matches inside longer runs (RediSearch: FT.AGGREGATE).
+        await memory.search_memory(app_name=APP, user_id=USER, query="東京")
+
+    async def forget() -> None:
+        await memory.delete_memory(app_name=APP, user_id=USER, memory_id="m1")
+        await memory.delete_memory(app_name=APP, user_id=USER)
+
+    async def delete() -> None:
+        await sessions.delete_session(app_name=APP, user_id=USER, session_id="s1")
+
+    async def prune() -> None:
+        # s2 vanished without delete_session (as by TTL): the listing drops its index entries.
+        await listing()
+
+    return [
+        ("create", create),
+        ("append", append),
+        ("second_session", second_session),
+        ("read", read),
+        ("listing", listing),
+        ("memory_backend", memory_backend),
+        ("remember", remember),
+        ("another_worker", another_worker),
+        ("recall", recall),
+        ("forget", forget),
+        ("delete", delete),
+        ("prune", prune),
+    ]
+
+
+async def run_as(admin: Redis, worker: Redis, *, cluster_layout: bool, search: bool) -> None:
+    """The workflow; raises the first step's error after checking it changed nothing."""
+    await admin.script_flush()  # so SCRIPT LOAD is needed, and checked, too
+    for name, step in workflow(worker, cluster_layout=cluster_layout, search=search):
+        if name == "prune":
+            await admin.delete(*[k async for k in admin.scan_iter(match="ras:*s2*")])
+        before = await snapshot(admin)
+        try:
+            await step()
+        except PermissionDeniedError as exc:
+            after = await snapshot(admin)
+            if cluster_layout and exc.key and exc.key.startswith(APP_SLOT):
+                # The app's slot refused the second step: the first (the user's slot) has
+                # landed, its app writes pending in the outbox, as after any failed app step.
+                before, after = _slot(before, APP_SLOT), _slot(after, APP_SLOT)
+            assert after == before, f"step {name} changed data, then was refused"
+            raise
+
+
+APP_SLOT = f"ras:{{{APP}}}:"
+
+
+def _slot(data: dict[bytes, Any], prefix: str) -> dict[bytes, Any]:
+    return {k: v for k, v in data.items() if k.startswith(prefix.encode())}
+
+
+@pytest.mark.parametrize("layout", ["single", "cluster-layout"])
+async def test_the_readme_user_runs_every_operation(admin: Redis, layout: str) -> None:
+    search = await _has_search(admin)
+    async with acl_user(admin, search=search) as worker:
+        await run_as(admin, worker, cluster_layout=layout != "single", search=search)
+
+
+async def _has_search(admin: Redis) -> bool:
+    modules = await admin.execute_command("MODULE", "LIST")
+    return any(b"search" in (m if isinstance(m, list) else list(m.values())) for m in modules)
+
+
+# The base line is checked where memory uses the plain backend, the search rules where it
+# uses RediSearch (which needs none of the plain backend's posting commands).
+ONE_MISSING = [("REDIS_URL", c) for c in readme_commands()] + [
+    ("REDIS_SEARCH_URL", c) for c in readme_commands(search=True)[len(readme_commands()) :]
+]
+
+
+@pytest.mark.parametrize(("admin", "command"), ONE_MISSING, indirect=["admin"])
+async def test_each_command_of_the_line_is_needed(admin: Redis, command: str) -> None:
+    search = await _has_search(admin)
+    refused: list[PermissionDeniedError] = []
+    for layout in (False, True):
+        await admin.flushdb()
+        async with acl_user(admin, search=search, without=command) as worker:
+            try:
+                await run_as(admin, worker, cluster_layout=layout, search=search)
+            except PermissionDeniedError as exc:
+                refused.append(exc)
+    assert refused, f"+{command} is in the README's line but nothing needed it"
+    assert any(exc.command == command.upper() for exc in refused), [str(e) for e in refused]
+
+
+async def test_ttl_without_expire_writes_nothing(admin: Redis) -> None:
+    """The case that showed the bug: create_session with a TTL as a user lacking EXPIRE used
+    to leave the session behind without expiry."""
+    async with acl_user(admin, without="expire") as worker:
+        config = SessionServiceConfig(ttl_seconds=60)
+        service = RedisSessionService(worker, config=config)
+        with pytest.raises(PermissionDeniedError, match="EXPIRE") as caught:
+            await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        assert caught.value.command == "EXPIRE"
+        assert str(caught.value.key).startswith("ras:")
+        assert await snapshot(admin) == {}
+        # Without a TTL the same user needs no EXPIRE.
+        plain = RedisSessionService(worker)
+        session = await plain.create_session(app_name=APP, user_id=USER, session_id="s")
+        before = await snapshot(admin)
+        with pytest.raises(PermissionDeniedError, match="EXPIRE"):
+            await service.append_event(session, Event(actions=EventActions(state_delta={"k": 1})))
+        assert await snapshot(admin) == before
+
+
+async def test_a_key_outside_the_prefix_is_refused(admin: Redis) -> None:
+    async with acl_user(admin) as worker:
+        other = RedisSessionService(worker, config=SessionServiceConfig(key_prefix="other"))
+        with pytest.raises(PermissionDeniedError) as caught:
+            await other.create_session(app_name=APP, user_id=USER)
+        assert str(caught.value.key).startswith("other:")
+        with pytest.raises(PermissionDeniedError):
+            await other.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert await snapshot(admin) == {}
