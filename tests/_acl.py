@@ -19,25 +19,30 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 _LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
 
 
-def readme_rules() -> tuple[list[str], list[str]]:
-    """(rules for sessions + plain memory, extra rules for the search backend)."""
-    base, search = _LINE.findall(README.read_text())
-    return shlex.split(base), shlex.split(search)
+def readme_rules() -> dict[str, list[str]]:
+    """The README's rules: ``base`` (sessions + plain memory), then the extras for the
+    ``search`` backend and for the ``replicas`` and ``aof`` write concerns."""
+    lines = _LINE.findall(README.read_text())
+    names = ["base", "search", "replicas", "aof"]
+    assert len(lines) == len(names), lines
+    return {name: shlex.split(line) for name, line in zip(names, lines, strict=True)}
 
 
 def readme_commands(*, search: bool = False) -> list[str]:
     """The commands the README grants (``+name``), for the one-missing checks."""
-    base, extra = readme_rules()
-    return [r[1:] for r in base + (extra if search else []) if r.startswith("+")]
+    rules = readme_rules()
+    granted = rules["base"] + (rules["search"] if search else [])
+    return [r[1:] for r in granted if r.startswith("+")]
 
 
 @asynccontextmanager
 async def acl_user(
-    admin: Redis, *, search: bool = False, without: str | None = None
+    admin: Redis, *, search: bool = False, concern: str | None = None, without: str | None = None
 ) -> AsyncIterator[Redis]:
-    """A client logged in as a fresh user with the README's rules (minus ``+without``)."""
-    base, extra = readme_rules()
-    rules = base + (extra if search else [])
+    """A client logged in as a fresh user with the README's rules (the search ones with
+    ``search``, those of a write ``concern``), minus ``+without``."""
+    readme = readme_rules()
+    rules = readme["base"] + (readme["search"] if search else []) + readme.get(concern or "", [])
     name, password = f"ras-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     rules = [f">{password}" if r.startswith(">") else r for r in rules]
     if without is not None:

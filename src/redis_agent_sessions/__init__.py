@@ -14,6 +14,7 @@ from .errors import (
     RedisSessionsError,
     SessionNotFoundError,
     StaleSessionError,
+    WriteConcernError,
 )
 from .memory import MemoryEntry, RedisMemoryService, SearchMemoryResponse
 from .models import (
@@ -49,5 +50,6 @@ __all__ = [
     "SessionNotFoundError",
     "SessionServiceConfig",
     "StaleSessionError",
+    "WriteConcernError",
     "__version__",
 ]

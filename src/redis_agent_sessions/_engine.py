@@ -19,6 +19,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from . import _lifecycle, _scripts
 from ._codec import check_id, decode_hash, encode_fields, gc_paused, text
+from ._concern import WriteConcern
 from ._outbox import AppOutbox
 from .config import SessionServiceConfig
 from .errors import (
@@ -29,6 +30,7 @@ from .errors import (
     PermissionDeniedError,
     SessionNotFoundError,
     StaleSessionError,
+    WriteConcernError,
 )
 from .keys import KeySpace, SessionKeys, split_app_member
 from .state import TEMP_PREFIX, merge_state, split_state_delta
@@ -120,6 +122,7 @@ class SessionEngine(Generic[S, E]):
         self.cluster = detected or bool(self.config.cluster)
         """Cluster layout: every script touches one slot; app-scope writes go via an outbox."""
         self._outbox = AppOutbox(client) if self.cluster else None
+        self._concern = WriteConcern.of(self.config)
         self._cluster_client_fresh = isinstance(client, RedisCluster)
         self._read = _scripts.register(client, "read_session")
         self._create = _scripts.register(client, "create_session")
@@ -137,7 +140,7 @@ class SessionEngine(Generic[S, E]):
         state: Mapping[str, Any] | None = None,
         session_id: str | None = None,
     ) -> S:
-        await self._connected()
+        await self._connected(write=True)
         check_id("app_name", app_name)
         check_id("user_id", user_id)
         sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
@@ -151,6 +154,7 @@ class SessionEngine(Generic[S, E]):
         script_keys = _script_keys(keys)
         if self._outbox is not None:
             script_keys[6:] = [keys.app_outbox]
+        shortfalls: list[str] = []
         reply = await self._run(
             self._create,
             script_keys,
@@ -164,6 +168,7 @@ class SessionEngine(Generic[S, E]):
                 self._first_unapplied(keys),
             ],
             fields,
+            shortfalls,
         )
         if reply[0] == 0:
             if self._outbox is not None and reply[1]:
@@ -172,7 +177,8 @@ class SessionEngine(Generic[S, E]):
         user_state = decode_hash(keys.user_state, reply[1])
         app_raw = reply[2]
         if self._outbox is not None:
-            app_raw = await self._apply(keys, reply[2], want_state=True)
+            app_raw = await self._apply(keys, reply[2], want_state=True, shortfalls=shortfalls)
+        self._confirmed("create_session", shortfalls)
         app_state = decode_hash(keys.app_state, app_raw)
         stored = StoredSession(
             sid, app_name, user_id, merge_state(scoped.session, user_state, app_state), now, 0
@@ -180,7 +186,7 @@ class SessionEngine(Generic[S, E]):
         return self._codec.build_session(stored, [])
 
     async def append_event(self, session: S, event: E) -> E:
-        await self._connected()
+        await self._connected(write=True)
         if not self._codec.is_session(session):
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         if not self._codec.is_event(event):
@@ -210,6 +216,7 @@ class SessionEngine(Generic[S, E]):
         # temp: values live only in the caller's objects, never in the stored event; on
         # failure the caller gets its event back as it was, ready to retry.
         event.actions.state_delta = stored_delta
+        shortfalls: list[str] = []
         try:
             raw_event = self._encode_event(event, _stored_bytes(fields))
             reply = await self._run(
@@ -234,6 +241,7 @@ class SessionEngine(Generic[S, E]):
                     self._first_unapplied(keys),
                 ],
                 fields,
+                shortfalls,
             )
             if reply[0] == _NOT_FOUND:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
@@ -242,7 +250,9 @@ class SessionEngine(Generic[S, E]):
             if self._outbox is not None and reply[3]:
                 # The event is stored; if this step fails the caller retries, and the
                 # retry (a duplicate) finishes the apply.
-                await self._apply(keys, reply[3], want_state=False)
+                await self._apply(keys, reply[3], want_state=False, shortfalls=shortfalls)
+            # Before the caller's copy takes the event: its retry (a duplicate) waits again.
+            self._confirmed("append_event", shortfalls)
         except BaseException:
             event.actions.state_delta = delta
             raise
@@ -267,12 +277,13 @@ class SessionEngine(Generic[S, E]):
         return raw
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        await self._connected()
+        await self._connected(write=True)
         keys = self.keys.session(
             check_id("app_name", app_name),
             check_id("user_id", user_id),
             check_id("session_id", session_id),
         )
+        shortfalls: list[str] = []
         reply = await self._run(
             self._delete,
             [
@@ -285,9 +296,12 @@ class SessionEngine(Generic[S, E]):
             ],
             [session_id, keys.app_member, self._first_unapplied(keys)],
             [],
+            shortfalls,
         )
         if self._outbox is not None and reply[1]:
-            await self._apply(keys, reply[1], want_state=False)
+            await self._apply(keys, reply[1], want_state=False, shortfalls=shortfalls)
+        if reply[0] == 1:  # a retry that finds nothing to delete has nothing to confirm
+            self._confirmed("delete_session", shortfalls)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -547,12 +561,24 @@ class SessionEngine(Generic[S, E]):
 
     # -- helpers --------------------------------------------------------------------------
 
-    async def _connected(self) -> None:
+    async def _connected(self, *, write: bool = False) -> None:
         """Initialize a fresh cluster client once: redis-py 8.1's RedisCluster fails when its
-        very first commands run concurrently (redis-py issue #3032)."""
+        very first commands run concurrently (redis-py issue #3032). Before the first write,
+        check that the server can confirm writes as the write concern asks."""
         if self._cluster_client_fresh:
             await self._redis.initialize()
             self._cluster_client_fresh = False
+        if write and self._concern is not None:
+            await self._concern.check_server(self._redis)
+
+    def _confirmed(self, operation: str, shortfalls: list[str]) -> None:
+        if shortfalls:
+            raise WriteConcernError(
+                f"{operation} landed on the primary, but write_concern="
+                f"{self.config.write_concern!r} was not met: {'; '.join(shortfalls)}. It may "
+                "be lost if the primary fails before its replicas have it; retrying is safe.",
+                written=True,
+            )
 
     def _first_unapplied(self, keys: SessionKeys) -> str:
         """ARGV that selects the layout: '' on a single node, else the outbox cursor."""
@@ -573,7 +599,14 @@ class SessionEngine(Generic[S, E]):
             return app_raw
         return await self._apply(keys, pending, want_state=True)
 
-    async def _apply(self, keys: SessionKeys, raw_entries: Any, *, want_state: bool) -> Any:
+    async def _apply(
+        self,
+        keys: SessionKeys,
+        raw_entries: Any,
+        *,
+        want_state: bool,
+        shortfalls: list[str] | None = None,
+    ) -> Any:
         """Apply a user's outbox entries (an XRANGE reply, or parsed) in the app's slot."""
         assert self._outbox is not None
         return await self._outbox.apply(
@@ -584,6 +617,8 @@ class SessionEngine(Generic[S, E]):
             user_member=keys.user_member,
             entries=AppOutbox.entries(raw_entries),
             want_state=want_state,
+            concern=self._concern,
+            shortfalls=shortfalls,
         )
 
     def _check_size(self, what: str, size: int) -> None:
@@ -606,12 +641,25 @@ class SessionEngine(Generic[S, E]):
             raise CorruptDataError(key, f"session metadata is missing or bad: {exc!r}") from exc
 
     async def _run(
-        self, script: Any, keys: list[str], args: list[Any], fields: list[list[bytes | str]]
+        self,
+        script: Any,
+        keys: list[str],
+        args: list[Any],
+        fields: list[list[bytes | str]],
+        shortfalls: list[str] | None = None,
     ) -> Any:
+        """Run a script; with a write concern and ``shortfalls`` (a write operation), wait
+        for it in the same round trip and add any shortfall to ``shortfalls``."""
         counts = [len(f) // 2 for f in fields] if fields else []
         flat = [v for f in fields for v in f]
+        argv = [*args, *counts, *flat]
         try:
-            reply = await _scripts.call(script, keys, [*args, *counts, *flat])
+            if self._concern is None or shortfalls is None:
+                reply = await _scripts.call(script, keys, argv)
+            else:
+                reply, waited = await self._concern.call(script, keys, argv)
+                if short := self._concern.shortfall(waited):
+                    shortfalls.append(short)
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
                 raise CorruptDataError(

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import _scripts
 from ._codec import text
+from ._concern import WriteConcern
 from .errors import CorruptDataError
 
 __all__ = ["AppOutbox", "Entry"]
@@ -93,8 +94,11 @@ class AppOutbox:
         user_member: str,
         entries: list[Entry],
         want_state: bool,
+        concern: WriteConcern | None = None,
+        shortfalls: list[str] | None = None,
     ) -> Any:
-        """Apply ``entries`` (one user's, oldest first) in the app's slot.
+        """Apply ``entries`` (one user's, oldest first) in the app's slot; with a
+        ``concern``, wait for it there too and add any shortfall to ``shortfalls``.
 
         Returns the app state hash as a flat list when ``want_state``, else None.
         """
@@ -102,7 +106,12 @@ class AppOutbox:
         for stream_id, fields in entries:
             args += (stream_id, len(fields) // 2, *fields)
         keys = [app_state, app_versions, app_sessions, app_applied]
-        reply = await _scripts.call(self._apply, keys, args)
+        if concern is None or shortfalls is None:
+            reply = await _scripts.call(self._apply, keys, args)
+        else:
+            reply, waited = await concern.call(self._apply, keys, args)
+            if short := concern.shortfall(waited):
+                shortfalls.append(f"app step: {short}")
         if reply and reply[0] == -3:
             raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
         self.learn(app_applied, user_member, reply[0])

@@ -20,7 +20,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 from ._codec import text
 from .errors import PermissionDeniedError
 
-__all__ = ["call", "lua_source", "permission_error", "register", "typed_permissions"]
+__all__ = ["call", "checked", "lua_source", "permission_error", "register", "typed_permissions"]
 
 DENIED = -4
 """First item of a script's reply when the ACL user may not run a command it needs."""
@@ -47,14 +47,22 @@ async def call(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
     PermissionDeniedError naming it."""
     try:
         reply = await script(keys=keys, args=args)
-    except NoPermissionError as exc:  # EVALSHA or SCRIPT LOAD itself
-        raise permission_error(exc, keys[0] if keys else None) from exc
     except ResponseError as exc:
+        reply = exc
+    return checked(reply, keys)
+
+
+def checked(reply: Any, keys: list[Any]) -> Any:
+    """A script's reply, or its error (a pipeline's exception instance) raised: refusals as
+    PermissionDeniedError, anything else as it came."""
+    if isinstance(reply, NoPermissionError):  # EVALSHA or SCRIPT LOAD itself
+        raise permission_error(reply, keys[0] if keys else None) from reply
+    if isinstance(reply, ResponseError):
         # A command the plan did not foresee, refused inside the script (Redis does not
         # name it there). Not expected: every script asks for all it runs.
-        if "user executing the script can't" not in str(exc):
-            raise
-        raise PermissionDeniedError(None, None, str(exc)) from exc
+        if "user executing the script can't" in str(reply):
+            raise PermissionDeniedError(None, None, str(reply)) from reply
+        raise reply
     if isinstance(reply, list) and reply and reply[0] == DENIED:
         raise PermissionDeniedError(text(reply[1]), text(reply[2]), "nothing was written")
     return reply

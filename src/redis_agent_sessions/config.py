@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["SessionServiceConfig"]
 
@@ -32,6 +32,24 @@ class SessionServiceConfig(BaseModel):
     writes reach the app's slot in a second, idempotent step. None (the default) detects it
     from the client: a ``redis.asyncio.cluster.RedisCluster`` gets it. True on a single
     node runs the cluster code path there (to check a deployment's code before moving)."""
+
+    write_concern: Literal["primary", "replicas", "aof"] = "primary"
+    """When create_session, append_event and delete_session count as done: ``primary``
+    once the primary ran them; ``replicas`` once ``min_replicas`` replicas also have them
+    (WAIT); ``aof`` once the primary's append-only file is fsynced, and ``min_replicas``
+    replicas' too (WAITAOF: Redis >= 7.2 with appendonly). A shortfall within
+    ``write_timeout_ms`` raises WriteConcernError; the write stays on the primary."""
+    min_replicas: int = Field(default=1, ge=0)
+    """Replicas that must confirm under ``replicas`` (at least 1) or ``aof`` (0 = the
+    primary's own fsync only)."""
+    write_timeout_ms: int = Field(default=1000, gt=0)
+    """How long a write waits for the confirmations before WriteConcernError."""
+
+    @model_validator(mode="after")
+    def _replicas_to_wait_for(self) -> SessionServiceConfig:
+        if self.write_concern == "replicas" and self.min_replicas < 1:
+            raise ValueError("write_concern='replicas' needs min_replicas >= 1")
+        return self
 
     @field_validator("key_prefix")
     @classmethod

@@ -17,6 +17,7 @@ __all__ = [
     "RedisSessionsError",
     "SessionNotFoundError",
     "StaleSessionError",
+    "WriteConcernError",
 ]
 
 # Third-party code matches on this exact text (ADK's DatabaseSessionService and its ports).
@@ -88,3 +89,18 @@ class PermissionDeniedError(RedisSessionsError):
         )
         self.command = command.upper() if command else None
         self.key = key
+
+
+class WriteConcernError(RedisSessionsError):
+    """The write was not confirmed as the configured ``write_concern`` asks.
+
+    ``written`` says whether it landed on the primary: a shortfall after the write (too
+    few replicas confirmed in time) does not undo it, and it may be lost if the primary
+    fails before the replicas catch up; retrying is safe (writes are idempotent) and waits
+    again. ``written`` is False when the server cannot confirm that way at all (checked
+    before the first write).
+    """
+
+    def __init__(self, message: str, *, written: bool) -> None:
+        super().__init__(message)
+        self.written = written

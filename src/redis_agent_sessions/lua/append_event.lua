@@ -16,7 +16,10 @@
 --         '', outbox} already stored (a retry), {-1} no such session, {-2, current revision}
 --         stale writer, {-3, key, found type} when a key has a foreign type, {-4, command,
 --         key} when the ACL user may not run a command it needs. Only status 1
---         writes (besides dropping applied outbox entries). outbox (cluster layout only):
+--         changes data (besides dropping applied outbox entries; status 2 re-writes the
+--         revision as it is, so that a WAIT after a retry covers the original write, which
+--         a retry that wrote nothing would not: WAIT counts the connection's own writes).
+--         outbox (cluster layout only):
 --         the entries from ARGV[9] on, as XRANGE returns them, for the caller to apply to
 --         the app's slot; app fields are recorded there as "app:<field>" -> JSON.
 
@@ -57,7 +60,10 @@ local rev = tonumber(meta[1])
 
 local seen = redis.pcall('HGET', KEYS[4], ARGV[4])
 if type(seen) == 'table' and seen['err'] then return {-3, KEYS[4], 'not a hash'} end
-if seen then return {2, tonumber(seen), '', outbox()} end
+if seen then
+  redis.call('HSET', KEYS[1], 'rev', meta[1])
+  return {2, tonumber(seen), '', outbox()}
+end
 
 if ARGV[3] == 'reject' then
   if ARGV[1] ~= '' then

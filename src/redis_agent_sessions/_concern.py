@@ -1,0 +1,119 @@
+"""Write concern: when a write counts as acknowledged (``SessionServiceConfig.write_concern``).
+
+``primary`` acknowledges once the primary ran the script. ``replicas`` sends ``WAIT n
+timeout`` and ``aof`` sends ``WAITAOF 1 n timeout`` (after a WAIT when n > 0) right after
+the script, in the same pipeline on the same connection (WAIT counts the writes of its own
+connection), so the acknowledgement costs no extra round trip, only the time the replicas
+(or the fsync) take; each wait may take up to the timeout.
+A shortfall never undoes the write: it is reported as WriteConcernError once the whole
+operation (on a cluster, both steps) is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+
+from . import _scripts
+from .config import SessionServiceConfig
+from .errors import WriteConcernError
+
+__all__ = ["WriteConcern"]
+
+
+@dataclass
+class WriteConcern:
+    """How one engine waits after its writes."""
+
+    mode: str
+    replicas: int
+    timeout_ms: int
+    _checked: bool = field(default=False, repr=False)
+
+    @classmethod
+    def of(cls, config: SessionServiceConfig) -> WriteConcern | None:
+        if config.write_concern == "primary":
+            return None
+        return cls(config.write_concern, config.min_replicas, config.write_timeout_ms)
+
+    @property
+    def commands(self) -> list[tuple[Any, ...]]:
+        """What follows the script; the last one's reply says whether it was enough."""
+        wait = ("WAIT", self.replicas, self.timeout_ms)
+        if self.mode == "replicas":
+            return [wait]
+        waitaof = ("WAITAOF", 1, self.replicas, self.timeout_ms)
+        # Measured on Redis 8.2: a WAITAOF for replicas pipelined right behind the write
+        # takes up to a second, because the replica answers its GETACK before its own
+        # fsync and then acks only once a second. A WAIT first lets the replica fsync
+        # before WAITAOF asks: 0.7 ms instead of 0.5-1 s (scripts/bench.py).
+        return [wait, waitaof] if self.replicas else [waitaof]
+
+    async def check_server(self, client: Any) -> None:
+        """Once, before the first write: can the server (every primary of a cluster) confirm
+        this way at all? WAIT is missing from some Redis look-alikes, WAITAOF before Redis
+        7.2, and WAITAOF refuses to run without appendonly. Asked with nothing to wait for,
+        so it answers at once; failing here writes nothing."""
+        if self._checked:
+            return
+        options: dict[str, Any] = {}
+        if isinstance(client, RedisCluster):
+            options["target_nodes"] = RedisCluster.PRIMARIES
+        try:
+            for command in self.commands:
+                probe = ("WAIT", 0, 0) if command[0] == "WAIT" else ("WAITAOF", 1, 0, command[3])
+                await client.execute_command(*probe, **options)
+        except NoPermissionError as exc:
+            raise _scripts.permission_error(exc, None) from exc
+        except ResponseError as exc:
+            needs = " (WAITAOF needs Redis >= 7.2 and appendonly yes)" if self.mode == "aof" else ""
+            raise WriteConcernError(
+                f"write_concern={self.mode!r} needs {probe[0]}, which this server refused "
+                f"({exc}){needs}; nothing was written",
+                written=False,
+            ) from exc
+        self._checked = True
+
+    def shortfall(self, reply: Any) -> str | None:
+        """What the WAIT/WAITAOF reply fell short of, or None when it was enough."""
+        if isinstance(reply, Exception):
+            return f"{self.commands[-1][0]} failed: {reply}"
+        if self.mode == "aof":
+            local, replicas = int(reply[0]), int(reply[1])
+            if local >= 1 and replicas >= self.replicas:
+                return None
+            primary = "the primary's AOF fsync" + ("" if local else " not")
+            return (
+                f"{primary} confirmed, and {replicas} of {self.replicas} replicas' AOF "
+                f"fsyncs, within {self.timeout_ms} ms"
+            )
+        if int(reply) >= self.replicas:
+            return None
+        return f"{int(reply)} of {self.replicas} replicas confirmed within {self.timeout_ms} ms"
+
+    async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> tuple[Any, Any]:
+        """Run ``script`` and wait, in one round trip: (script reply, wait reply)."""
+        client = script.registered_client
+        wait_options: dict[str, Any] = {}
+        if isinstance(client, RedisCluster):
+            wait_options["target_nodes"] = client.get_node_from_key(keys[0])
+        for attempt in range(2):
+            pipe = client.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            for command in self.commands:
+                pipe.execute_command(*command, **wait_options)
+            reply, *waits = await pipe.execute(raise_on_error=False)
+            waited = next((w for w in waits if isinstance(w, Exception)), waits[-1])
+            if isinstance(reply, NoScriptError) and attempt == 0:
+                # The server lost its scripts (restart, SCRIPT FLUSH): load and run again.
+                try:
+                    await client.script_load(script.script)
+                except NoPermissionError as exc:
+                    raise _scripts.permission_error(exc, keys[0]) from exc
+                continue
+            break
+        return _scripts.checked(reply, keys), waited
