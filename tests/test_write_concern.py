@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import fakeredis
@@ -34,30 +35,30 @@ from test_bad_input import snapshot
 APP, USER = "wc_app", "ann"
 
 
-async def _pair(primary_var: str, replica_var: str) -> tuple[Redis, Redis]:
+@asynccontextmanager
+async def _pair(primary_var: str, replica_var: str) -> AsyncIterator[tuple[Redis, Redis]]:
     primary = Redis.from_url(skip_without(primary_var))
     replica = Redis.from_url(skip_without(replica_var))
     await primary.flushdb()
     await primary.wait(1, 5000)  # the replica is flushed too before the test starts
-    return primary, replica
+    try:
+        yield primary, replica
+    finally:
+        await primary.flushdb()
+        await primary.aclose()
+        await replica.aclose()
 
 
 @pytest.fixture
 async def r7() -> AsyncIterator[tuple[Redis, Redis]]:
-    primary, replica = await _pair("REDIS_URL", "REDIS_REPLICA_URL")
-    yield primary, replica
-    await primary.flushdb()
-    await primary.aclose()
-    await replica.aclose()
+    async with _pair("REDIS_URL", "REDIS_REPLICA_URL") as pair:
+        yield pair
 
 
 @pytest.fixture
 async def r8() -> AsyncIterator[tuple[Redis, Redis]]:
-    primary, replica = await _pair("REDIS_SEARCH_URL", "REDIS_SEARCH_REPLICA_URL")
-    yield primary, replica
-    await primary.flushdb()
-    await primary.aclose()
-    await replica.aclose()
+    async with _pair("REDIS_SEARCH_URL", "REDIS_SEARCH_REPLICA_URL") as pair:
+        yield pair
 
 
 def service(client: Any, **config: Any) -> RedisSessionService:
