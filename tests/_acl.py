@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
@@ -21,9 +22,9 @@ _LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
 
 def readme_rules() -> dict[str, list[str]]:
     """The README's rules: ``base`` (sessions + plain memory), then the extras for the
-    ``search`` backend and for the ``replicas`` and ``aof`` write concerns."""
+    ``search`` backend, the ``replicas`` and ``aof`` write concerns, and a ``cluster``."""
     lines = _LINE.findall(README.read_text())
-    names = ["base", "search", "replicas", "aof"]
+    names = ["base", "search", "replicas", "aof", "cluster"]
     assert len(lines) == len(names), lines
     return {name: shlex.split(line) for name, line in zip(names, lines, strict=True)}
 
@@ -37,28 +38,41 @@ def readme_commands(*, search: bool = False) -> list[str]:
 
 @asynccontextmanager
 async def acl_user(
-    admin: Redis, *, search: bool = False, concern: str | None = None, without: str | None = None
-) -> AsyncIterator[Redis]:
+    admin: Any, *, search: bool = False, concern: str | None = None, without: str | None = None
+) -> AsyncIterator[Any]:
     """A client logged in as a fresh user with the README's rules (the search ones with
-    ``search``, those of a write ``concern``), minus ``+without``."""
+    ``search``, those of a write ``concern``, the cluster ones when ``admin`` is a
+    RedisCluster: set on every node), minus ``+without``."""
     readme = readme_rules()
+    cluster = isinstance(admin, RedisCluster)
     rules = readme["base"] + (readme["search"] if search else []) + readme.get(concern or "", [])
+    rules += readme["cluster"] if cluster else []
     name, password = f"ras-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     rules = [f">{password}" if r.startswith(">") else r for r in rules]
     if without is not None:
         assert f"+{without}" in rules, without
         rules.remove(f"+{without}")
-    await admin.execute_command("ACL", "SETUSER", name, "reset", *rules)
-    kwargs: dict[str, Any] = admin.connection_pool.connection_kwargs
-    client = Redis(
-        host=kwargs.get("host", "localhost"),
-        port=kwargs.get("port", 6379),
-        db=kwargs.get("db", 0),
-        username=name,
-        password=password,
-    )
+    nodes = admin.get_nodes() if cluster else [None]
+    for node in nodes:
+        options = {"target_nodes": node} if cluster else {}
+        await admin.execute_command("ACL", "SETUSER", name, "reset", *rules, **options)
+    client: Any
+    if cluster:
+        node = admin.get_default_node()
+        client = RedisCluster(host=node.host, port=node.port, username=name, password=password)
+    else:
+        kwargs: dict[str, Any] = admin.connection_pool.connection_kwargs
+        client = Redis(
+            host=kwargs.get("host", "localhost"),
+            port=kwargs.get("port", 6379),
+            db=kwargs.get("db", 0),
+            username=name,
+            password=password,
+        )
     try:
         yield client
     finally:
         await client.aclose()
-        await admin.execute_command("ACL", "DELUSER", name)
+        for node in nodes:
+            options = {"target_nodes": node} if cluster else {}
+            await admin.execute_command("ACL", "DELUSER", name, **options)

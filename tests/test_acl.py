@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
-from _acl import acl_user, readme_commands
+from _acl import acl_user, readme_commands, readme_rules
 from _servers import skip_without
+from _slots import flush_cluster
 from redis_agent_sessions import (
     Content,
     Event,
@@ -172,6 +174,23 @@ async def test_the_readme_user_runs_every_operation(admin: Redis, layout: str) -
     search = await _has_search(admin)
     async with acl_user(admin, search=search) as worker:
         await run_as(admin, worker, cluster_layout=layout != "single", search=search)
+
+
+@pytest.mark.cluster
+async def test_the_readme_user_runs_every_operation_on_a_cluster() -> None:
+    admin = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+    await flush_cluster(admin)
+    try:
+        async with acl_user(admin) as worker:
+            await run_as(admin, worker, cluster_layout=True, search=False)
+        # Without the cluster rules the client cannot even learn the topology.
+        for command in readme_rules()["cluster"]:
+            async with acl_user(admin, without=command[1:]) as worker:
+                with pytest.raises(Exception, match=r"permission|NOPERM|cannot be connected"):
+                    await run_as(admin, worker, cluster_layout=True, search=False)
+    finally:
+        await flush_cluster(admin)
+        await admin.aclose()
 
 
 async def _has_search(admin: Redis) -> bool:
