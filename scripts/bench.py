@@ -555,9 +555,20 @@ def stats_delta(
     return out
 
 
-async def raw_append_script(work: Workload, client: Redis, plan: Plan) -> Stats:
-    """append_event.lua itself, by raw EVALSHA with prebuilt arguments (layout: the .lua)."""
-    sha = await client.script_load(lua_source("append_event"))
+def without_acl_checks(source: str) -> str:
+    """The script with its ACL questions (lua/_permitted.lua) answered "allowed" unasked."""
+    asked = "if not redis.acl_check_cmd then return nil end"
+    assert asked in source
+    return source.replace(asked, "if true then return nil end")
+
+
+async def raw_append_script(
+    work: Workload, client: Redis, plan: Plan, *, acl_checks: bool = True
+) -> Stats:
+    """append_event.lua itself, by raw EVALSHA with prebuilt arguments (layout: the .lua);
+    without ``acl_checks``, with its ACL questions skipped (what they cost)."""
+    source = lua_source("append_event")
+    sha = await client.script_load(source if acl_checks else without_acl_checks(source))
     session = await work.new_session()
     k = work.service._engine.keys.session(APP, session.user_id, session.id)
     keys = [k.meta, k.state, k.events, k.event_ids, k.user_state, k.app_state]
@@ -569,7 +580,7 @@ async def raw_append_script(work: Workload, client: Redis, plan: Plan) -> Stats:
         own = [(f, orjson.dumps(v)) for f, v in delta.items() if ":" not in f]
         user = [(f.removeprefix("user:"), orjson.dumps(v)) for f, v in delta.items() if ":" in f]
         args: list[bytes | str | int] = [*keys, "", "", "merge", event.id, raw]
-        args += [int(ts * 1000), repr(ts), 0, len(own), len(user), 0]
+        args += [int(ts * 1000), repr(ts), 0, "", len(own), len(user), 0]
         calls.append(args + [part for pair in own + user for part in pair])
     pending = iter(calls)
 
@@ -643,6 +654,25 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         },
         "raw_evalsha_append_lua": asdict(await raw_append_script(work, client, plan)),
         "append_without_script": asdict(await append_without_script(work, plan)),
+        "acl_checks_server_us": await acl_check_cost(work, client, plan),
+    }
+
+
+async def acl_check_cost(work: Workload, client: Redis, plan: Plan) -> dict[str, float]:
+    """Server time per append_event.lua run (INFO commandstats), with and without its ACL
+    questions, in alternating rounds so that drift hits both alike."""
+    usec = {True: 0, False: 0}
+    calls = {True: 0, False: 0}
+    for _ in range(3):
+        for checks in (True, False):
+            before = await command_stats(client)
+            await raw_append_script(work, client, plan, acl_checks=checks)
+            c, u = stats_delta(before, await command_stats(client)).get("evalsha", (0, 0))
+            calls[checks] += c
+            usec[checks] += u
+    return {
+        "with_checks": usec[True] / calls[True],
+        "without_checks": usec[False] / calls[False],
     }
 
 
@@ -869,9 +899,13 @@ def report(result: dict[str, Any]) -> str:
         ref = prof[key]
         breakdown.add(label, us(ref["mean_us"]), f"p50 {us(ref['p50_us'])}")
     overhead = prof["timer_overhead_us_per_wrapper"]
+    acl = prof["acl_checks_server_us"]
     out += [
         breakdown.render(),
         f"(each timed wrapper adds ~{overhead:.2f} us; 6 wrappers per append)",
+        f"server time per append_event.lua run: {acl['with_checks']:.1f} us with its ACL "
+        f"checks, {acl['without_checks']:.1f} us without (ratio "
+        f"{acl['with_checks'] / acl['without_checks']:.2f}; raw EVALSHA, alternating rounds)",
         "",
     ]
 

@@ -37,8 +37,9 @@ class SessionServiceConfig(BaseModel):
     """When create_session, append_event and delete_session count as done: ``primary``
     once the primary ran them; ``replicas`` once ``min_replicas`` replicas also have them
     (WAIT); ``aof`` once the primary's append-only file is fsynced, and ``min_replicas``
-    replicas' too (WAITAOF: Redis >= 7.2 with appendonly). A shortfall within
-    ``write_timeout_ms`` raises WriteConcernError; the write stays on the primary."""
+    replicas' too (WAITAOF: Redis >= 7.2 with appendonly; under ``appendfsync everysec``
+    each write waits for the next fsync, ~1 s). A shortfall within ``write_timeout_ms``
+    raises WriteConcernError; the write stays on the primary."""
     min_replicas: int = Field(default=1, ge=0)
     """Replicas that must confirm under ``replicas`` (at least 1) or ``aof`` (0 = the
     primary's own fsync only)."""
