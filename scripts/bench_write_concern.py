@@ -45,14 +45,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
-import math
 import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -67,6 +64,9 @@ from typing import Any, Literal
 import redis
 from redis.asyncio import Redis
 
+# scripts/bench.py, next to this file (on sys.path when this runs as a script): the server
+# helpers and the statistics.
+from bench import free_port, settled_gc, stop_process, summarize, wait_for_ping
 from redis_agent_sessions import (
     Event,
     EventActions,
@@ -112,13 +112,6 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 # -- servers ---------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class Server:
     """One redis-server process of our own."""
@@ -145,32 +138,6 @@ class Server:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
 
 
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_for_ping(server: Server) -> bool:
-    probe = server.client()
-    try:
-        for _ in range(100):
-            if server.proc.poll() is not None:
-                return False  # exited, e.g. the port was taken in the meantime
-            try:
-                if probe.ping():
-                    return True
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        return False
-    finally:
-        probe.close()
-
-
 def start_server(stack: ExitStack, name: str, exe: str, *extra: str) -> Server:
     """A redis-server on a free loopback port, stopped and its directory removed by ``stack``."""
     failures: list[str] = []
@@ -188,7 +155,7 @@ def start_server(stack: ExitStack, name: str, exe: str, *extra: str) -> Server:
             proc = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)
         stack.callback(stop_process, proc)  # runs before the rmtree registered above
         server = Server(name, port, proc, data_dir)
-        if wait_for_ping(server):
+        if wait_for_ping(proc, port):
             return server
         stop_process(proc)
         failures.append(
@@ -311,15 +278,6 @@ class Row:
     p50_vs_primary: float | None
 
 
-def percentile_us(ordered: Sequence[int], q: float) -> float:
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] / 1e3  # nearest rank
-
-
-def median_us(ordered: Sequence[int]) -> float:
-    n, mid = len(ordered), len(ordered) // 2
-    return (ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2) / 1e3
-
-
 async def prepare(case: Case, client: Redis, prefix: str) -> None:
     config = SessionServiceConfig(
         key_prefix=prefix,
@@ -353,38 +311,33 @@ async def append(case: Case, count: int, *, timed: bool) -> None:
 
 async def run_rounds(cases: list[Case], rounds: int) -> None:
     """Each case does its share in every round; the order rotates from round to round."""
-    gc.collect()
-    gc.freeze()
-    try:
+    with settled_gc():
         for r in range(rounds):
             shift = r % len(cases)
             for case in cases[shift:] + cases[:shift]:
                 share = case.appends // rounds + (1 if r < case.appends % rounds else 0)
                 await append(case, share, timed=True)
             progress(f"  round {r + 1}/{rounds} done")
-    finally:
-        gc.unfreeze()
 
 
 def rows_of(cases: list[Case]) -> list[Row]:
     base: dict[str, float] = {}
     rows = []
     for case in cases:
-        ordered = sorted(case.samples_ns)
-        p50 = median_us(ordered)
+        stats = summarize(case.samples_ns)
         if case.write_concern == "primary":
-            base[case.server] = p50
+            base[case.server] = stats.p50_us
         rows.append(
             Row(
                 server=case.server,
                 config=case.label,
                 write_concern=case.write_concern,
                 min_replicas=case.min_replicas,
-                n=len(ordered),
-                p50_us=p50,
-                p99_us=percentile_us(ordered, 0.99),
-                mean_us=sum(ordered) / len(ordered) / 1e3,
-                max_us=ordered[-1] / 1e3,
+                n=stats.n,
+                p50_us=stats.p50_us,
+                p99_us=stats.p99_us,
+                mean_us=stats.mean_us,
+                max_us=max(case.samples_ns) / 1e3,
                 p50_vs_primary=None,
             )
         )
