@@ -11,6 +11,7 @@ operation (on a cluster, both steps) is done.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from . import _scripts
 from .config import SessionServiceConfig
 from .errors import WriteConcernError
 
-__all__ = ["WriteConcern"]
+__all__ = ["WriteConcern", "run"]
 
 
 @dataclass
@@ -40,7 +41,7 @@ class WriteConcern:
             return None
         return cls(config.write_concern, config.min_replicas, config.write_timeout_ms)
 
-    @property
+    @functools.cached_property
     def commands(self) -> list[tuple[Any, ...]]:
         """What follows the script; the last one's reply says whether it was enough."""
         wait = ("WAIT", self.replicas, self.timeout_ms)
@@ -50,7 +51,7 @@ class WriteConcern:
         # Measured on Redis 8.2: a WAITAOF for replicas pipelined right behind the write
         # takes up to a second, because the replica answers its GETACK before its own
         # fsync and then acks only once a second. A WAIT first lets the replica fsync
-        # before WAITAOF asks: 0.7 ms instead of 0.5-1 s (scripts/bench.py).
+        # before WAITAOF asks: 0.7 ms instead of 0.5-1 s.
         return [wait, waitaof] if self.replicas else [waitaof]
 
     async def check_server(self, client: Any) -> None:
@@ -117,3 +118,21 @@ class WriteConcern:
                 continue
             break
         return _scripts.checked(reply, keys), waited
+
+
+async def run(
+    concern: WriteConcern | None,
+    script: AsyncScript,
+    keys: list[Any],
+    args: list[Any],
+    shortfalls: list[str] | None,
+    step: str = "",
+) -> Any:
+    """Run ``script``; with a ``concern`` and ``shortfalls`` (a write operation's), wait as
+    it asks in the same round trip and add any shortfall, after ``step``, to ``shortfalls``."""
+    if concern is None or shortfalls is None:
+        return await _scripts.call(script, keys, args)
+    reply, waited = await concern.call(script, keys, args)
+    if short := concern.shortfall(waited):
+        shortfalls.append(step + short)
+    return reply

@@ -17,7 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
-from . import _lifecycle, _scripts
+from . import _concern, _lifecycle, _scripts
 from ._codec import check_id, decode_hash, encode_fields, gc_paused, text
 from ._concern import WriteConcern
 from ._outbox import AppOutbox
@@ -654,12 +654,7 @@ class SessionEngine(Generic[S, E]):
         flat = [v for f in fields for v in f]
         argv = [*args, *counts, *flat]
         try:
-            if self._concern is None or shortfalls is None:
-                reply = await _scripts.call(script, keys, argv)
-            else:
-                reply, waited = await self._concern.call(script, keys, argv)
-                if short := self._concern.shortfall(waited):
-                    shortfalls.append(short)
+            reply = await _concern.run(self._concern, script, keys, argv, shortfalls)
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
                 raise CorruptDataError(

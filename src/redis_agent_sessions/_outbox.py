@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _scripts
 from ._codec import text
-from ._concern import WriteConcern
+from ._concern import WriteConcern, run
 from .errors import CorruptDataError
 
 __all__ = ["AppOutbox", "Entry"]
@@ -106,12 +106,7 @@ class AppOutbox:
         for stream_id, fields in entries:
             args += (stream_id, len(fields) // 2, *fields)
         keys = [app_state, app_versions, app_sessions, app_applied]
-        if concern is None or shortfalls is None:
-            reply = await _scripts.call(self._apply, keys, args)
-        else:
-            reply, waited = await concern.call(self._apply, keys, args)
-            if short := concern.shortfall(waited):
-                shortfalls.append(f"app step: {short}")
+        reply = await run(concern, self._apply, keys, args, shortfalls, "app step: ")
         if reply and reply[0] == -3:
             raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
         self.learn(app_applied, user_member, reply[0])

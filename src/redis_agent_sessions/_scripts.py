@@ -29,7 +29,7 @@ DENIED = -4
 @cache
 def lua_source(name: str) -> str:
     """The text of ``lua/<name>.lua`` inside this package, after the ACL prelude
-    (``lua/_permitted.lua``), which every script that writes calls before writing."""
+    (``lua/_permitted.lua``), which every script calls before its first command."""
     lua = resources.files(__package__).joinpath("lua")
     return lua.joinpath("_permitted.lua").read_text("utf-8") + lua.joinpath(
         f"{name}.lua"
