@@ -238,6 +238,16 @@ async def test_ttl_without_expire_writes_nothing(admin: Redis) -> None:
         with pytest.raises(PermissionDeniedError, match="EXPIRE"):
             await service.append_event(session, Event(actions=EventActions(state_delta={"k": 1})))
         assert await snapshot(admin) == before
+        # A session's own TTL (given at create) is found in the script, still before any write.
+        with pytest.raises(PermissionDeniedError, match="EXPIRE"):
+            await plain.create_session(app_name=APP, user_id=USER, session_id="t", ttl=60)
+        own = await RedisSessionService(admin).create_session(
+            app_name=APP, user_id=USER, session_id="t", ttl=60
+        )
+        before = await snapshot(admin)
+        with pytest.raises(PermissionDeniedError, match="EXPIRE"):
+            await plain.append_event(own, Event(actions=EventActions(state_delta={"k": 1})))
+        assert await snapshot(admin) == before
 
 
 async def test_a_key_outside_the_prefix_is_refused(admin: Redis) -> None:

@@ -51,6 +51,18 @@ async def populated(service: RedisSessionService) -> Any:
     return s
 
 
+@pytest.mark.parametrize(
+    "ttl", [-1, 1.5, "soon", "10m", True, "", [60], datetime.timedelta(seconds=0.5)]
+)
+async def test_a_bad_session_ttl_writes_nothing(
+    populated: Any, service: RedisSessionService, redis_client: Any, ttl: Any
+) -> None:
+    before = await snapshot(redis_client)
+    with pytest.raises(InvalidInputError, match="ttl must be whole seconds"):
+        await service.create_session(app_name=APP, user_id=USER, ttl=ttl)
+    assert await snapshot(redis_client) == before
+
+
 class Unserializable:
     pass
 

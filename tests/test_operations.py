@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from importlib import resources
 from typing import Any
 
@@ -122,6 +123,40 @@ async def test_ttl_slides_on_append_and_shared_state_stays(
         assert 90 < await redis_client.ttl(key) <= 100, key
     assert await redis_client.ttl(keys.user_state) == -1
     assert await redis_client.ttl(keys.app_sessions) == -1
+
+
+@pytest.mark.parametrize("ttl", [300, "300s", "300", timedelta(minutes=5), 300.0])
+async def test_a_session_ttl_overrides_the_default_and_slides(
+    make_service: Any, redis_client: Any, ttl: Any
+) -> None:
+    service = make_service(ttl_seconds=100)
+    s = await service.create_session(app_name=APP, user_id=USER, state={"k": 1}, ttl=ttl)
+    keys = KeySpace().session(APP, USER, s.id)
+    assert await redis_client.hget(keys.meta, "ttl") == b"300"
+    assert 200 < await redis_client.ttl(keys.meta) <= 300
+    await redis_client.expire(keys.meta, 10)
+    await service.append_event(s, Event(actions=EventActions(state_delta={"k": 2})))
+    for key in (keys.meta, keys.state, keys.events, keys.event_ids):
+        assert 200 < await redis_client.ttl(key) <= 300, key
+    # Another worker with another default still refreshes with the session's own TTL.
+    other = make_service()
+    await redis_client.expire(keys.meta, 10)
+    await other.append_event(s, Event(actions=EventActions(state_delta={"k": 3})))
+    assert 200 < await redis_client.ttl(keys.meta) <= 300
+
+
+async def test_a_session_ttl_of_zero_keeps_it_forever(make_service: Any, redis_client: Any) -> None:
+    service = make_service(ttl_seconds=100)
+    s = await service.create_session(app_name=APP, user_id=USER, state={"k": 1}, ttl=0)
+    await service.append_event(s, Event(actions=EventActions(state_delta={"k": 2})))
+    keys = KeySpace().session(APP, USER, s.id)
+    for key in (keys.meta, keys.state, keys.events, keys.event_ids):
+        assert await redis_client.ttl(key) == -1, key
+    # ... and without a default, a session TTL alone makes it expire.
+    plain = make_service()
+    t = await plain.create_session(app_name=APP, user_id=USER, ttl=50)
+    await plain.append_event(t, Event(actions=EventActions(state_delta={"k": 2})))
+    assert 0 < await redis_client.ttl(KeySpace().session(APP, USER, t.id).events) <= 50
 
 
 async def test_expired_sessions_leave_the_indexes(make_service: Any, redis_client: Any) -> None:

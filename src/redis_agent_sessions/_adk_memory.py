@@ -21,7 +21,7 @@ from typing_extensions import Self, override
 
 from . import memory as core
 from ._codec import check_sequence
-from ._lifecycle import AnyRedis, ClientOwner, make_client
+from ._lifecycle import AnyRedis, ClientOwner, open_memory_url
 from .config import SessionServiceConfig
 from .errors import InvalidInputError
 from .models import Content, Event, Session
@@ -44,18 +44,34 @@ class RedisMemoryService(ClientOwner, BaseMemoryService):
             this service closes.
         config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``.
+        uri: instead of a client, a ``redis://``, ``rediss://`` or ``unix://`` URL whose
+            query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``;
+            see :func:`register`); the service then owns and closes its client.
+        agents_dir: accepted and ignored: ADK's service registry passes it to every
+            service it builds.
     """
 
     def __init__(
         self,
-        client: AnyRedis,
+        client: AnyRedis | None = None,
         *,
         config: SessionServiceConfig | None = None,
         backend: core.Backend = "auto",
+        uri: str | None = None,
+        agents_dir: str | None = None,
     ) -> None:
+        owns_client = False
+        if uri is not None:  # how ADK's service registry and services.yaml build services
+            if client is not None:
+                raise InvalidInputError("pass a client or a uri, not both")
+            client, config, backend = open_memory_url(uri, config, backend, cluster=False)
+            owns_client = True
+        elif client is None:
+            raise InvalidInputError("a client or a uri is needed")
+        del agents_dir  # ADK passes it to every service it builds; nothing to do with it
         self._core = core.RedisMemoryService(client, config=config, backend=backend)
         self._client = client
-        self._owns_client = False
+        self._owns_client = owns_client
 
     @classmethod
     def from_url(
@@ -68,9 +84,8 @@ class RedisMemoryService(ClientOwner, BaseMemoryService):
         **redis_kwargs: Any,
     ) -> Self:
         """A service with its own client, closed by :meth:`aclose`."""
-        service = cls(
-            make_client(url, cluster=cluster, **redis_kwargs), config=config, backend=backend
-        )
+        client, config, backend = open_memory_url(url, config, backend, cluster, **redis_kwargs)
+        service = cls(client, config=config, backend=backend)
         service._owns_client = True
         return service
 

@@ -6,13 +6,22 @@ import gc
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import orjson
 
 from .errors import CorruptDataError, InvalidInputError
 
-__all__ = ["check_id", "check_sequence", "decode_hash", "encode_fields", "gc_paused", "text"]
+__all__ = [
+    "check_id",
+    "check_sequence",
+    "decode_hash",
+    "encode_fields",
+    "gc_paused",
+    "session_ttl",
+    "text",
+]
 
 _MAX_ID_LENGTH = 1024
 
@@ -51,6 +60,30 @@ def check_id(name: str, value: object) -> str:
             f"{name} has a lone surrogate, which UTF-8 cannot encode: {value!r}"
         )
     return value
+
+
+def session_ttl(value: object) -> int | None:
+    """A per-session TTL in whole seconds (0 = never expires), or None for the default.
+
+    Takes an int, a whole float, a ``timedelta``, or text: ``"3600"`` or the protobuf
+    duration ``"3600s"`` that ADK's REST clients send for VertexAiSessionService.
+    """
+    if value is None:
+        return None
+    seconds: object = value
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, str):
+        digits = value.strip().removesuffix("s")
+        seconds = int(digits) if digits.isascii() and digits.isdigit() else None
+    if isinstance(seconds, float) and seconds.is_integer():
+        seconds = int(seconds)
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+        raise InvalidInputError(
+            f"ttl must be whole seconds >= 0 (an int, a timedelta, or text like '3600s'), "
+            f"got {value!r}"
+        )
+    return seconds
 
 
 def check_sequence(name: str, value: object) -> None:

@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
 from . import _concern, _lifecycle, _scripts
-from ._codec import check_id, decode_hash, encode_fields, gc_paused, text
+from ._codec import check_id, decode_hash, encode_fields, gc_paused, session_ttl, text
 from ._concern import WriteConcern
 from ._outbox import AppOutbox
 from .config import SessionServiceConfig
@@ -139,8 +139,10 @@ class SessionEngine(Generic[S, E]):
         user_id: str,
         state: Mapping[str, Any] | None = None,
         session_id: str | None = None,
+        ttl: object = None,
     ) -> S:
         await self._connected(write=True)
+        own_ttl = session_ttl(ttl)
         check_id("app_name", app_name)
         check_id("user_id", user_id)
         sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
@@ -163,9 +165,10 @@ class SessionEngine(Generic[S, E]):
                 app_name,
                 user_id,
                 repr(now),
-                self.config.ttl_seconds or 0,
+                (self.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
                 keys.app_member,
                 self._first_unapplied(keys),
+                "" if own_ttl is None else "1",
             ],
             fields,
             shortfalls,

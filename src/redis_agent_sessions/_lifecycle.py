@@ -9,9 +9,18 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Self
 
+from ._uri import parse_service_url
 from .config import SessionServiceConfig
+from .errors import InvalidInputError
 
-__all__ = ["AnyRedis", "ClientOwner", "is_cluster_client", "make_client"]
+__all__ = [
+    "AnyRedis",
+    "ClientOwner",
+    "is_cluster_client",
+    "make_client",
+    "open_memory_url",
+    "open_url",
+]
 
 AnyRedis: TypeAlias = "Redis | RedisCluster"
 """The clients every service accepts: a single node (or Sentinel primary), or a cluster."""
@@ -27,6 +36,37 @@ def make_client(url: str, *, cluster: bool, **redis_kwargs: Any) -> AnyRedis:
     if cluster:
         return RedisCluster.from_url(url, **redis_kwargs)
     return Redis.from_url(url, **redis_kwargs)
+
+
+def open_url(
+    url: str, config: SessionServiceConfig | None, cluster: bool = False, **redis_kwargs: Any
+) -> tuple[AnyRedis, SessionServiceConfig]:
+    """Client and config for a session service's ``from_url``: settings may be in the URL."""
+    parsed = parse_service_url(url)
+    settings = parsed.config(config)
+    client = make_client(parsed.redis_url, cluster=cluster or parsed.cluster, **redis_kwargs)
+    return client, settings
+
+
+def open_memory_url(
+    url: str,
+    config: SessionServiceConfig | None,
+    backend: Any,
+    cluster: bool,
+    **redis_kwargs: Any,
+) -> tuple[AnyRedis, SessionServiceConfig, Any]:
+    """Client, config and backend for a memory service's ``from_url``: the URL's
+    ``memory_backend`` counts unless ``backend`` (not ``auto``) says otherwise."""
+    parsed = parse_service_url(url)
+    chosen = parsed.memory_backend or backend
+    if parsed.memory_backend and backend not in ("auto", parsed.memory_backend):
+        raise InvalidInputError(
+            f"the URL asks for memory_backend={parsed.memory_backend} but backend={backend!r} "
+            "was passed with it; give it in one place"
+        )
+    settings = parsed.config(config)
+    client = make_client(parsed.redis_url, cluster=cluster or parsed.cluster, **redis_kwargs)
+    return client, settings, chosen
 
 
 class ClientOwner:
@@ -55,9 +95,11 @@ class ClientOwner:
 
         ``cluster=True`` connects to a Redis Cluster (``RedisCluster.from_url``; the URL
         names any node); otherwise ``Redis.from_url`` (``redis://``, ``rediss://``,
-        ``unix://``).
+        ``unix://``). The URL's query may carry settings (``?key_prefix=prod&cluster=true``,
+        any :class:`SessionServiceConfig` field) next to redis-py's own parameters.
         """
-        service = cls(make_client(url, cluster=cluster, **redis_kwargs), config=config)
+        client, settings = open_url(url, config, cluster, **redis_kwargs)
+        service = cls(client, config=settings)
         service._owns_client = True
         return service
 

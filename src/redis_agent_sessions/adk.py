@@ -18,7 +18,11 @@ Swap them into a Runner::
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from google.adk.cli.service_registry import ServiceRegistry
 
 try:
     from google.adk.errors import StaleSessionError as _AdkStaleSessionError
@@ -40,8 +44,9 @@ from . import errors
 from ._adk_memory import RedisMemoryService
 from ._codec import check_id
 from ._engine import SessionEngine
-from ._lifecycle import AnyRedis, ClientOwner
+from ._lifecycle import AnyRedis, ClientOwner, open_url
 from ._pydantic_codec import PydanticCodec
+from ._uri import SCHEMES
 from .config import SessionServiceConfig
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "RedisSessionService",
     "SessionNotFoundError",
     "StaleSessionError",
+    "register",
 ]
 
 
@@ -134,12 +140,33 @@ class RedisSessionService(ClientOwner, BaseSessionService):
             sharing the data must use the same values; the core
             :class:`redis_agent_sessions.RedisSessionService` with the same config reads
             and writes the same keys.
+        uri: instead of a client, a ``redis://``, ``rediss://`` or ``unix://`` URL whose
+            query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``;
+            see :func:`register`); the service then owns and closes its client.
+        agents_dir: accepted and ignored: ADK's service registry passes it to every
+            service it builds.
     """
 
-    def __init__(self, client: AnyRedis, *, config: SessionServiceConfig | None = None) -> None:
+    def __init__(
+        self,
+        client: AnyRedis | None = None,
+        *,
+        config: SessionServiceConfig | None = None,
+        uri: str | None = None,
+        agents_dir: str | None = None,
+    ) -> None:
+        owns_client = False
+        if uri is not None:  # how ADK's service registry and services.yaml build services
+            if client is not None:
+                raise errors.InvalidInputError("pass a client or a uri, not both")
+            client, config = open_url(uri, config)
+            owns_client = True
+        elif client is None:
+            raise errors.InvalidInputError("a client or a uri is needed")
+        del agents_dir  # ADK passes it to every service it builds; nothing to do with it
         self._engine: SessionEngine[Session, Event] = SessionEngine(client, _AdkCodec(), config)
         self._client = client
-        self._owns_client = False
+        self._owns_client = owns_client
 
     @property
     def config(self) -> SessionServiceConfig:
@@ -156,11 +183,17 @@ class RedisSessionService(ClientOwner, BaseSessionService):
         user_id: str,
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
+        ttl: int | str | timedelta | None = None,
     ) -> Session:
         """Create a session; ``app:``/``user:`` keys of ``state`` go to the shared scopes.
 
         ``session_id`` is stripped of surrounding whitespace; when that leaves nothing, a
         uuid is generated, as ADK's InMemory and Sqlite services do.
+
+        ``ttl`` gives this session its own sliding expiry in place of the config's
+        ``ttl_seconds``: seconds (0 = never), a ``timedelta``, or text like ``"3600s"``.
+        ADK's REST API forwards it from ``POST .../sessions`` with
+        ``{"options": {"ttl": "3600s"}}``, as for VertexAiSessionService.
 
         Raises:
             AlreadyExistsError: the id is taken (nothing is written).
@@ -170,7 +203,7 @@ class RedisSessionService(ClientOwner, BaseSessionService):
         sid = None if session_id is None else _session_id(session_id)
         try:
             return await self._engine.create_session(
-                app_name=app_name, user_id=user_id, state=state, session_id=sid or None
+                app_name=app_name, user_id=user_id, state=state, session_id=sid or None, ttl=ttl
             )
         except errors.AlreadyExistsError as exc:
             raise AlreadyExistsError(str(exc)) from None
@@ -253,3 +286,30 @@ class RedisSessionService(ClientOwner, BaseSessionService):
         if _found_nothing(app_name=app_name):
             return {}
         return await self._engine.get_app_state(app_name=app_name)
+
+
+def register(registry: ServiceRegistry | None = None) -> None:
+    """Let ADK's CLI and servers take ``redis://``, ``rediss://`` and ``unix://`` URIs.
+
+    Call it from a ``services.py`` in the agents directory (``adk web``, ``adk
+    api_server``, ``adk run`` and ``get_fast_api_app`` import that file) to make
+    ``--session_service_uri`` and ``--memory_service_uri`` build this module's services.
+    The URI's query carries the settings: any :class:`SessionServiceConfig` field
+    (``key_prefix``, ``ttl_seconds``, ``stale_policy``, ``cluster``, ...) and, for
+    memory, ``memory_backend``; an unknown parameter fails with the list of valid ones.
+    """
+    # Imported here: the registry module loads ADK's CLI helpers, which workers never need.
+    from google.adk.cli.service_registry import get_service_registry
+
+    target = registry if registry is not None else get_service_registry()
+    for scheme in SCHEMES:
+        target.register_session_service(scheme, _session_service)
+        target.register_memory_service(scheme, _memory_service)
+
+
+def _session_service(uri: str, **kwargs: Any) -> RedisSessionService:
+    return RedisSessionService(uri=uri, **kwargs)
+
+
+def _memory_service(uri: str, **kwargs: Any) -> RedisMemoryService:
+    return RedisMemoryService(uri=uri, **kwargs)

@@ -20,7 +20,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from . import _lifecycle, _scripts
 from ._codec import check_id, check_sequence, text
-from ._lifecycle import AnyRedis, ClientOwner, make_client
+from ._lifecycle import AnyRedis, ClientOwner, open_memory_url
 from ._memory_search import IndexSearch, PlainSearch, has_search_module
 from ._memory_store import Doc, MemoryStore, batches, iso_timestamp, make_doc, parse_iso
 from ._memory_text import query_words
@@ -99,10 +99,10 @@ class RedisMemoryService(ClientOwner):
         cluster: bool = False,
         **redis_kwargs: Any,
     ) -> RedisMemoryService:
-        """A service with its own client, closed by :meth:`aclose`."""
-        service = cls(
-            make_client(url, cluster=cluster, **redis_kwargs), config=config, backend=backend
-        )
+        """A service with its own client, closed by :meth:`aclose`; the URL's query may
+        carry settings, as for :meth:`RedisSessionService.from_url`, and ``memory_backend``."""
+        client, config, backend = open_memory_url(url, config, backend, cluster, **redis_kwargs)
+        service = cls(client, config=config, backend=backend)
         service._owns_client = True
         return service
 

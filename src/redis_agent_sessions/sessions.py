@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from ._engine import SessionEngine
@@ -52,14 +53,19 @@ class RedisSessionService(ClientOwner):
         user_id: str,
         state: Mapping[str, Any] | None = None,
         session_id: str | None = None,
+        ttl: int | str | timedelta | None = None,
     ) -> Session:
         """Create a session; ``app:``/``user:`` keys of ``state`` go to the shared scopes.
+
+        ``ttl`` gives this session its own sliding expiry, refreshed by each append, in
+        place of ``config.ttl_seconds``: seconds (``0`` = never expires), a ``timedelta``,
+        or text such as ``"3600s"``.
 
         Raises:
             AlreadyExistsError: the id is taken (nothing is written).
         """
         return await self._engine.create_session(
-            app_name=app_name, user_id=user_id, state=state, session_id=session_id
+            app_name=app_name, user_id=user_id, state=state, session_id=session_id, ttl=ttl
         )
 
     async def get_session(

@@ -6,7 +6,9 @@
 -- ARGV[2] id of the last event the writer has ('' = none)
 -- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
 -- ARGV[4] event id   ARGV[5] event JSON   ARGV[6] event time, whole ms since the epoch
--- ARGV[7] last_update_time (float text)   ARGV[8] ttl seconds (0 = keep forever)
+-- ARGV[7] last_update_time (float text)
+-- ARGV[8] ttl seconds (0 = keep forever), unless the session's metadata has its own 'ttl'
+--         (given at create time), which wins
 -- ARGV[9] '' = single-node layout; else the cluster layout, and this is the lowest outbox
 --         id that may not be applied yet: older entries are dropped, newer ones returned
 -- ARGV[10..12] number of session, user and app fields, then that many field/JSON pairs
@@ -33,8 +35,10 @@ local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 
   or (ARGV[11] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
   or (not cluster and ARGV[12] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
-  or (tonumber(ARGV[8]) > 0 and denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
-    'EXPIRE', KEYS[4]))
+-- Whether the session expires is known only once its metadata is read: ask now, refuse
+-- after that read (a read changes nothing) and before the first write.
+local expire_refused = denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
+    'EXPIRE', KEYS[4])
 if refused then return refused end
 
 local has_outbox = false
@@ -53,10 +57,12 @@ local function outbox()
   redis.call('XTRIM', KEYS[6], 'MINID', ARGV[9])
   return redis.call('XRANGE', KEYS[6], ARGV[9], '+')
 end
-local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms')
+local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms', 'ttl')
 if meta['err'] then return {-3, KEYS[1], 'not a hash'} end
 if not meta[1] then return {-1} end
 local rev = tonumber(meta[1])
+local ttl = tonumber(meta[4] or ARGV[8])
+if ttl > 0 and expire_refused then return expire_refused end
 
 local seen = redis.pcall('HGET', KEYS[4], ARGV[4])
 if type(seen) == 'table' and seen['err'] then return {-3, KEYS[4], 'not a hash'} end
@@ -110,7 +116,6 @@ rev = rev + 1
 redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event_id', ARGV[4],
   'last_ms', ms)
 redis.call('HSET', KEYS[4], ARGV[4], rev)
-local ttl = tonumber(ARGV[8])
 if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
 end

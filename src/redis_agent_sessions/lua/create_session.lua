@@ -8,8 +8,10 @@
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
 -- ARGV[7] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
 --         that may not be applied yet (see append_event.lua)
+-- ARGV[8] '1' = ARGV[5] is this session's own ttl, kept in its metadata for every append to
+--         refresh ('' = the service default, which appends pass themselves)
 -- Both session indexes are scored by creation time and never touched by appends.
--- ARGV[8..10] number of session, user and app fields, then that many field/JSON pairs in order
+-- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs in order
 -- returns {1, user state as field/value list, app state as field/value list} when created
 --         ({1, user state, outbox entries from ARGV[7] on} in the cluster layout, where the
 --         app index entry and app fields are recorded in the outbox for the caller to apply),
@@ -41,8 +43,8 @@ end
 -- Leftovers of an expired or hand-deleted session must not reappear under the new one.
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 
-local counts = {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
-local pos = 11
+local counts = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])}
+local pos = 12
 for scope, target in ipairs({KEYS[2], KEYS[5], KEYS[7]}) do
   if cluster and scope == 3 then
     -- The app's slot is elsewhere: its index entry and app fields go to the outbox, in
@@ -68,6 +70,7 @@ end
 
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'app_name', ARGV[2], 'user_id', ARGV[3],
   'rev', 0, 'create_time', ARGV[4], 'last_update_time', ARGV[4], 'last_event_id', '')
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'ttl', ARGV[5]) end
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then

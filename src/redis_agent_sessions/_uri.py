@@ -1,0 +1,113 @@
+"""Service settings carried in a Redis URL's query, as ADK's ``--session_service_uri`` passes them.
+
+``redis://host:6379/0?key_prefix=prod&ttl_seconds=86400&cluster=true`` is a redis-py URL
+plus this library's settings. Ours are taken out of the query and validated; the rest must be
+parameters redis-py itself understands, so a typo fails here with the list of valid names
+instead of as a TypeError deep inside a connection pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pydantic import ValidationError
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
+from .config import SessionServiceConfig
+from .errors import InvalidInputError
+
+__all__ = ["ServiceURL", "parse_service_url"]
+
+SCHEMES = ("redis", "rediss", "unix")
+_CONFIG_FIELDS = tuple(SessionServiceConfig.model_fields)
+_OURS = (*_CONFIG_FIELDS, "memory_backend")
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+# Client parameters redis-py reads from a URL's query (its own parser takes more names than
+# it can use: anything else reaches the client's constructor and fails there).
+_REDIS_PY = (*sorted(URL_QUERY_ARGUMENT_PARSERS), "client_name", "ssl_cert_reqs")
+
+
+@dataclass(frozen=True)
+class ServiceURL:
+    """A URL split into what redis-py connects with and what the services are configured by."""
+
+    redis_url: str
+    """The URL without this library's query parameters."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """SessionServiceConfig fields given in the query (validated together by ``config``)."""
+    memory_backend: str | None = None
+
+    @property
+    def cluster(self) -> bool:
+        return bool(self.settings.get("cluster"))
+
+    def config(self, base: SessionServiceConfig | None) -> SessionServiceConfig:
+        """The config: ``base`` (or the defaults) with the URL's settings; both at once only
+        when they agree, so no setting is silently dropped."""
+        if base is None:
+            return SessionServiceConfig(**self.settings)
+        clashing = sorted(k for k, v in self.settings.items() if getattr(base, k) != v)
+        if clashing:
+            raise InvalidInputError(
+                f"the URL sets {', '.join(clashing)} differently from the config passed "
+                "with it; give each setting in one place"
+            )
+        return base
+
+
+def parse_service_url(url: str) -> ServiceURL:
+    """Split ``url``; InvalidInputError for another scheme or an unknown query parameter."""
+    if not isinstance(url, str):
+        raise InvalidInputError(f"a Redis URL must be a string, got {type(url).__name__}")
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise InvalidInputError(
+            f"not a Redis URL (scheme must be one of {', '.join(SCHEMES)}): {_redacted(url)}"
+        )
+    settings: dict[str, Any] = {}
+    memory_backend: str | None = None
+    kept: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in settings or (name == "memory_backend" and memory_backend is not None):
+            raise InvalidInputError(f"URL parameter {name!r} is given twice")
+        if name == "memory_backend":
+            memory_backend = value
+        elif name == "cluster":
+            if value.lower() not in _BOOLEANS:
+                raise InvalidInputError(f"URL parameter cluster must be true or false: {value!r}")
+            settings[name] = _BOOLEANS[value.lower()]
+        elif name in _CONFIG_FIELDS:
+            settings[name] = value
+        elif name in _REDIS_PY:
+            kept.append((name, value))
+        else:
+            raise InvalidInputError(
+                f"unknown URL parameter {name!r}; this library's are {', '.join(_OURS)}, and "
+                f"redis-py's are {', '.join(_REDIS_PY)}"
+            )
+    if memory_backend not in (None, "auto", "search", "plain"):
+        raise InvalidInputError(
+            f"URL parameter memory_backend must be auto, search or plain: {memory_backend!r}"
+        )
+    try:
+        parsed = SessionServiceConfig(**settings)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidInputError(f"bad service settings in the URL: {problems}") from None
+    validated = {name: getattr(parsed, name) for name in settings}
+    # Rebuilt by hand: urlunsplit would drop the empty authority of "unix:///path".
+    redis_url = url.split("?", 1)[0].split("#", 1)[0] + (f"?{urlencode(kept)}" if kept else "")
+    return ServiceURL(redis_url, validated, memory_backend)
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password, for error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
