@@ -82,6 +82,13 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
         await sessions.get_session(app_name=APP, user_id=USER, session_id="s1", config=recent)
         await sessions.get_user_state(app_name=APP, user_id=USER)
         await sessions.get_app_state(app_name=APP)
+        ids = {"app_name": APP, "user_id": USER, "session_id": "s1"}
+        page = await sessions.list_events(**ids, limit=1, newest_first=True)
+        await sessions.list_events(
+            **ids, limit=1, newest_first=True, page_token=page.next_page_token
+        )
+        async for _ in sessions.watch(**ids, from_beginning=True, block_ms=10):
+            break
 
     async def listing() -> None:
         await sessions.list_sessions(app_name=APP, user_id=USER)

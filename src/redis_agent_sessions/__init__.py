@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._pages import EventsPage, SessionsPage
 from ._version import __version__
 from .config import SessionServiceConfig
 from .errors import (
@@ -34,6 +35,7 @@ __all__ = [
     "CorruptDataError",
     "Event",
     "EventActions",
+    "EventsPage",
     "GetSessionConfig",
     "InvalidInputError",
     "ListSessionsResponse",
@@ -49,6 +51,7 @@ __all__ = [
     "Session",
     "SessionNotFoundError",
     "SessionServiceConfig",
+    "SessionsPage",
     "StaleSessionError",
     "WriteConcernError",
     "__version__",

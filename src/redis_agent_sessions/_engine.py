@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import ResponseError
 
 from . import _concern, _lifecycle, _scripts
 from ._codec import check_id, decode_hash, encode_fields, gc_paused, session_ttl, text
 from ._concern import WriteConcern
+from ._event_stream import EventStream
 from ._outbox import AppOutbox
 from .config import SessionServiceConfig
 from .errors import (
@@ -27,7 +28,6 @@ from .errors import (
     CorruptDataError,
     InvalidInputError,
     PayloadTooLargeError,
-    PermissionDeniedError,
     SessionNotFoundError,
     StaleSessionError,
     WriteConcernError,
@@ -129,6 +129,8 @@ class SessionEngine(Generic[S, E]):
         self._append = _scripts.register(client, "append_event")
         self._delete = _scripts.register(client, "delete_session")
         self._prune = _scripts.register(client, "prune_index")
+        self.events = EventStream(client, self.keys, self._decode, self._connected)
+        """Pages of a session's events, and watches of new ones."""
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -361,7 +363,7 @@ class SessionEngine(Generic[S, E]):
             pipe.execute_command(b"XRANGE", keys.events, start, "+")
         elif count > 0:
             pipe.execute_command(b"XREVRANGE", keys.events, "+", start, "COUNT", count)
-        replies = await _execute(
+        replies = await _scripts.execute(
             pipe, [keys.meta, keys.state, keys.user_state, keys.app_state, keys.events]
         )
         if not replies[0]:
@@ -400,7 +402,7 @@ class SessionEngine(Generic[S, E]):
             pipe.hgetall(keys.meta)
             pipe.hgetall(keys.app_state)
             pipe.hget(keys.app_applied, keys.user_member)
-            meta, state, user, events, outbox, again, app_raw, applied = await _execute(
+            meta, state, user, events, outbox, again, app_raw, applied = await _scripts.execute(
                 pipe, read_keys
             )
             if meta == again:
@@ -413,7 +415,7 @@ class SessionEngine(Generic[S, E]):
             mode = "all" if count is None else "recent" if count else "none"
             script = self._run(self._read, read_keys[:5], [mode, start, count or 0, first], [])
             flat, (app_raw, applied) = await asyncio.gather(
-                script, _execute(pipe, [keys.app_state, keys.app_applied])
+                script, _scripts.execute(pipe, [keys.app_state, keys.app_applied])
             )
             reply = [_pairs(flat[0]), *flat[1:]] if flat else []
             if not flat:
@@ -475,7 +477,7 @@ class SessionEngine(Generic[S, E]):
         pipe = self._redis.pipeline(transaction=False)
         pipe.zrange(index, 0, -1)
         pipe.hgetall(app_key)
-        members, app_raw = await _execute(pipe, [index, app_key])
+        members, app_raw = await _scripts.execute(pipe, [index, app_key])
         pairs = (
             [split_app_member(text(m)) for m in members]
             if user_id is None
@@ -500,7 +502,7 @@ class SessionEngine(Generic[S, E]):
             pipe.hmget(self.keys.app_applied(app_name), [user_keys[u].user_member for u in users])
             read_keys += [user_keys[u].app_outbox for u in users]
             read_keys += [self.keys.app_applied(app_name)]
-        replies = await _execute(pipe, read_keys)
+        replies = await _scripts.execute(pipe, read_keys)
         n = 2 * len(pairs)
         user_states = {
             u: decode_hash(user_keys[u].user_state, raw)
@@ -559,7 +561,7 @@ class SessionEngine(Generic[S, E]):
     async def _read_hash(self, key: str) -> dict[str, Any]:
         pipe = self._redis.pipeline(transaction=False)
         pipe.hgetall(key)
-        [raw] = await _execute(pipe, [key])
+        [raw] = await _scripts.execute(pipe, [key])
         return decode_hash(key, raw)
 
     # -- helpers --------------------------------------------------------------------------
@@ -679,31 +681,6 @@ def _stored_bytes(fields: list[list[bytes | str]]) -> int:
 
 def _pairs(flat: list[Any]) -> dict[Any, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
-
-
-async def _execute(pipe: Any, keys: list[str]) -> list[Any]:
-    """Run a pipeline whose i-th command reads ``keys[i]`` (the last key repeats for the
-    rest); a key holding a foreign type becomes a CorruptDataError naming it."""
-    try:
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
-    except NoPermissionError as exc:  # EXEC refused: nothing ran
-        raise _scripts.permission_error(exc, keys[0]) from exc
-    except ResponseError as exc:
-        if "NOPERM" in str(exc):  # a queued command or EXEC refused: the transaction aborted
-            raise _scripts.permission_error(exc, keys[0]) from exc
-        # MULTI refused: redis-py reports only the EXEC that followed (the queued reads ran
-        # on their own, and are dropped with it).
-        if "EXEC without MULTI" not in str(exc):
-            raise
-        raise PermissionDeniedError("multi", None, str(exc)) from exc
-    for i, reply in enumerate(replies):
-        if isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply):
-            raise CorruptDataError(keys[min(i, len(keys) - 1)], f"foreign type: {reply}")
-        if isinstance(reply, NoPermissionError):
-            raise _scripts.permission_error(reply, keys[min(i, len(keys) - 1)]) from reply
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
 
 
 def _first_id(after: float | None) -> str:

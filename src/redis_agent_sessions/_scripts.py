@@ -18,9 +18,17 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoPermissionError, ResponseError
 
 from ._codec import text
-from .errors import PermissionDeniedError
+from .errors import CorruptDataError, PermissionDeniedError
 
-__all__ = ["call", "checked", "lua_source", "permission_error", "register", "typed_permissions"]
+__all__ = [
+    "call",
+    "checked",
+    "execute",
+    "lua_source",
+    "permission_error",
+    "register",
+    "typed_permissions",
+]
 
 DENIED = -4
 """First item of a script's reply when the ACL user may not run a command it needs."""
@@ -95,3 +103,28 @@ def typed_permissions(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitabl
             raise permission_error(exc, None) from exc
 
     return wrapper
+
+
+async def execute(pipe: Any, keys: list[str]) -> list[Any]:
+    """Run a pipeline whose i-th command reads ``keys[i]`` (the last key repeats for the
+    rest); a key holding a foreign type becomes a CorruptDataError naming it."""
+    try:
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    except NoPermissionError as exc:  # EXEC refused: nothing ran
+        raise permission_error(exc, keys[0]) from exc
+    except ResponseError as exc:
+        if "NOPERM" in str(exc):  # a queued command or EXEC refused: the transaction aborted
+            raise permission_error(exc, keys[0]) from exc
+        # MULTI refused: redis-py reports only the EXEC that followed (the queued reads ran
+        # on their own, and are dropped with it).
+        if "EXEC without MULTI" not in str(exc):
+            raise
+        raise PermissionDeniedError("multi", None, str(exc)) from exc
+    for i, reply in enumerate(replies):
+        if isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply):
+            raise CorruptDataError(keys[min(i, len(keys) - 1)], f"foreign type: {reply}")
+        if isinstance(reply, NoPermissionError):
+            raise permission_error(reply, keys[min(i, len(keys) - 1)]) from reply
+        if isinstance(reply, Exception):
+            raise reply
+    return replies

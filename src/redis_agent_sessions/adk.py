@@ -18,6 +18,7 @@ Swap them into a Runner::
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ from ._adk_memory import RedisMemoryService
 from ._codec import check_id
 from ._engine import SessionEngine
 from ._lifecycle import AnyRedis, ClientOwner, open_url
+from ._pages import EventsPage
 from ._pydantic_codec import PydanticCodec
 from ._uri import SCHEMES
 from .config import SessionServiceConfig
@@ -102,6 +104,15 @@ def _session_id(value: str) -> str:
     """A session id as ADK's InMemory and Sqlite services take it: surrounding whitespace
     stripped (``"order-42\\n"`` is ``"order-42"``); anything else is left to the core."""
     return value.strip() if isinstance(value, str) else value
+
+
+async def _adk_errors(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """``events``, with a missing session raised as ADK's SessionNotFoundError."""
+    try:
+        async for event in events:
+            yield event
+    except errors.SessionNotFoundError as exc:
+        raise SessionNotFoundError(str(exc)) from None
 
 
 def _found_nothing(**ids: object) -> bool:
@@ -273,6 +284,61 @@ class RedisSessionService(ClientOwner, BaseSessionService):
             raise StaleSessionError(str(exc)) from None
         except errors.SessionNotFoundError as exc:
             raise SessionNotFoundError(str(exc)) from None
+
+    async def list_events(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        limit: int = 100,
+        newest_first: bool = False,
+        page_token: str | None = None,
+    ) -> EventsPage[Event]:
+        """One page of a session's events (not part of ADK's API): oldest first or newest
+        first, at most ``limit`` (1 to 10,000), continued with ``next_page_token``; O(limit)
+        whatever the history.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        try:
+            return await self._engine.events.page(
+                app_name,
+                user_id,
+                _session_id(session_id),
+                limit=limit,
+                newest_first=newest_first,
+                page_token=page_token,
+            )
+        except errors.SessionNotFoundError as exc:
+            raise SessionNotFoundError(str(exc)) from None
+
+    def watch(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        after_event_id: str | None = None,
+        from_beginning: bool = False,
+        block_ms: int = 5000,
+    ) -> AsyncIterator[Event]:
+        """Follow a session live (not part of ADK's API): yields each ADK ``Event`` any
+        worker appends, in order; see the core service's ``watch`` for the semantics.
+
+        Raises:
+            SessionNotFoundError: (at the first iteration) no such session.
+        """
+        inner = self._engine.events.watch(
+            app_name,
+            user_id,
+            _session_id(session_id),
+            after_event_id=after_event_id,
+            from_beginning=from_beginning,
+            block_ms=block_ms,
+        )
+        return _adk_errors(inner)
 
     @override
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:

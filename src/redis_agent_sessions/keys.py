@@ -13,7 +13,7 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev, ...)
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
-    ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> revision it produced
+    ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> "<revision> <stream id>"
     ras:mem:{<app>:<user>}:entry:<id>            hash   one memory entry (a search index document)
     ras:mem:{<app>:<user>}:entries               zset   memory entry ids by timestamp
     ras:mem:{<app>:<user>}:session:<id>          set    entry ids that session contributed

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any
 
 from ._engine import SessionEngine
 from ._lifecycle import AnyRedis, ClientOwner
+from ._pages import EventsPage
 from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
 from .models import Event, GetSessionConfig, ListSessionsResponse, Session
@@ -104,6 +105,66 @@ class RedisSessionService(ClientOwner):
                 (under the default ``reject`` policy); nothing was written.
         """
         return await self._engine.append_event(session, event)
+
+    async def list_events(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        limit: int = 100,
+        newest_first: bool = False,
+        page_token: str | None = None,
+    ) -> EventsPage[Event]:
+        """One page of a session's events, oldest first (or newest first), at most ``limit``
+        (1 to 10,000); pass ``next_page_token`` back for the next page. O(limit) whatever
+        the history.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        return await self._engine.events.page(
+            app_name,
+            user_id,
+            session_id,
+            limit=limit,
+            newest_first=newest_first,
+            page_token=page_token,
+        )
+
+    def watch(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        after_event_id: str | None = None,
+        from_beginning: bool = False,
+        block_ms: int = 5000,
+    ) -> AsyncIterator[Event]:
+        """Follow a session live: ``async for event in service.watch(...)`` yields each event
+        any worker appends, in order, blocking in Redis (``XREAD BLOCK``) in between.
+
+        Starts after the newest event at the first iteration, after ``after_event_id``
+        (resume after the last event seen, e.g. after a disconnect: nothing lost, nothing
+        twice), or at the first event with ``from_beginning``. Connection drops are retried
+        from the same position. Ends when the session is deleted or expires; stop it by
+        breaking out of the loop or cancelling the task. ``block_ms`` is how long one read
+        blocks before re-checking that the session exists (keep it below the client's
+        ``socket_timeout``).
+
+        Raises:
+            SessionNotFoundError: (at the first iteration) no such session.
+            InvalidInputError: ``after_event_id`` is not an event of this session.
+        """
+        return self._engine.events.watch(
+            app_name,
+            user_id,
+            session_id,
+            after_event_id=after_event_id,
+            from_beginning=from_beginning,
+            block_ms=block_ms,
+        )
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """User-scope state, keys without the ``user:`` prefix."""

@@ -68,7 +68,7 @@ local seen = redis.pcall('HGET', KEYS[4], ARGV[4])
 if type(seen) == 'table' and seen['err'] then return {-3, KEYS[4], 'not a hash'} end
 if seen then
   redis.call('HSET', KEYS[1], 'rev', meta[1])
-  return {2, tonumber(seen), '', outbox()}
+  return {2, tonumber(string.match(seen, '^%d+')), '', outbox()}
 end
 
 if ARGV[3] == 'reject' then
@@ -115,7 +115,9 @@ end
 rev = rev + 1
 redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event_id', ARGV[4],
   'last_ms', ms)
-redis.call('HSET', KEYS[4], ARGV[4], rev)
+-- '<revision> <stream id>': the revision answers retries, the stream id lets a watcher
+-- resume after an event it names.
+redis.call('HSET', KEYS[4], ARGV[4], rev .. ' ' .. stream_id)
 if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
 end

@@ -1,0 +1,181 @@
+"""Reading a session's events without loading them all: pages, and following new ones live.
+
+Both read the session's stream by entry id, so a page or a wake-up costs O(events returned)
+whatever the history. Watching blocks in ``XREAD`` on the server; Python never polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from redis.exceptions import ConnectionError, TimeoutError
+
+from . import _scripts
+from ._codec import check_id, text
+from ._pages import EventsPage, read_token, write_token
+from .errors import InvalidInputError, SessionNotFoundError
+from .keys import KeySpace, SessionKeys
+
+__all__ = ["EventStream"]
+
+E = TypeVar("E")
+_STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+MAX_PAGE = 10_000
+
+
+class EventStream(Generic[E]):
+    """Pages and watches of one store's sessions; ``decode`` turns stream entries (as a
+    range reply) into events, raising CorruptDataError for bad ones."""
+
+    reconnects = 5
+    """Consecutive connection failures a watch survives (with backoff) before raising."""
+
+    def __init__(
+        self,
+        client: Any,
+        keys: KeySpace,
+        decode: Callable[[str, list[Any]], list[E]],
+        ready: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._redis = client
+        self._keys = keys
+        self._decode = decode
+        self._ready = ready
+
+    def _session(self, app_name: str, user_id: str, session_id: str) -> SessionKeys:
+        return self._keys.session(
+            check_id("app_name", app_name),
+            check_id("user_id", user_id),
+            check_id("session_id", session_id),
+        )
+
+    async def page(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        *,
+        limit: int,
+        newest_first: bool,
+        page_token: str | None,
+    ) -> EventsPage[E]:
+        keys = self._session(app_name, user_id, session_id)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
+            raise InvalidInputError(f"limit must be an int from 1 to {MAX_PAGE}: {limit!r}")
+        scope = ["events", app_name, user_id, session_id, "desc" if newest_first else "asc"]
+        after = None
+        if page_token is not None:
+            [after] = read_token(page_token, scope)
+            if not isinstance(after, str) or not _STREAM_ID.match(after):
+                raise InvalidInputError("page_token is not a page token of events")
+        await self._ready()
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.exists(keys.meta)
+        # One more than asked: whether a next page exists is known without another read.
+        if newest_first:
+            pipe.xrevrange(keys.events, f"({after}" if after else "+", "-", count=limit + 1)
+        else:
+            pipe.xrange(keys.events, f"({after}" if after else "-", "+", count=limit + 1)
+        exists, entries = await _scripts.execute(pipe, [keys.meta, keys.events])
+        if not exists:
+            raise SessionNotFoundError(f"Session {session_id} not found.")
+        more = len(entries) > limit
+        entries = entries[:limit]
+        token = write_token(scope, [text(entries[-1][0])]) if more else None
+        return EventsPage(self._decode(keys.events, entries), token)
+
+    def watch(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        *,
+        after_event_id: str | None,
+        from_beginning: bool,
+        block_ms: int,
+        count: int = 100,
+    ) -> AsyncIterator[E]:
+        """Checks the arguments now; the session is looked up on the first iteration."""
+        keys = self._session(app_name, user_id, session_id)
+        if isinstance(block_ms, bool) or not isinstance(block_ms, int) or block_ms <= 0:
+            raise InvalidInputError(f"block_ms must be a positive int: {block_ms!r}")
+        if after_event_id is not None:
+            check_id("after_event_id", after_event_id)
+            if from_beginning:
+                raise InvalidInputError("give after_event_id or from_beginning, not both")
+        return self._follow(keys, session_id, after_event_id, from_beginning, block_ms, count)
+
+    async def _follow(
+        self,
+        keys: SessionKeys,
+        session_id: str,
+        after_event_id: str | None,
+        from_beginning: bool,
+        block_ms: int,
+        count: int,
+    ) -> AsyncIterator[E]:
+        await self._ready()
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hget(keys.meta, "create_time")
+        pipe.xrevrange(keys.events, "+", "-", count=1)
+        if after_event_id is not None:
+            pipe.hget(keys.event_ids, after_event_id)
+        replies = await _scripts.execute(pipe, [keys.meta, keys.events, keys.event_ids])
+        created = replies[0]
+        if created is None:
+            raise SessionNotFoundError(f"Session {session_id} not found.")
+        # A concrete position, never "$": after a reconnect, "$" would skip what was
+        # appended while the connection was down.
+        position = "0-0"
+        if after_event_id is not None:
+            position = _position_of(after_event_id, replies[2], session_id)
+        elif not from_beginning and replies[1]:
+            position = text(replies[1][0][0])
+        failures = 0
+        while True:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.xread({keys.events: position}, count=count, block=block_ms)
+            # Read after the wake-up, in the same round trip: a deleted (or deleted and
+            # re-created) session ends the watch instead of feeding it a stranger's events.
+            pipe.hget(keys.meta, "create_time")
+            try:
+                found, now_created = await _scripts.execute(pipe, [keys.events, keys.meta])
+            except (ConnectionError, TimeoutError):
+                failures += 1
+                if failures > self.reconnects:
+                    raise
+                await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+                continue
+            failures = 0
+            if now_created != created:
+                return
+            for entries in _entries_of(found):
+                events = self._decode(keys.events, entries)
+                for (stream_id, _), event in zip(entries, events, strict=True):
+                    position = text(stream_id)
+                    yield event
+
+
+def _entries_of(reply: Any) -> list[list[Any]]:
+    """The entry lists of an XREAD reply (RESP2 list of [key, entries], or RESP3 dict)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [list(entries) for entries in reply.values()]
+    return [list(entries) for _, entries in reply]
+
+
+def _position_of(event_id: str, stored: Any, session_id: str) -> str:
+    """The stream id of a stored event, from its event_ids value ``<rev> <stream id>``."""
+    if stored is None:
+        raise InvalidInputError(f"session {session_id} has no event {event_id!r}")
+    _, _, position = text(stored).partition(" ")
+    if not _STREAM_ID.match(position):
+        raise InvalidInputError(
+            f"event {event_id!r} was stored before events recorded their stream position; "
+            "watch with from_beginning=True instead"
+        )
+    return position
