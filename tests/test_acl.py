@@ -93,6 +93,8 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
     async def listing() -> None:
         await sessions.list_sessions(app_name=APP, user_id=USER)
         await sessions.list_sessions(app_name=APP)
+        await sessions.list_sessions_page(app_name=APP, user_id=USER, page_size=1)
+        await sessions.list_sessions_page(app_name=APP, order_by="created")
 
     async def memory_backend() -> None:
         # Records the deployment's backend in ras:mem:backend (once, for every worker).

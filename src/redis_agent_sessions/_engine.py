@@ -21,6 +21,7 @@ from . import _concern, _lifecycle, _scripts
 from ._codec import check_id, decode_hash, encode_fields, gc_paused, session_ttl, text
 from ._concern import WriteConcern
 from ._event_stream import EventStream
+from ._listing import SessionLister
 from ._outbox import AppOutbox
 from .config import SessionServiceConfig
 from .errors import (
@@ -131,6 +132,8 @@ class SessionEngine(Generic[S, E]):
         self._prune = _scripts.register(client, "prune_index")
         self.events = EventStream(client, self.keys, self._decode, self._connected)
         """Pages of a session's events, and watches of new ones."""
+        self.listing: SessionLister[S] = SessionLister(self)
+        """Pages of sessions, from the indexes."""
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -157,7 +160,7 @@ class SessionEngine(Generic[S, E]):
         keys = self.keys.session(app_name, user_id, sid)
         script_keys = _script_keys(keys)
         if self._outbox is not None:
-            script_keys[6:] = [keys.app_outbox]
+            script_keys[7:] = [keys.app_outbox]
         shortfalls: list[str] = []
         reply = await self._run(
             self._create,
@@ -233,6 +236,8 @@ class SessionEngine(Generic[S, E]):
                     keys.event_ids,
                     keys.user_state,
                     keys.app_state if self._outbox is None else keys.app_outbox,
+                    keys.user_updated,
+                    *([keys.app_updated] if self._outbox is None else []),
                 ],
                 [
                     "" if revision is None else revision,
@@ -244,6 +249,8 @@ class SessionEngine(Generic[S, E]):
                     repr(float(timestamp)),
                     self.config.ttl_seconds or 0,
                     self._first_unapplied(keys),
+                    session.id,
+                    keys.app_member,
                 ],
                 fields,
                 shortfalls,
@@ -298,6 +305,8 @@ class SessionEngine(Generic[S, E]):
                 keys.event_ids,
                 keys.user_sessions,
                 keys.app_sessions if self._outbox is None else keys.app_outbox,
+                keys.user_updated,
+                *([keys.app_updated] if self._outbox is None else []),
             ],
             [session_id, keys.app_member, self._first_unapplied(keys)],
             [],
@@ -478,13 +487,30 @@ class SessionEngine(Generic[S, E]):
         pipe.zrange(index, 0, -1)
         pipe.hgetall(app_key)
         members, app_raw = await _scripts.execute(pipe, [index, app_key])
-        pairs = (
-            [split_app_member(text(m)) for m in members]
-            if user_id is None
-            else [(user_id, text(m)) for m in members]
+        pairs = [self._pair(app_name, user_id, m) for m in members]
+        found, gone = await self.load_sessions(app_name, pairs, app_raw)
+        if gone:
+            await self.prune_index(app_name, gone)
+        stored = sorted(
+            (st for st in found if st is not None),
+            key=lambda st: (st.last_update_time, st.user_id, st.id),
         )
+        return [self._codec.build_session(st, []) for st in stored]
+
+    @staticmethod
+    def _pair(app_name: str, user_id: str | None, member: Any) -> tuple[str, str]:
+        """(user, session) of a member of the app-wide index, or of ``user_id``'s."""
+        return split_app_member(text(member)) if user_id is None else (user_id, text(member))
+
+    async def load_sessions(
+        self, app_name: str, pairs: list[tuple[str, str]], app_raw: Any
+    ) -> tuple[list[StoredSession | None], list[tuple[str, str]]]:
+        """Sessions (merged state, no events) for (user, session) pairs, in their order: one
+        round trip, plus the apply of any pending app writes on a cluster. A session that
+        is gone (expired, deleted) is None in the list and named in the second one."""
         if not pairs:
-            return []
+            return [], []
+        app_key = self.keys.app_state(app_name)
         users = sorted({u for u, _ in pairs})
         session_keys = [self.keys.session(app_name, u, s) for u, s in pairs]
         user_keys = {u: self.keys.session(app_name, u, "-") for u in users}
@@ -513,23 +539,22 @@ class SessionEngine(Generic[S, E]):
             for u, outbox, applied in zip(users, outboxes, replies[-1], strict=True):
                 app_raw = await self._finish_pending(user_keys[u], outbox, applied, app_raw)
         app_state = decode_hash(app_key, app_raw)
-        found: list[StoredSession] = []
+        found: list[StoredSession | None] = []
         gone: list[tuple[str, str]] = []
         for (u, s), keys, meta, state in zip(
             pairs, session_keys, replies[0:n:2], replies[1:n:2], strict=True
         ):
             if not meta:
                 gone.append((u, s))
+                found.append(None)
                 continue
             stored = self._stored(keys.meta, meta)
             stored.state = merge_state(decode_hash(keys.state, state), user_states[u], app_state)
             found.append(stored)
-        if gone:
-            await self._prune_index(app_name, gone)
-        found.sort(key=lambda st: (st.last_update_time, st.user_id, st.id))
-        return [self._codec.build_session(st, []) for st in found]
+        return found, gone
 
-    async def _prune_index(self, app_name: str, gone: list[tuple[str, str]]) -> None:
+    async def prune_index(self, app_name: str, gone: list[tuple[str, str]]) -> None:
+        """Drop index entries of sessions found gone (each re-checked in the script)."""
         if self._outbox is None:
             groups = [gone]
         else:  # one script per user: each touches only that user's slot
@@ -539,11 +564,15 @@ class SessionEngine(Generic[S, E]):
             groups = list(by_user.values())
         for group in groups:
             first = self.keys.session(app_name, group[0][0], group[0][1])
-            keys: list[str] = [first.app_sessions if self._outbox is None else first.app_outbox]
+            keys: list[str] = (
+                [first.app_sessions, first.app_updated]
+                if self._outbox is None
+                else [first.app_outbox, first.user_updated]
+            )
             args: list[str] = [self._first_unapplied(first)]
             for u, s in group:
                 sk = self.keys.session(app_name, u, s)
-                keys += (sk.meta, sk.user_sessions)
+                keys += (sk.meta, sk.user_sessions, sk.user_updated)
                 args += (s, sk.app_member)
             reply = await self._run(self._prune, keys, args, [])
             if self._outbox is not None and reply[1]:
@@ -696,6 +725,8 @@ def _script_keys(keys: SessionKeys) -> list[str]:
         keys.event_ids,
         keys.user_state,
         keys.user_sessions,
+        keys.user_updated,
         keys.app_state,
         keys.app_sessions,
+        keys.app_updated,
     ]

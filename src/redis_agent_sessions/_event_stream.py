@@ -65,7 +65,8 @@ class EventStream(Generic[E]):
         keys = self._session(app_name, user_id, session_id)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
             raise InvalidInputError(f"limit must be an int from 1 to {MAX_PAGE}: {limit!r}")
-        scope = ["events", app_name, user_id, session_id, "desc" if newest_first else "asc"]
+        scope: list[str | None] = ["events", app_name, user_id, session_id]
+        scope.append("desc" if newest_first else "asc")
         after = None
         if page_token is not None:
             [after] = read_token(page_token, scope)

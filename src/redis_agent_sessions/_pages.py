@@ -39,12 +39,12 @@ class SessionsPage(Generic[T]):
     """Pass it back to get the next page; None when this page is the last."""
 
 
-def write_token(scope: list[str], position: list[Any]) -> str:
+def write_token(scope: list[str | None], position: list[Any]) -> str:
     """A token for ``position`` within the listing named by ``scope``."""
     return base64.urlsafe_b64encode(orjson.dumps([scope, position])).decode().rstrip("=")
 
 
-def read_token(token: object, scope: list[str]) -> list[Any]:
+def read_token(token: object, scope: list[str | None]) -> list[Any]:
     """The position a token of the listing ``scope`` holds; InvalidInputError for anything
     else (not a token, or one of another listing or order)."""
     if not isinstance(token, str) or not token:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from google.adk.cli.service_registry import ServiceRegistry
@@ -46,7 +46,7 @@ from ._adk_memory import RedisMemoryService
 from ._codec import check_id
 from ._engine import SessionEngine
 from ._lifecycle import AnyRedis, ClientOwner, open_url
-from ._pages import EventsPage
+from ._pages import EventsPage, SessionsPage
 from ._pydantic_codec import PydanticCodec
 from ._uri import SCHEMES
 from .config import SessionServiceConfig
@@ -252,6 +252,34 @@ class RedisSessionService(ClientOwner, BaseSessionService):
             return ListSessionsResponse()
         sessions = await self._engine.list_sessions(app_name=app_name, user_id=user_id)
         return ListSessionsResponse(sessions=sessions)
+
+    async def list_sessions_page(
+        self,
+        *,
+        app_name: str,
+        user_id: str | None = None,
+        page_size: int = 100,
+        page_token: str | None = None,
+        order_by: Literal["updated", "created"] = "updated",
+        newest_first: bool = True,
+    ) -> SessionsPage[Session]:
+        """One page of sessions (merged state, no events), read from an index in O(page):
+        of every user of the app (``user_id=None``) or of one user, by last update
+        (``order_by="updated"``, moved by every append) or by creation, newest first by
+        default; at most ``page_size`` (1 to 1,000), continued by passing
+        ``next_page_token`` back. Sessions that expired are skipped (and dropped from the
+        indexes). On a Redis Cluster, app-wide pages are by creation only.
+        """
+        if _found_nothing(app_name=app_name, **({} if user_id is None else {"user_id": user_id})):
+            return SessionsPage()
+        return await self._engine.listing.page(
+            app_name=app_name,
+            user_id=user_id,
+            page_size=page_size,
+            page_token=page_token,
+            order_by=order_by,
+            newest_first=newest_first,
+        )
 
     @override
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:

@@ -4,12 +4,15 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
 
     ras:{<app>}:app_state                        hash   app-scope state, field -> JSON
     ras:{<app>}:sessions                         zset   "<user>:<session>" by creation time
+    ras:{<app>}:sessions_updated                 zset   "<user>:<session>" by last update time
+                                                        (single node only)
     ras:{<app>}:app_versions                     hash   cluster: app-state field -> version
     ras:{<app>}:app_applied                      hash   cluster: user -> last outbox id applied
     ras:{<app>:<user>}:app_outbox                stream cluster: app-scope writes not yet known
                                                         to be applied (one entry per operation)
     ras:{<app>:<user>}:user_state                hash   user-scope state, field -> JSON
     ras:{<app>:<user>}:sessions                  zset   session ids by creation time
+    ras:{<app>:<user>}:sessions_updated          zset   session ids by last update time
     ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev, ...)
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
@@ -68,8 +71,10 @@ class SessionKeys:
     event_ids: str
     user_state: str
     user_sessions: str
+    user_updated: str
     app_state: str
     app_sessions: str
+    app_updated: str
     app_member: str
     """This session's member in the app-wide index."""
     user_member: str
@@ -101,6 +106,9 @@ class KeySpace:
     def app_sessions(self, app_name: str) -> str:
         return f"{self._app(app_name)}:sessions"
 
+    def app_updated(self, app_name: str) -> str:
+        return f"{self._app(app_name)}:sessions_updated"
+
     def app_versions(self, app_name: str) -> str:
         return f"{self._app(app_name)}:app_versions"
 
@@ -115,6 +123,9 @@ class KeySpace:
 
     def user_sessions(self, app_name: str, user_id: str) -> str:
         return f"{self._user(app_name, user_id)}:sessions"
+
+    def user_updated(self, app_name: str, user_id: str) -> str:
+        return f"{self._user(app_name, user_id)}:sessions_updated"
 
     def session(self, app_name: str, user_id: str, session_id: str) -> SessionKeys:
         return _session_keys(self, app_name, user_id, session_id)
@@ -186,8 +197,10 @@ def _session_keys(space: KeySpace, app_name: str, user_id: str, session_id: str)
         event_ids=f"{meta}:event_ids",
         user_state=f"{user}:user_state",
         user_sessions=f"{user}:sessions",
+        user_updated=f"{user}:sessions_updated",
         app_state=space.app_state(app_name),
         app_sessions=space.app_sessions(app_name),
+        app_updated=space.app_updated(app_name),
         app_member=app_member(user_id, session_id),
         user_member=escape(user_id),
         app_outbox=f"{user}:app_outbox",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from ._engine import SessionEngine
 from ._lifecycle import AnyRedis, ClientOwner
-from ._pages import EventsPage
+from ._pages import EventsPage, SessionsPage
 from ._pydantic_codec import PydanticCodec
 from .config import SessionServiceConfig
 from .models import Event, GetSessionConfig, ListSessionsResponse, Session
@@ -88,6 +88,32 @@ class RedisSessionService(ClientOwner):
         """Sessions of one user, or of every user when ``user_id`` is None; oldest first."""
         sessions = await self._engine.list_sessions(app_name=app_name, user_id=user_id)
         return ListSessionsResponse(sessions=sessions)
+
+    async def list_sessions_page(
+        self,
+        *,
+        app_name: str,
+        user_id: str | None = None,
+        page_size: int = 100,
+        page_token: str | None = None,
+        order_by: Literal["updated", "created"] = "updated",
+        newest_first: bool = True,
+    ) -> SessionsPage[Session]:
+        """One page of sessions (merged state, no events), read from an index in O(page):
+        of every user of the app (``user_id=None``) or of one user, by last update
+        (``order_by="updated"``, moved by every append) or by creation, newest first by
+        default; at most ``page_size`` (1 to 1,000), continued by passing
+        ``next_page_token`` back. Sessions that expired are skipped (and dropped from the
+        indexes). On a Redis Cluster, app-wide pages are by creation only.
+        """
+        return await self._engine.listing.page(
+            app_name=app_name,
+            user_id=user_id,
+            page_size=page_size,
+            page_token=page_token,
+            order_by=order_by,
+            newest_first=newest_first,
+        )
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete a session and its events; user and app state stay. Missing: no-op."""

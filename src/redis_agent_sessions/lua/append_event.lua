@@ -2,6 +2,7 @@
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash         KEYS[5] user state hash
 -- KEYS[6] app state hash, or (cluster layout, ARGV[9] set) the user's app outbox stream
+-- KEYS[7] user sessions-by-update zset  KEYS[8] app sessions-by-update zset (single node only)
 -- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
 -- ARGV[2] id of the last event the writer has ('' = none)
 -- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
@@ -11,9 +12,10 @@
 --         (given at create time), which wins
 -- ARGV[9] '' = single-node layout; else the cluster layout, and this is the lowest outbox
 --         id that may not be applied yet: older entries are dropped, newer ones returned
--- ARGV[10..12] number of session, user and app fields, then that many field/JSON pairs
--- The session indexes are not touched: they are scored by creation time, and listings
--- order by the last_update_time kept here.
+-- ARGV[10] session id (its member in the user's index)
+-- ARGV[11] its member in the app-wide index ('<user>:<session>', escaped)
+-- ARGV[12..14] number of session, user and app fields, then that many field/JSON pairs
+-- The by-update indexes get the new last_update_time; the others are scored by creation.
 -- returns {1, new revision, stream id, outbox} appended, {2, revision the event produced,
 --         '', outbox} already stored (a retry), {-1} no such session, {-2, current revision}
 --         stale writer, {-3, key, found type} when a key has a foreign type, {-4, command,
@@ -30,11 +32,12 @@
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
 local cluster = ARGV[9] ~= ''
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
-    'HSET', KEYS[1], 'HSET', KEYS[4])
-  or (ARGV[10] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
-  or (ARGV[11] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
+    'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
+  or (ARGV[12] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
+  or (ARGV[13] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
-  or (not cluster and ARGV[12] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
+  or (not cluster and ARGV[14] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
+  or (not cluster and denied('TYPE', KEYS[8], 'ZADD', KEYS[8]))
 -- Whether the session expires is known only once its metadata is read: ask now, refuse
 -- after that read (a read changes nothing) and before the first write.
 local expire_refused = denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
@@ -44,11 +47,15 @@ if refused then return refused end
 local has_outbox = false
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
-  if ARGV[9 + scope] ~= '0' or (cluster and i == 6) then
+  if ARGV[11 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
-    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[12] ~= '0' end
+    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[14] ~= '0' end
   end
+end
+for i = 7, cluster and 7 or 8 do
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  if t ~= 'none' and t ~= 'zset' then return {-3, KEYS[i], t} end
 end
 -- Entries before ARGV[9] were applied to the app's slot (the caller read that there).
 -- A user who never wrote an app key has no outbox: nothing to trim or report.
@@ -90,9 +97,9 @@ if last_ms and tonumber(last_ms) > tonumber(ms) then ms = last_ms end
 local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', 'event', ARGV[5])
 if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
 
-local pos = 13
+local pos = 15
 for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
-  local n = tonumber(ARGV[9 + scope])
+  local n = tonumber(ARGV[11 + scope])
   -- unpack() is bounded by the Lua stack, so very large deltas go in slices.
   while n > 0 do
     local take = math.min(n, 1000)
@@ -118,6 +125,8 @@ redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event
 -- '<revision> <stream id>': the revision answers retries, the stream id lets a watcher
 -- resume after an event it names.
 redis.call('HSET', KEYS[4], ARGV[4], rev .. ' ' .. stream_id)
+redis.call('ZADD', KEYS[7], ARGV[7], ARGV[10])
+if not cluster then redis.call('ZADD', KEYS[8], ARGV[7], ARGV[11]) end
 if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
 end

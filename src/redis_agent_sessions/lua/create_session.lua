@@ -2,15 +2,17 @@
 -- Nothing is written when the session exists, so a failed duplicate create has no side effect.
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] user sessions zset
--- KEYS[7] app state hash         KEYS[8] app sessions zset
---   (cluster layout, ARGV[7] set: KEYS[7] is the user's app outbox stream, no KEYS[8])
+-- KEYS[7] user sessions-by-update zset
+-- KEYS[8] app state hash         KEYS[9] app sessions zset    KEYS[10] app sessions-by-update
+--   (cluster layout, ARGV[7] set: KEYS[8] is the user's app outbox stream, no KEYS[9..10])
 -- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
 -- ARGV[7] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
 --         that may not be applied yet (see append_event.lua)
 -- ARGV[8] '1' = ARGV[5] is this session's own ttl, kept in its metadata for every append to
 --         refresh ('' = the service default, which appends pass themselves)
--- Both session indexes are scored by creation time and never touched by appends.
+-- The session indexes are scored by creation time, the -by-update ones by last update
+-- (appends move those).
 -- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs in order
 -- returns {1, user state as field/value list, app state as field/value list} when created
 --         ({1, user state, outbox entries from ARGV[7] on} in the cluster layout, where the
@@ -21,14 +23,15 @@
 local cluster = ARGV[7] ~= ''
 local refused = denied_each('TYPE', KEYS)
   or denied('EXISTS', KEYS[1], 'DEL', KEYS[2], 'DEL', KEYS[3], 'DEL', KEYS[4], 'HSET', KEYS[1],
-    'HSET', KEYS[2], 'HSET', KEYS[5], 'ZADD', KEYS[6], 'HGETALL', KEYS[5])
-  or (cluster and denied('XADD', KEYS[7], 'XTRIM', KEYS[7], 'XRANGE', KEYS[7]))
-  or (not cluster and denied('HSET', KEYS[7], 'HGETALL', KEYS[7], 'ZADD', KEYS[8]))
+    'HSET', KEYS[2], 'HSET', KEYS[5], 'ZADD', KEYS[6], 'ZADD', KEYS[7], 'HGETALL', KEYS[5])
+  or (cluster and denied('XADD', KEYS[8], 'XTRIM', KEYS[8], 'XRANGE', KEYS[8]))
+  or (not cluster and denied('HSET', KEYS[8], 'HGETALL', KEYS[8], 'ZADD', KEYS[9],
+    'ZADD', KEYS[10]))
   or (tonumber(ARGV[5]) > 0 and denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2]))
 if refused then return refused end
 
-local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'hash', 'zset'}
-if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'stream'} end
+local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'hash', 'zset', 'zset'}
+if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'stream'} end
 for i, want in ipairs(expected) do
   local t = redis.call('TYPE', KEYS[i])
   if type(t) == 'table' then t = t['ok'] end
@@ -36,7 +39,7 @@ for i, want in ipairs(expected) do
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   -- A retried create whose app step failed must still finish it.
-  if cluster then return {0, redis.call('XRANGE', KEYS[7], ARGV[7], '+')} end
+  if cluster then return {0, redis.call('XRANGE', KEYS[8], ARGV[7], '+')} end
   return {0}
 end
 
@@ -45,7 +48,7 @@ redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 
 local counts = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])}
 local pos = 12
-for scope, target in ipairs({KEYS[2], KEYS[5], KEYS[7]}) do
+for scope, target in ipairs({KEYS[2], KEYS[5], KEYS[8]}) do
   if cluster and scope == 3 then
     -- The app's slot is elsewhere: its index entry and app fields go to the outbox, in
     -- entries of at most 1000 fields (unpack() is bounded by the Lua stack).
@@ -72,14 +75,16 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'app_name', ARGV[2], 'user_id', ARGV[
   'rev', 0, 'create_time', ARGV[4], 'last_update_time', ARGV[4], 'last_event_id', '')
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'ttl', ARGV[5]) end
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
+redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1])
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[2], ttl)
 end
 if cluster then
-  redis.call('XTRIM', KEYS[7], 'MINID', ARGV[7])
-  return {1, redis.call('HGETALL', KEYS[5]), redis.call('XRANGE', KEYS[7], ARGV[7], '+')}
+  redis.call('XTRIM', KEYS[8], 'MINID', ARGV[7])
+  return {1, redis.call('HGETALL', KEYS[5]), redis.call('XRANGE', KEYS[8], ARGV[7], '+')}
 end
-redis.call('ZADD', KEYS[8], ARGV[4], ARGV[6])
-return {1, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[7])}
+redis.call('ZADD', KEYS[9], ARGV[4], ARGV[6])
+redis.call('ZADD', KEYS[10], ARGV[4], ARGV[6])
+return {1, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[8])}

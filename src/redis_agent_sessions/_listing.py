@@ -1,0 +1,152 @@
+"""Pages of an app's (or one user's) sessions, read from the indexes in O(page).
+
+Four sorted sets order sessions: by creation time (``sessions``) and by last update
+(``sessions_updated``, moved by every append), app-wide and per user. A page walks one of
+them from a keyset cursor (score, member) carried in its token, so pages stay correct while
+sessions are created, updated or deleted in between: a session is never shown twice
+within a walk in creation order; in update order a session updated during the walk moves
+and may be seen again (or, walking oldest first, not at all), like any listing by a moving
+key. Index entries of sessions that expired are dropped as a page meets them, and the
+page is filled from further entries instead.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from . import _scripts
+from ._codec import check_id, text
+from ._pages import SessionsPage, read_token, write_token
+from .errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from ._engine import SessionEngine
+
+__all__ = ["SessionLister"]
+
+S = TypeVar("S")
+OrderBy = Literal["updated", "created"]
+MAX_PAGE = 1000
+
+
+class SessionLister(Generic[S]):
+    """``list_sessions_page`` of one engine."""
+
+    def __init__(self, engine: SessionEngine[Any, Any]) -> None:
+        self._engine = engine
+
+    async def page(
+        self,
+        *,
+        app_name: str,
+        user_id: str | None,
+        page_size: int,
+        page_token: str | None,
+        order_by: OrderBy,
+        newest_first: bool,
+    ) -> SessionsPage[S]:
+        engine = self._engine
+        check_id("app_name", app_name)
+        if user_id is not None:
+            check_id("user_id", user_id)
+        if isinstance(page_size, bool) or not isinstance(page_size, int):
+            raise InvalidInputError(f"page_size must be an int from 1 to {MAX_PAGE}: {page_size!r}")
+        if not 0 < page_size <= MAX_PAGE:
+            raise InvalidInputError(f"page_size must be an int from 1 to {MAX_PAGE}: {page_size!r}")
+        if order_by not in ("updated", "created"):
+            raise InvalidInputError(f"order_by must be 'updated' or 'created': {order_by!r}")
+        if user_id is None and order_by == "updated" and engine.cluster:
+            raise InvalidInputError(
+                "on a Redis Cluster, an app's sessions across users are listed by creation "
+                "(order_by='created'); one user's can be listed by update (an app-wide "
+                "by-update index would make every append write to the app's slot)"
+            )
+        await engine._connected()
+        keys = engine.keys
+        index = {
+            (True, "created"): keys.app_sessions(app_name),
+            (True, "updated"): keys.app_updated(app_name),
+            (False, "created"): keys.user_sessions(app_name, user_id or "-"),
+            (False, "updated"): keys.user_updated(app_name, user_id or "-"),
+        }[(user_id is None, order_by)]
+        scope = ["sessions", app_name, user_id, order_by, "desc" if newest_first else "asc"]
+        cursor = _cursor(read_token(page_token, scope)) if page_token is not None else None
+        app_key = keys.app_state(app_name)
+        found: list[tuple[Any, Any, Any]] = []  # (stored, score, member)
+        gone: list[tuple[str, str]] = []
+        offset, exhausted = 0, False
+        while len(found) <= page_size and not exhausted:
+            want = page_size + 1 - len(found)
+            pipe = engine._redis.pipeline(transaction=False)
+            pipe.execute_command(
+                "ZRANGE",
+                index,
+                *_bounds(cursor, newest_first),
+                "BYSCORE",
+                *(["REV"] if newest_first else []),
+                "LIMIT",
+                offset,
+                want,
+                "WITHSCORES",
+            )
+            pipe.hgetall(app_key)
+            raw, app_raw = await _scripts.execute(pipe, [index, app_key])
+            entries = _scored(raw)
+            exhausted = len(entries) < want
+            offset += len(entries)
+            entries = [e for e in entries if _after(e, cursor, newest_first)]
+            pairs = [engine._pair(app_name, user_id, member) for member, _ in entries]
+            stored, missing = await engine.load_sessions(app_name, pairs, app_raw)
+            gone += missing
+            found += [(st, sc, m) for st, (m, sc) in zip(stored, entries, strict=True) if st]
+        if gone:
+            await engine.prune_index(app_name, gone)
+        token = None
+        if len(found) > page_size:
+            del found[page_size:]
+            _, score, member = found[-1]
+            token = write_token(scope, [repr(score), text(member)])
+        sessions = [engine._codec.build_session(st, []) for st, _, _ in found]
+        return SessionsPage(sessions, token)
+
+
+def _cursor(position: list[Any]) -> tuple[float, bytes]:
+    try:
+        score_text, member = position
+        score = float(score_text)
+    except (TypeError, ValueError):
+        raise InvalidInputError("page_token is not a page token of sessions") from None
+    if not isinstance(member, str) or not math.isfinite(score):
+        raise InvalidInputError("page_token is not a page token of sessions")
+    return score, member.encode()
+
+
+def _bounds(cursor: tuple[float, bytes] | None, newest_first: bool) -> list[str]:
+    """ZRANGE BYSCORE bounds from the cursor's score, inclusive (ties are cut by member)."""
+    if cursor is None:
+        return ["+inf", "-inf"] if newest_first else ["-inf", "+inf"]
+    return [repr(cursor[0]), "-inf"] if newest_first else [repr(cursor[0]), "+inf"]
+
+
+def _scored(raw: Any) -> list[tuple[bytes, float]]:
+    """(member, score) pairs of a WITHSCORES reply (RESP2 flat list or RESP3 pairs)."""
+    if raw and isinstance(raw[0], (list, tuple)):
+        return [(_bytes(m), float(sc)) for m, sc in raw]
+    return [(_bytes(m), float(sc)) for m, sc in zip(raw[::2], raw[1::2], strict=True)]
+
+
+def _bytes(member: Any) -> bytes:
+    return member if isinstance(member, bytes) else str(member).encode()
+
+
+def _after(
+    entry: tuple[bytes, float], cursor: tuple[float, bytes] | None, newest_first: bool
+) -> bool:
+    """Whether ``entry`` comes after the cursor in the walk's (score, member) order."""
+    if cursor is None:
+        return True
+    member, score = entry
+    if newest_first:
+        return (score, member) < cursor
+    return (score, member) > cursor
