@@ -90,6 +90,18 @@ async def test_equal_scores_are_cut_by_member_without_loss(service: RedisSession
         assert len(pages) == 3
 
 
+async def test_a_run_of_ties_longer_than_a_read_is_walked(service: RedisSessionService) -> None:
+    for i in range(8):
+        s = await service.create_session(app_name=APP, user_id="t", session_id=f"t{i}")
+        await service.append_event(s, Event(author="x", timestamp=1_900_000_000.0))
+    for newest_first in (True, False):
+        pages = await walk(service, 1, user_id="t", newest_first=newest_first)
+        flat = [sid for page in pages for sid in page]
+        assert sorted(flat) == [f"t{i}" for i in range(8)]
+        assert len(pages) == 8
+        assert flat == sorted(flat, reverse=newest_first)
+
+
 async def test_expired_sessions_are_skipped_and_the_page_filled(
     service: RedisSessionService, redis_client: Any
 ) -> None:

@@ -73,38 +73,53 @@ class SessionLister(Generic[S]):
         scope = ["sessions", app_name, user_id, order_by, "desc" if newest_first else "asc"]
         cursor = _cursor(read_token(page_token, scope)) if page_token is not None else None
         app_key = keys.app_state(app_name)
-        found: list[tuple[Any, Any, Any]] = []  # (stored, score, member)
+        found: list[tuple[Any, float, bytes]] = []  # (stored, score, member)
         gone: list[tuple[str, str]] = []
-        offset, exhausted = 0, False
-        while len(found) <= page_size and not exhausted:
-            want = page_size + 1 - len(found)
-            pipe = engine._redis.pipeline(transaction=False)
-            pipe.execute_command(
-                "ZRANGE",
-                index,
-                *_bounds(cursor, newest_first),
-                "BYSCORE",
-                *(["REV"] if newest_first else []),
-                "LIMIT",
-                offset,
-                want,
-                "WITHSCORES",
-            )
-            pipe.hgetall(app_key)
-            raw, app_raw = await _scripts.execute(pipe, [index, app_key])
-            entries = _scored(raw)
-            exhausted = len(entries) < want
-            offset += len(entries)
-            entries = [e for e in entries if _after(e, cursor, newest_first)]
-            pairs = [engine._pair(app_name, user_id, member) for member, _ in entries]
+        more = False
+        while len(found) < page_size:
+            # One index entry past what the page needs tells whether another page follows
+            # (without loading that session); the bound is inclusive, so the cursor's own
+            # entry (and any equal-score entries before it) come back too and are cut.
+            need = page_size - len(found)
+            want = need + 1 + (cursor is not None)
+            offset = 0
+            entries: list[tuple[bytes, float]] = []
+            while True:
+                pipe = engine._redis.pipeline(transaction=False)
+                pipe.execute_command(
+                    "ZRANGE",
+                    index,
+                    *_bounds(cursor, newest_first),
+                    "BYSCORE",
+                    *(["REV"] if newest_first else []),
+                    "LIMIT",
+                    offset,
+                    want,
+                    "WITHSCORES",
+                )
+                pipe.hgetall(app_key)
+                raw, app_raw = await _scripts.execute(pipe, [index, app_key])
+                scored = _scored(raw)
+                entries += [e for e in scored if _after(e, cursor, newest_first)]
+                exhausted = len(scored) < want
+                if exhausted or len(entries) > need:
+                    break
+                # Only a run of equal scores at the cursor gets here: read on past it.
+                offset += len(scored)
+            batch, rest = entries[:need], entries[need:]
+            pairs = [engine._pair(app_name, user_id, member) for member, _ in batch]
             stored, missing = await engine.load_sessions(app_name, pairs, app_raw)
             gone += missing
-            found += [(st, sc, m) for st, (m, sc) in zip(stored, entries, strict=True) if st]
+            found += [(st, sc, m) for st, (m, sc) in zip(stored, batch, strict=True) if st]
+            more = bool(rest)
+            if not batch or (exhausted and not rest):
+                break  # the index has nothing further
+            member, score = batch[-1]
+            cursor = (score, member)
         if gone:
             await engine.prune_index(app_name, gone)
         token = None
-        if len(found) > page_size:
-            del found[page_size:]
+        if more and found:
             _, score, member = found[-1]
             token = write_token(scope, [repr(score), text(member)])
         sessions = [engine._codec.build_session(st, []) for st, _, _ in found]
