@@ -171,7 +171,8 @@ def test_readme_key_examples_name_what_the_demo_writes() -> None:
     session = KeySpace().session(APP, "user1", CONVERSATIONS["user1"].session_id)
     expected = {
         session.app_state, session.app_sessions, session.user_state, session.user_sessions,
-        session.app_updated, session.user_updated, session.meta, session.state, session.events, session.event_ids,
+        session.app_updated, session.user_updated,
+        session.meta, session.state, session.events, session.event_ids,
         # Written on a Redis Cluster only (the demo's single node has none of them).
         session.app_outbox, session.app_versions, session.app_applied,
     }  # fmt: skip
