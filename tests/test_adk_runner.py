@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from _processes import run_helper
 from _servers import skip_without
 
 pytest.importorskip("google.adk")
@@ -39,20 +40,6 @@ pytestmark = [pytest.mark.adk, pytest.mark.real, pytest.mark.slow]
 
 HELPER = Path(app.__file__)
 RECALL_HELPER = Path(recall_app.__file__)
-
-
-async def run_helper(*args: str | Path) -> dict[str, Any]:
-    """Run a helper script in a new OS process; the JSON object it prints."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *map(str, args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode == 0, err.decode()
-    result: dict[str, Any] = json.loads(out)
-    return result
 
 
 class Shared:

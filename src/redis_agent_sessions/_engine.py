@@ -563,13 +563,11 @@ class SessionEngine(Generic[S, E]):
         pipe = self._redis.pipeline(transaction=False)
         for key in read_keys:
             pipe.hgetall(key)
-        if self._outbox is not None:
-            for u in users:
-                pipe.xrange(user_keys[u].app_outbox, self._first_unapplied(user_keys[u]), "+")
-            pipe.hmget(self.keys.app_applied(app_name), [user_keys[u].user_member for u in users])
-            read_keys = [*read_keys, *(user_keys[u].app_outbox for u in users)]
-            read_keys += [self.keys.app_applied(app_name)]
-        return await _scripts.execute(pipe, read_keys)
+        for u in users:
+            pipe.xrange(user_keys[u].app_outbox, self._first_unapplied(user_keys[u]), "+")
+        pipe.hmget(self.keys.app_applied(app_name), [user_keys[u].user_member for u in users])
+        read_keys = [*read_keys, *(user_keys[u].app_outbox for u in users)]
+        return await _scripts.execute(pipe, [*read_keys, self.keys.app_applied(app_name)])
 
     async def prune_index(self, app_name: str, gone: list[tuple[str, str]]) -> None:
         """Drop index entries of sessions found gone (each re-checked in the script)."""

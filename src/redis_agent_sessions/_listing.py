@@ -50,9 +50,11 @@ class SessionLister(Generic[S]):
         check_id("app_name", app_name)
         if user_id is not None:
             check_id("user_id", user_id)
-        if isinstance(page_size, bool) or not isinstance(page_size, int):
-            raise InvalidInputError(f"page_size must be an int from 1 to {MAX_PAGE}: {page_size!r}")
-        if not 0 < page_size <= MAX_PAGE:
+        if (
+            isinstance(page_size, bool)
+            or not isinstance(page_size, int)
+            or not 0 < page_size <= MAX_PAGE
+        ):
             raise InvalidInputError(f"page_size must be an int from 1 to {MAX_PAGE}: {page_size!r}")
         if order_by not in ("updated", "created"):
             raise InvalidInputError(f"order_by must be 'updated' or 'created': {order_by!r}")
