@@ -572,7 +572,7 @@ async def raw_append_script(
     session = await work.new_session()
     k = work.service._engine.keys.session(APP, session.user_id, session.id)
     keys = [k.meta, k.state, k.events, k.event_ids, k.user_state, k.app_state]
-    keys += [k.user_updated, k.app_updated]
+    keys += [k.user_updated, k.compactions, k.app_updated]
     calls: list[list[bytes | str | int]] = []
     for _, event in events_for([session], plan.profile_appends + plan.warmup):
         raw = event.__pydantic_serializer__.to_json(event, exclude_none=True)
@@ -581,7 +581,7 @@ async def raw_append_script(
         own = [(f, orjson.dumps(v)) for f, v in delta.items() if ":" not in f]
         user = [(f.removeprefix("user:"), orjson.dumps(v)) for f, v in delta.items() if ":" in f]
         args: list[bytes | str | int] = [*keys, "", "", "merge", event.id, raw]
-        args += [int(ts * 1000), repr(ts), 0, "", session.id, k.app_member]
+        args += [int(ts * 1000), repr(ts), 0, "", session.id, k.app_member, "", ""]
         args += [len(own), len(user), 0]
         calls.append(args + [part for pair in own + user for part in pair])
     pending = iter(calls)

@@ -98,6 +98,11 @@ class ModelCodec(Protocol[S, E]):
 
     def revision(self, session: S) -> int | None: ...
     def set_revision(self, session: S, revision: int) -> None: ...
+    def read_hints(self, event: E) -> tuple[str, str]:
+        """What compaction-aware reads need to know of a new event: ``'<start> <end>'`` of
+        the compaction summary it carries (else ``''``), and why the session's reads must
+        always be full from now on (else ``''``). See append_event.lua's ARGV[12..13]."""
+        ...
 
 
 _OK, _DUPLICATE, _NOT_FOUND, _STALE, _WRONG_TYPE = 1, 2, -1, -2, -3
@@ -131,7 +136,7 @@ class SessionEngine(Generic[S, E]):
         self._delete = _scripts.register(client, "delete_session")
         self._prune = _scripts.register(client, "prune_index")
         self._read_hashes = _scripts.register(client, "read_hashes")
-        self.events = EventStream(client, self.keys, self._decode, self._connected)
+        self.events = EventStream(client, self.keys, self.decode, self._connected)
         """Pages of a session's events, and watches of new ones."""
         self.listing: SessionLister[S] = SessionLister(self)
         """Pages of sessions, from the indexes."""
@@ -238,6 +243,7 @@ class SessionEngine(Generic[S, E]):
                     keys.user_state,
                     keys.app_state if self._outbox is None else keys.app_outbox,
                     keys.user_updated,
+                    keys.compactions,
                     *([keys.app_updated] if self._outbox is None else []),
                 ],
                 [
@@ -252,6 +258,7 @@ class SessionEngine(Generic[S, E]):
                     self._first_unapplied(keys),
                     session.id,
                     keys.app_member,
+                    *self._codec.read_hints(event),
                 ],
                 fields,
                 shortfalls,
@@ -307,6 +314,7 @@ class SessionEngine(Generic[S, E]):
                 keys.user_sessions,
                 keys.app_sessions if self._outbox is None else keys.app_outbox,
                 keys.user_updated,
+                keys.compactions,
                 *([keys.app_updated] if self._outbox is None else []),
             ],
             [session_id, keys.app_member, self._first_unapplied(keys)],
@@ -337,12 +345,29 @@ class SessionEngine(Generic[S, E]):
         num_recent_events, after_timestamp = self._codec.narrowing(config)
         if num_recent_events is not None and num_recent_events < 0:
             raise InvalidInputError("num_recent_events must be greater than or equal to 0.")
-        start = _first_id(after_timestamp)
+        found = await self.snapshot(keys, num_recent_events, _first_id(after_timestamp))
+        if found is None:
+            return None
+        stored, _, entries = found
+        events: list[E] = []
+        if num_recent_events != 0:
+            events = await self._events(keys.events, entries, num_recent_events, after_timestamp)
+        return self._codec.build_session(stored, events)
+
+    def build_session(self, stored: StoredSession, events: list[E]) -> S:
+        return self._codec.build_session(stored, events)
+
+    async def snapshot(
+        self, keys: SessionKeys, count: int | None, start: str
+    ) -> tuple[StoredSession, dict[Any, Any], list[Any]] | None:
+        """One session at one instant: merged state, raw metadata and the stream entries
+        from ``start`` (all of them, or the newest ``count``, newest first); None when
+        there is no session."""
         if self._outbox is None:
-            reply = await self._snapshot(keys, num_recent_events, start)
+            reply = await self._snapshot(keys, count, start)
             app_raw = reply[3] if reply else []
         else:
-            reply, app_raw = await self._snapshot_cluster(keys, num_recent_events, start)
+            reply, app_raw = await self._snapshot_cluster(keys, count, start)
         if not reply:
             return None
         meta, state, user_state, _, entries = reply
@@ -352,10 +377,7 @@ class SessionEngine(Generic[S, E]):
             decode_hash(keys.user_state, user_state),
             decode_hash(keys.app_state, app_raw),
         )
-        events: list[E] = []
-        if num_recent_events != 0:
-            events = await self._events(keys.events, entries, num_recent_events, after_timestamp)
-        return self._codec.build_session(stored, events)
+        return stored, meta, entries
 
     async def _snapshot(self, keys: SessionKeys, count: int | None, start: str) -> list[Any]:
         """Single node: [meta, state, user state, app state, events] at one instant
@@ -439,7 +461,7 @@ class SessionEngine(Generic[S, E]):
     async def _events(
         self, key: str, entries: list[Any], count: int | None, after: float | None
     ) -> list[E]:
-        events = self._decode(key, entries)
+        events = self.decode(key, entries)
         if after is not None:
             events = [e for e in events if e.timestamp >= after]
         if count is None:
@@ -452,12 +474,12 @@ class SessionEngine(Generic[S, E]):
             entries = await self._redis.execute_command(
                 "XREVRANGE", key, f"({last_id}", start, "COUNT", count
             )
-            events += [e for e in self._decode(key, entries) if e.timestamp >= after]
+            events += [e for e in self.decode(key, entries) if e.timestamp >= after]
         del events[count:]
         events.reverse()
         return events
 
-    def _decode(self, key: str, entries: list[Any]) -> list[E]:
+    def decode(self, key: str, entries: list[Any]) -> list[E]:
         raws = []
         for stream_id, fields in entries:
             if isinstance(fields, dict):

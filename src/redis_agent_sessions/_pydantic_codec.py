@@ -92,6 +92,9 @@ class PydanticCodec(Generic[S, E]):
             return self._events.validate_python(orjson.loads(joined))
         return self._events.validate_json(joined)
 
+    def read_hints(self, event: E) -> tuple[str, str]:
+        return "", ""
+
     def revision(self, session: S) -> int | None:
         raise NotImplementedError
 

@@ -42,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from typing_extensions import override
 
 from . import errors
+from ._adk_compacted import CompactedReads, read_compacted, read_hints
 from ._adk_memory import RedisMemoryService
 from ._codec import check_id
 from ._engine import SessionEngine
@@ -53,6 +54,7 @@ from .config import SessionServiceConfig
 
 __all__ = [
     "AlreadyExistsError",
+    "CompactedReads",
     "RedisMemoryService",
     "RedisSessionService",
     "SessionNotFoundError",
@@ -98,6 +100,9 @@ class _AdkCodec(PydanticCodec[Session, Event]):
 
     def set_revision(self, session: Session, revision: int) -> None:
         session._storage_update_marker = str(revision)
+
+    def read_hints(self, event: Event) -> tuple[str, str]:
+        return read_hints(event)
 
 
 def _session_id(value: str) -> str:
@@ -230,11 +235,24 @@ class RedisSessionService(ClientOwner, BaseSessionService):
     ) -> Session | None:
         """The session with merged state and its events in append order, or None.
 
-        A padded ``session_id`` finds the session under its stripped id.
+        A padded ``session_id`` finds the session under its stripped id. With a
+        :class:`CompactedReads` config, ``events`` holds only what a Runner turn with
+        compaction uses (see there).
         """
         sid = _session_id(session_id)
         if _found_nothing(app_name=app_name, user_id=user_id, session_id=sid):
             return None
+        if isinstance(config, CompactedReads):
+            if config.num_recent_events is not None or config.after_timestamp is not None:
+                raise errors.InvalidInputError(
+                    "CompactedReads cannot be combined with num_recent_events or after_timestamp"
+                )
+            await self._engine._connected()
+            keys = self._engine.keys.session(app_name, user_id, sid)
+            session, done = await read_compacted(self._engine, keys, config.compaction)
+            if done:
+                return session
+            config = None
         return await self._engine.get_session(
             app_name=app_name, user_id=user_id, session_id=sid, config=config
         )

@@ -17,6 +17,8 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
     ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> "<revision> <stream id>"
+    ras:{<app>:<user>}:session:<id>:compactions  zset   "<stream id> <start> <end>" of each
+                                                        compaction summary that counts, by start
     ras:mem:{<app>:<user>}:entry:<id>            hash   one memory entry (a search index document)
     ras:mem:{<app>:<user>}:entries               zset   memory entry ids by timestamp
     ras:mem:{<app>:<user>}:session:<id>          set    entry ids that session contributed
@@ -69,6 +71,7 @@ class SessionKeys:
     state: str
     events: str
     event_ids: str
+    compactions: str
     user_state: str
     user_sessions: str
     user_updated: str
@@ -195,6 +198,7 @@ def _session_keys(space: KeySpace, app_name: str, user_id: str, session_id: str)
         state=f"{meta}:state",
         events=f"{meta}:events",
         event_ids=f"{meta}:event_ids",
+        compactions=f"{meta}:compactions",
         user_state=f"{user}:user_state",
         user_sessions=f"{user}:sessions",
         user_updated=f"{user}:sessions_updated",

@@ -19,7 +19,7 @@ local function acl_refused(command, key)
   elseif command == 'XADD' then
     return not check(command, key, '*', '0', '0')
   elseif command == 'HSET' or command == 'ZADD' or command == 'XTRIM' or command == 'XRANGE'
-      or command == 'XREVRANGE' or command == 'ZREVRANGE' then
+      or command == 'XREVRANGE' or command == 'ZREVRANGE' or command == 'ZRANGE' then
     return not check(command, key, '0', '0')
   end
   return not check(command, key, '0')

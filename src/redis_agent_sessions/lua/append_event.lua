@@ -2,7 +2,8 @@
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash         KEYS[5] user state hash
 -- KEYS[6] app state hash, or (cluster layout, ARGV[9] set) the user's app outbox stream
--- KEYS[7] user sessions-by-update zset  KEYS[8] app sessions-by-update zset (single node only)
+-- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see ARGV[12])
+-- KEYS[9] app sessions-by-update zset (single node only)
 -- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
 -- ARGV[2] id of the last event the writer has ('' = none)
 -- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
@@ -14,7 +15,16 @@
 --         id that may not be applied yet: older entries are dropped, newer ones returned
 -- ARGV[10] session id (its member in the user's index)
 -- ARGV[11] its member in the app-wide index ('<user>:<session>', escaped)
--- ARGV[12..14] number of session, user and app fields, then that many field/JSON pairs
+-- ARGV[12] '' or, for an event carrying a compaction summary, '<start> <end>' (its range of
+--          event times, float text): the entry is indexed in KEYS[8] (member '<stream id>
+--          <start> <end>', scored by start) and the entries whose ranges it contains are
+--          dropped, so compaction-aware reads find the summaries that count without a scan
+-- ARGV[13] '' or why this session's reads must always be full ('rewind', 'interrupt', ...;
+--          the caller's view of the event). The script adds 'clock' when the event's time is
+--          older than the newest stream id (stream ids then stop being event times) and
+--          'compaction' when a summary's range ends after the summary's own entry. The
+--          first reason is kept in the metadata as 'full_reads'.
+-- ARGV[14..16] number of session, user and app fields, then that many field/JSON pairs
 -- The by-update indexes get the new last_update_time; the others are scored by creation.
 -- returns {1, new revision, stream id, outbox} appended, {2, revision the event produced,
 --         '', outbox} already stored (a retry), {-1} no such session, {-2, current revision}
@@ -33,29 +43,35 @@
 local cluster = ARGV[9] ~= ''
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
     'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
-  or (ARGV[12] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
-  or (ARGV[13] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
+  or (ARGV[14] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
+  or (ARGV[15] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
-  or (not cluster and ARGV[14] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
-  or (not cluster and denied('TYPE', KEYS[8], 'ZADD', KEYS[8]))
+  or (not cluster and ARGV[16] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
+  or (not cluster and denied('TYPE', KEYS[9], 'ZADD', KEYS[9]))
+  or (ARGV[12] ~= '' and denied('TYPE', KEYS[8], 'ZADD', KEYS[8], 'ZRANGE', KEYS[8],
+    'ZREM', KEYS[8]))
 -- Whether the session expires is known only once its metadata is read: ask now, refuse
 -- after that read (a read changes nothing) and before the first write.
 local expire_refused = denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
-    'EXPIRE', KEYS[4])
+    'EXPIRE', KEYS[4], 'EXPIRE', KEYS[8])
 if refused then return refused end
 
 local has_outbox = false
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
-  if ARGV[11 + scope] ~= '0' or (cluster and i == 6) then
+  if ARGV[13 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
-    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[14] ~= '0' end
+    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[16] ~= '0' end
   end
 end
-for i = 7, cluster and 7 or 8 do
+for _, i in ipairs(cluster and {7} or {7, 9}) do
   local t = redis.call('TYPE', KEYS[i])['ok']
   if t ~= 'none' and t ~= 'zset' then return {-3, KEYS[i], t} end
+end
+if ARGV[12] ~= '' then
+  local t = redis.call('TYPE', KEYS[8])['ok']
+  if t ~= 'none' and t ~= 'zset' then return {-3, KEYS[8], t} end
 end
 -- Entries before ARGV[9] were applied to the app's slot (the caller read that there).
 -- A user who never wrote an app key has no outbox: nothing to trim or report.
@@ -64,7 +80,7 @@ local function outbox()
   redis.call('XTRIM', KEYS[6], 'MINID', ARGV[9])
   return redis.call('XRANGE', KEYS[6], ARGV[9], '+')
 end
-local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms', 'ttl')
+local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms', 'ttl', 'full_reads')
 if meta['err'] then return {-3, KEYS[1], 'not a hash'} end
 if not meta[1] then return {-1} end
 local rev = tonumber(meta[1])
@@ -93,13 +109,17 @@ if not last_ms then
   local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
   if #last > 0 then last_ms = string.match(last[1][1], '^(%d+)-') end
 end
-if last_ms and tonumber(last_ms) > tonumber(ms) then ms = last_ms end
+local full_reads = ARGV[13]
+if last_ms and tonumber(last_ms) > tonumber(ms) then
+  ms = last_ms
+  if full_reads == '' then full_reads = 'clock' end
+end
 local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', 'event', ARGV[5])
 if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
 
-local pos = 15
+local pos = 17
 for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
-  local n = tonumber(ARGV[11 + scope])
+  local n = tonumber(ARGV[13 + scope])
   -- unpack() is bounded by the Lua stack, so very large deltas go in slices.
   while n > 0 do
     local take = math.min(n, 1000)
@@ -126,8 +146,25 @@ redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event
 -- resume after an event it names.
 redis.call('HSET', KEYS[4], ARGV[4], rev .. ' ' .. stream_id)
 redis.call('ZADD', KEYS[7], ARGV[7], ARGV[10])
-if not cluster then redis.call('ZADD', KEYS[8], ARGV[7], ARGV[11]) end
+if not cluster then redis.call('ZADD', KEYS[9], ARGV[7], ARGV[11]) end
+if ARGV[12] ~= '' then
+  local first, last = string.match(ARGV[12], '^(%S+) (%S+)$')
+  local start, finish = tonumber(first), tonumber(last)
+  -- A range ending after the summary's own entry would hide events stored after it.
+  if math.floor(finish * 1000) > tonumber(ms) and full_reads == '' then
+    full_reads = 'compaction'
+  end
+  -- Ranges this one contains no longer count (ADK keeps the containing summary, and the
+  -- latest of equal ones); they all start at or after this one's start.
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[8], first, '+inf', 'BYSCORE')) do
+    local other = tonumber(string.match(member, ' (%S+)$'))
+    if other <= finish then redis.call('ZREM', KEYS[8], member) end
+  end
+  redis.call('ZADD', KEYS[8], first, stream_id .. ' ' .. ARGV[12])
+end
+if full_reads ~= '' and not meta[5] then redis.call('HSET', KEYS[1], 'full_reads', full_reads) end
 if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
+  redis.call('EXPIRE', KEYS[8], ttl)
 end
 return {1, rev, stream_id, outbox()}

@@ -2,7 +2,8 @@
 -- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash      KEYS[5] user sessions zset   KEYS[6] app sessions zset, or
 --   (cluster layout, ARGV[3] set) the user's app outbox stream
--- KEYS[7] user sessions-by-update zset  KEYS[8] app sessions-by-update zset (single node only)
+-- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see append_event.lua)
+-- KEYS[9] app sessions-by-update zset (single node only)
 -- ARGV[1] session id   ARGV[2] member in the app sessions zset
 -- ARGV[3] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
 --         that may not be applied yet (see append_event.lua)
@@ -13,22 +14,23 @@
 --         needs (nothing deleted)
 local cluster = ARGV[3] ~= ''
 local refused = denied('TYPE', KEYS[5], 'TYPE', KEYS[6], 'DEL', KEYS[1], 'DEL', KEYS[2],
-    'DEL', KEYS[3], 'DEL', KEYS[4], 'ZREM', KEYS[5], 'TYPE', KEYS[7], 'ZREM', KEYS[7])
+    'DEL', KEYS[3], 'DEL', KEYS[4], 'DEL', KEYS[8], 'ZREM', KEYS[5], 'TYPE', KEYS[7],
+    'ZREM', KEYS[7])
   or (cluster and denied('XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
-  or (not cluster and denied('ZREM', KEYS[6], 'TYPE', KEYS[8], 'ZREM', KEYS[8]))
+  or (not cluster and denied('ZREM', KEYS[6], 'TYPE', KEYS[9], 'ZREM', KEYS[9]))
 if refused then return refused end
-for i, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[8]}) do
+for i, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9]}) do
   local want = (cluster and i == 2) and 'stream' or 'zset'
   local t = redis.call('TYPE', key)
   if type(t) == 'table' then t = t['ok'] end
   if t ~= 'none' and t ~= want then return {-3, key, t} end
 end
-local n = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+local n = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8])
 n = n + redis.call('ZREM', KEYS[5], ARGV[1])
 n = n + redis.call('ZREM', KEYS[7], ARGV[1])
 if not cluster then
   n = n + redis.call('ZREM', KEYS[6], ARGV[2])
-  n = n + redis.call('ZREM', KEYS[8], ARGV[2])
+  n = n + redis.call('ZREM', KEYS[9], ARGV[2])
   return {n > 0 and 1 or 0, {}}
 end
 -- The app index is in another slot: its removal is applied from the outbox, after any
