@@ -1,0 +1,193 @@
+"""Benchmark of ADK Runner turns on long sessions (not a test): compacted reads vs full reads.
+
+Usage::
+
+    .venv/bin/python scripts/bench_adk_turns.py            # 100 and 10,000 events, ~3 min
+    .venv/bin/python scripts/bench_adk_turns.py --quick    # 100 and 1,000 events, < 1 min
+    .venv/bin/python scripts/bench_adk_turns.py --json     # only the JSON result on stdout
+
+It starts a throwaway ``redis-server`` (``throwaway_redis`` of scripts/bench.py) and uses
+the scripted app of tests/adk_compaction_app.py: the app whose LLM requests
+tests/test_adk_compacted_reads.py proves identical with and without compacted reads.
+
+Seeding: one conversation is played through a real Runner on our store, with compacted
+reads (so seeding stays fast), until it holds at least N events; its events are then
+copied, by each store's own ``append_event``, into one fresh session per contender:
+
+* ``redis, compacted``: our drop-in with ``RunConfig(get_session_config=CompactedReads(..))``;
+* ``redis, full``: our drop-in, every event read (the default);
+* ``sqlite``: ADK's ``DatabaseSessionService`` on ``sqlite+aiosqlite`` in a temp directory.
+
+Timed: whole Runner turns (``run_async`` to its last event: the session read, the
+scripted model, every append, the compaction check and any summary it writes), one at a
+time, contenders interleaved turn by turn so that drift on a shared machine hits them
+alike, after warm-up turns. Every turn grows each session by the same events. Reported:
+median and p90 per contender and size, and the ratios the issue asks for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+warnings.filterwarnings("ignore", message=r"\[EXPERIMENTAL\]")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from google.adk.sessions import BaseSessionService, DatabaseSessionService  # noqa: E402
+from redis.asyncio import Redis  # noqa: E402
+
+import adk_compaction_app as app  # noqa: E402  (tests/: the app the parity test proves)
+from bench import progress, throwaway_redis  # noqa: E402  (scripts/, next to this file)
+from redis_agent_sessions.adk import RedisSessionService  # noqa: E402
+
+CONTENDERS = ("redis, compacted", "redis, full", "sqlite")
+
+
+async def seed(service: RedisSessionService, mode: app.Mode, size: int, sid: str) -> int:
+    """Play turns until the session holds ``size`` events; the next turn number."""
+    conversation = app.Conversation(service, mode, compacted=True)
+    await service.create_session(app_name=app.APP_NAME, user_id=app.USER_ID, session_id=sid)
+    stream = service._engine.keys.session(app.APP_NAME, app.USER_ID, sid).events
+    n = 1
+    while await service._engine._redis.xlen(stream) < size:
+        await conversation.turn(sid, n)
+        n += 1
+        if n % 500 == 0:
+            progress(f"seeding {mode}: turn {n:,}")
+    await conversation.close()
+    return n
+
+
+async def copy(source: Any, target: BaseSessionService, sid: str) -> None:
+    session = await target.create_session(
+        app_name=app.APP_NAME, user_id=app.USER_ID, session_id=sid
+    )
+    for event in source.events:
+        await target.append_event(session, event.model_copy(deep=True))
+
+
+async def bench_size(
+    redis_service: RedisSessionService,
+    sqlite: DatabaseSessionService,
+    mode: app.Mode,
+    size: int,
+    turns: int,
+    warmup: int,
+) -> dict[str, Any]:
+    tag = f"{mode}-{size}"
+    next_turn = await seed(redis_service, mode, size, f"seed-{tag}")
+    source = await redis_service.get_session(
+        app_name=app.APP_NAME, user_id=app.USER_ID, session_id=f"seed-{tag}"
+    )
+    assert source is not None
+    stores: dict[str, tuple[BaseSessionService, bool]] = {
+        "redis, compacted": (redis_service, True),
+        "redis, full": (redis_service, False),
+        "sqlite": (sqlite, False),
+    }
+    conversations = {}
+    for name, (service, compacted) in stores.items():
+        progress(f"{tag}: copying {len(source.events):,} events into {name}")
+        await copy(source, service, f"{name}-{tag}".replace(", ", "-"))
+        conversations[name] = app.Conversation(service, mode, compacted=compacted)
+    samples: dict[str, list[float]] = {name: [] for name in stores}
+    read_sizes: dict[str, int] = {}
+    for i in range(warmup + turns):
+        for name, conversation in conversations.items():
+            sid = f"{name}-{tag}".replace(", ", "-")
+            started = time.perf_counter()
+            await conversation.turn(sid, next_turn + i)
+            elapsed = (time.perf_counter() - started) * 1000
+            if i >= warmup:
+                samples[name].append(elapsed)
+    for name, conversation in conversations.items():
+        await conversation.close()
+        service, compacted = stores[name]
+        read = await service.get_session(
+            app_name=app.APP_NAME,
+            user_id=app.USER_ID,
+            session_id=f"{name}-{tag}".replace(", ", "-"),
+            config=conversation.run_config.get_session_config,
+        )
+        assert read is not None
+        read_sizes[name] = len(read.events)
+    return {
+        "mode": mode,
+        "events": len(source.events),
+        "turns": turns,
+        "results": {
+            name: {
+                "p50_ms": statistics.median(s),
+                "p90_ms": statistics.quantiles(s, n=10)[-1],
+                "events_read": read_sizes[name],
+            }
+            for name, s in samples.items()
+        },
+    }
+
+
+async def run(sizes: list[int], modes: list[app.Mode], turns: int, warmup: int) -> dict[str, Any]:
+    with throwaway_redis() as url, tempfile.TemporaryDirectory() as tmp:
+        client = Redis.from_url(url)
+        redis_service = RedisSessionService(client)
+        sqlite = DatabaseSessionService(f"sqlite+aiosqlite:///{os.path.join(tmp, 'adk.db')}")
+        rows = []
+        try:
+            for mode in modes:
+                for size in sizes:
+                    rows.append(await bench_size(redis_service, sqlite, mode, size, turns, warmup))
+        finally:
+            await sqlite.close()
+            await client.aclose()
+    return {"turns_per_case": turns, "warmup": warmup, "rows": rows}
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = ["Runner turn time, median (p90) in ms; events read by the turn's get_session", ""]
+    lines.append(f"| mode | events | {' | '.join(CONTENDERS)} |")
+    lines.append("|---|---|" + "---|" * len(CONTENDERS))
+    for row in result["rows"]:
+        cells = [
+            f"{r['p50_ms']:.1f} ({r['p90_ms']:.1f}); {r['events_read']:,} read"
+            for r in (row["results"][name] for name in CONTENDERS)
+        ]
+        lines.append(f"| {row['mode']} | {row['events']:,} | {' | '.join(cells)} |")
+    lines.append("")
+    for mode in {row["mode"] for row in result["rows"]}:
+        rows = [row for row in result["rows"] if row["mode"] == mode]
+        small, large = rows[0]["results"], rows[-1]["results"]
+        ours = large["redis, compacted"]["p50_ms"]
+        big, little = f"{rows[-1]['events']:,}", f"{rows[0]['events']:,}"
+        lines.append(
+            f"{mode}: compacted turn at {big} / at {little} events:"
+            f" {ours / small['redis, compacted']['p50_ms']:.2f}x;"
+            f" at {big}, full / compacted: {large['redis, full']['p50_ms'] / ours:.1f}x,"
+            f" sqlite / compacted: {large['sqlite']['p50_ms'] / ours:.1f}x"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="100 and 1,000 events")
+    parser.add_argument("--json", action="store_true", help="only the JSON result on stdout")
+    parser.add_argument("--turns", type=int, default=15, help="timed turns per case")
+    parser.add_argument("--modes", default="tokens,window", help="compaction modes to run")
+    args = parser.parse_args()
+    sizes = [100, 1_000] if args.quick else [100, 10_000]
+    modes: list[app.Mode] = [m for m in args.modes.split(",") if m in app.MODES]  # type: ignore[misc]
+    result = asyncio.run(run(sizes, modes, args.turns, warmup=3))
+    print(json.dumps(result, indent=2) if args.json else report(result))
+
+
+if __name__ == "__main__":
+    main()
