@@ -33,7 +33,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from pydantic import ConfigDict
 
 from . import _scripts
-from ._codec import text
+from ._codec import event_ms, stream_id, text
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -113,15 +113,6 @@ class _Summary(NamedTuple):
     end: float
 
 
-def _stream_id(value: str) -> tuple[int, int]:
-    ms, _, seq = value.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _ms(timestamp: float) -> int:
-    return max(0, math.floor(timestamp * 1000))
-
-
 def _retained(summaries: list[_Summary]) -> list[_Summary]:
     """ADK's ``_get_compaction_ranges``: the ranges no other contains (of equal ones, the
     latest), in stream order."""
@@ -143,7 +134,7 @@ def _plan(summaries: list[_Summary]) -> tuple[int, list[tuple[str, str]], list[_
     # Everything after the newest summary's end (ADK's "new invocations"), after the last
     # retained one's (token-threshold candidates) and after the union (the prompt's raw
     # events) must be read: the first of these ends bounds the tail.
-    tail = _ms(min(newest.end, retained[-1].end))
+    tail = event_ms(min(newest.end, retained[-1].end))
     union: list[list[float]] = []
     for s in sorted(retained, key=lambda s: (s.start, s.end)):
         if union and s.start <= union[-1][1]:
@@ -155,10 +146,10 @@ def _plan(summaries: list[_Summary]) -> tuple[int, list[tuple[str, str]], list[_
     ranges: list[tuple[str, str]] = []
     low, low_ms = "-", 0
     for start, end in union:
-        high = min(_ms(start), tail - 1)
+        high = min(event_ms(start), tail - 1)
         if high >= low_ms:
             ranges.append((low, str(high)))
-        low_ms = _ms(end)
+        low_ms = event_ms(end)
         low = str(low_ms)
         if low_ms >= tail:
             break
@@ -190,8 +181,8 @@ async def read_compacted(
         return None, False
     summaries = []
     for member in members:
-        stream_id, start, end = text(member).split(" ")
-        summaries.append(_Summary(_stream_id(stream_id), float(start), float(end)))
+        entry_id, start, end = text(member).split(" ")
+        summaries.append(_Summary(stream_id(entry_id), float(start), float(end)))
     summaries.sort()
     tail, ranges, older = _plan(summaries)
     sliding = compaction is not None and compaction.compaction_interval is not None
@@ -219,7 +210,7 @@ async def read_compacted(
     events: dict[tuple[int, int], Event] = {}
     _add(engine, keys, events, [*(e for p in parts for e in p), *tail_entries, *before])
     # The tail and what was read just before it are one run of consecutive entries.
-    first = min((_stream_id(text(e[0])) for e in before), default=(tail, 0))
+    first = min((stream_id(text(e[0])) for e in before), default=(tail, 0))
     for _ in range(_EXTENSIONS):
         order = sorted(events)
         listed = [events[k] for k in order]
@@ -237,7 +228,7 @@ async def read_compacted(
         if created_again != created:
             return None, False
         _add(engine, keys, events, before)
-        first = min((_stream_id(text(e[0])) for e in before), default=first)
+        first = min((stream_id(text(e[0])) for e in before), default=first)
     return None, False
 
 
@@ -250,7 +241,7 @@ def _add(
     """Decode the entries not read yet into ``events`` (by stream id)."""
     new: dict[tuple[int, int], Any] = {}
     for entry in entries:
-        entry_id = _stream_id(text(entry[0]))
+        entry_id = stream_id(text(entry[0]))
         if entry_id not in events:
             new[entry_id] = entry
     events.update(zip(new, engine.decode(keys.events, list(new.values())), strict=True))

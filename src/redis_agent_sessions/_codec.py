@@ -31,6 +31,17 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def stream_id(value: str) -> tuple[int, int]:
+    """A stream id (``<ms>-<seq>``, or ``<ms>``) as numbers that compare in stream order."""
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def event_ms(timestamp: float) -> int:
+    """The millisecond an event time gives its stream id (append_event.lua's ARGV[6])."""
+    return max(0, math.floor(timestamp * 1000))
+
+
 def _encodable(value: str) -> bool:
     """Whether ``value`` has a UTF-8 encoding (no lone surrogate such as ``"\\ud800"``).
 

@@ -18,7 +18,15 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from . import _concern, _lifecycle, _scripts
-from ._codec import check_id, decode_hash, encode_fields, gc_paused, session_ttl, text
+from ._codec import (
+    check_id,
+    decode_hash,
+    encode_fields,
+    event_ms,
+    gc_paused,
+    session_ttl,
+    text,
+)
 from ._concern import WriteConcern
 from ._event_stream import EventStream
 from ._listing import SessionLister
@@ -252,7 +260,7 @@ class SessionEngine(Generic[S, E]):
                     self.config.stale_policy,
                     event.id,
                     raw_event,
-                    max(0, int(timestamp * 1000)),
+                    event_ms(timestamp),
                     repr(float(timestamp)),
                     self.config.ttl_seconds or 0,
                     self._first_unapplied(keys),
@@ -753,7 +761,7 @@ def _pairs(flat: list[Any]) -> dict[Any, Any]:
 
 def _first_id(after: float | None) -> str:
     """The first stream id an ``after_timestamp`` read can need (ids are event-time ms)."""
-    return "-" if after is None else str(max(0, math.floor(after * 1000)))
+    return "-" if after is None else str(event_ms(after))
 
 
 def _script_keys(keys: SessionKeys) -> list[str]:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _scripts
-from ._codec import text
+from ._codec import stream_id, text
 from ._concern import WriteConcern, run
 from .errors import CorruptDataError
 
@@ -31,11 +31,6 @@ Entry = tuple[str, list[Any]]
 """An outbox entry: stream id and its flat field/value list."""
 
 _REMEMBERED_USERS = 10_000
-
-
-def _id(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 class AppOutbox:
@@ -50,7 +45,7 @@ class AppOutbox:
         last = self._applied.get((applied_key, user_member))
         if last is None:
             return "0-1"
-        ms, seq = _id(last)
+        ms, seq = stream_id(last)
         return f"{ms}-{seq + 1}"
 
     def learn(self, applied_key: str, user_member: str, applied: bytes | str | None) -> None:
@@ -60,7 +55,7 @@ class AppOutbox:
         value = text(applied)
         key = (applied_key, user_member)
         known = self._applied.get(key)
-        if known is None or _id(value) > _id(known):
+        if known is None or stream_id(value) > stream_id(known):
             self._applied[key] = value
         self._applied.move_to_end(key)
         if len(self._applied) > _REMEMBERED_USERS:
@@ -70,10 +65,10 @@ class AppOutbox:
     def entries(reply: Sequence[Any]) -> list[Entry]:
         """Outbox entries from a script's XRANGE reply (lists, or dicts if parsed)."""
         out: list[Entry] = []
-        for stream_id, fields in reply:
+        for entry_id, fields in reply:
             if isinstance(fields, dict):
                 fields = [x for kv in fields.items() for x in kv]
-            out.append((text(stream_id), list(fields)))
+            out.append((text(entry_id), list(fields)))
         return out
 
     @staticmethod
@@ -81,8 +76,8 @@ class AppOutbox:
         """The entries after ``applied`` (the app's slot's record for the user)."""
         if not applied:
             return entries
-        last = _id(text(applied))
-        return [e for e in entries if _id(e[0]) > last]
+        last = stream_id(text(applied))
+        return [e for e in entries if stream_id(e[0]) > last]
 
     async def apply(
         self,
@@ -103,8 +98,8 @@ class AppOutbox:
         Returns the app state hash as a flat list when ``want_state``, else None.
         """
         args: list[Any] = [user_member, "1" if want_state else "0"]
-        for stream_id, fields in entries:
-            args += (stream_id, len(fields) // 2, *fields)
+        for entry_id, fields in entries:
+            args += (entry_id, len(fields) // 2, *fields)
         keys = [app_state, app_versions, app_sessions, app_applied]
         reply = await run(concern, self._apply, keys, args, shortfalls, "app step: ")
         if reply and reply[0] == -3:
