@@ -21,7 +21,7 @@ from typing_extensions import Self, override
 
 from . import memory as core
 from ._codec import check_sequence
-from ._lifecycle import AnyRedis, ClientOwner, open_memory_url
+from ._lifecycle import AnyRedis, ClientOwner, check_client_or_uri, open_memory_url
 from .config import SessionServiceConfig
 from .errors import InvalidInputError
 from .models import Content, Event, Session
@@ -60,18 +60,14 @@ class RedisMemoryService(ClientOwner, BaseMemoryService):
         uri: str | None = None,
         agents_dir: str | None = None,
     ) -> None:
-        owns_client = False
-        if uri is not None:  # how ADK's service registry and services.yaml build services
-            if client is not None:
-                raise InvalidInputError("pass a client or a uri, not both")
+        check_client_or_uri(client, uri)
+        if uri is not None:
             client, config, backend = open_memory_url(uri, config, backend, cluster=False)
-            owns_client = True
-        elif client is None:
-            raise InvalidInputError("a client or a uri is needed")
+        assert client is not None
         del agents_dir  # ADK passes it to every service it builds; nothing to do with it
         self._core = core.RedisMemoryService(client, config=config, backend=backend)
         self._client = client
-        self._owns_client = owns_client
+        self._owns_client = uri is not None
 
     @classmethod
     def from_url(

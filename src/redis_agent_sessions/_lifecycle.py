@@ -16,6 +16,7 @@ from .errors import InvalidInputError
 __all__ = [
     "AnyRedis",
     "ClientOwner",
+    "check_client_or_uri",
     "is_cluster_client",
     "make_client",
     "open_memory_url",
@@ -36,6 +37,15 @@ def make_client(url: str, *, cluster: bool, **redis_kwargs: Any) -> AnyRedis:
     if cluster:
         return RedisCluster.from_url(url, **redis_kwargs)
     return Redis.from_url(url, **redis_kwargs)
+
+
+def check_client_or_uri(client: object, uri: str | None) -> None:
+    """The drop-ins take exactly one of an injected client and a URI (as ADK's service
+    registry and ``services.yaml`` build them)."""
+    if client is not None and uri is not None:
+        raise InvalidInputError("pass a client or a uri, not both")
+    if client is None and uri is None:
+        raise InvalidInputError("a client or a uri is needed")
 
 
 def open_url(

@@ -46,7 +46,7 @@ from ._adk_compacted import CompactedReads, read_compacted, read_hints
 from ._adk_memory import RedisMemoryService
 from ._codec import check_id
 from ._engine import SessionEngine
-from ._lifecycle import AnyRedis, ClientOwner, open_url
+from ._lifecycle import AnyRedis, ClientOwner, check_client_or_uri, open_url
 from ._pages import EventsPage, SessionsPage
 from ._pydantic_codec import PydanticCodec
 from ._uri import SCHEMES
@@ -171,18 +171,14 @@ class RedisSessionService(ClientOwner, BaseSessionService):
         uri: str | None = None,
         agents_dir: str | None = None,
     ) -> None:
-        owns_client = False
-        if uri is not None:  # how ADK's service registry and services.yaml build services
-            if client is not None:
-                raise errors.InvalidInputError("pass a client or a uri, not both")
+        check_client_or_uri(client, uri)
+        if uri is not None:
             client, config = open_url(uri, config)
-            owns_client = True
-        elif client is None:
-            raise errors.InvalidInputError("a client or a uri is needed")
+        assert client is not None
         del agents_dir  # ADK passes it to every service it builds; nothing to do with it
         self._engine: SessionEngine[Session, Event] = SessionEngine(client, _AdkCodec(), config)
         self._client = client
-        self._owns_client = owns_client
+        self._owns_client = uri is not None
 
     @property
     def config(self) -> SessionServiceConfig:
