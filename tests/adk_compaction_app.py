@@ -22,7 +22,6 @@ from google.adk.apps import App
 from google.adk.apps.app import EventsCompactionConfig
 from google.adk.apps.base_events_summarizer import BaseEventsSummarizer
 from google.adk.events import Event
-from google.adk.events.event_actions import EventActions, EventCompaction
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -31,6 +30,8 @@ from google.adk.sessions import BaseSessionService
 from google.genai import types
 from pydantic import Field
 
+import adk_rewind_app as rewind_app
+from adk_rewind_app import compaction_event
 from redis_agent_sessions.adk import CompactedReads
 
 APP_NAME = "compaction_app"
@@ -47,12 +48,12 @@ def lookup(n: int) -> dict[str, Any]:
 
 def request_json(llm_request: LlmRequest) -> dict[str, Any]:
     """What the model was sent, with function call ids (random per run) left out."""
-    contents = [c.model_dump(mode="json", exclude_none=True) for c in llm_request.contents]
-    for content in contents:
+    sent = rewind_app.request_json(llm_request)
+    for content in sent["contents"]:
         for part in content.get("parts", []):
             for kind in ("function_call", "function_response"):
                 part.get(kind, {}).pop("id", None)
-    return {"contents": contents, "system_instruction": str(llm_request.config.system_instruction)}
+    return sent
 
 
 class ScriptedModel(BaseLlm):
@@ -96,17 +97,7 @@ class ScriptedSummarizer(BaseEventsSummarizer):
             if n
         ]
         summary = f"summary of turns {min(numbers)}-{max(numbers)}" if numbers else "summary"
-        return Event(
-            author="user",
-            invocation_id=Event.new_id(),
-            actions=EventActions(
-                compaction=EventCompaction(
-                    start_timestamp=events[0].timestamp,
-                    end_timestamp=events[-1].timestamp,
-                    compacted_content=types.Content(role="model", parts=[types.Part(text=summary)]),
-                )
-            ),
-        )
+        return compaction_event(events[0].timestamp, events[-1].timestamp, summary)
 
 
 def compaction_config(mode: Mode) -> EventsCompactionConfig:

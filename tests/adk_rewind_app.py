@@ -108,17 +108,19 @@ class ScriptedSummarizer(BaseEventsSummarizer):
             }
         )
         summary = f"{self.tag}summary of turns {turns[0]}-{turns[-1]}" if turns else "summary"
-        return Event(
-            author="user",
-            invocation_id=Event.new_id(),
-            actions=EventActions(
-                compaction=EventCompaction(
-                    start_timestamp=events[0].timestamp,
-                    end_timestamp=events[-1].timestamp,
-                    compacted_content=types.Content(role="model", parts=[types.Part(text=summary)]),
-                )
-            ),
-        )
+        return compaction_event(events[0].timestamp, events[-1].timestamp, summary)
+
+
+def compaction_event(start: float, end: float, summary: str, **fields: Any) -> Event:
+    """A summary event as ADK's LlmEventSummarizer writes one: ``summary`` of the events
+    from ``start`` to ``end``; ``fields`` set other Event fields."""
+    compaction = EventCompaction(
+        start_timestamp=start,
+        end_timestamp=end,
+        compacted_content=types.Content(role="model", parts=[types.Part(text=summary)]),
+    )
+    fields.setdefault("invocation_id", Event.new_id())
+    return Event(author="user", actions=EventActions(compaction=compaction), **fields)
 
 
 def before_agent(callback_context: CallbackContext) -> None:

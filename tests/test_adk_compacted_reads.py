@@ -18,12 +18,12 @@ pytest.importorskip("google.adk")
 import warnings
 
 from google.adk.events import Event, EventActions
-from google.adk.events.event_actions import EventCompaction
 from google.adk.sessions import InMemorySessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 import adk_compaction_app as app
+from adk_rewind_app import compaction_event
 from redis_agent_sessions import InvalidInputError
 from redis_agent_sessions import _adk_compacted as compacted
 from redis_agent_sessions.adk import CompactedReads, RedisSessionService, StaleSessionError
@@ -121,12 +121,7 @@ def event(at: float, text: str = "", *, invocation: str = "inv", **fields: Any) 
 
 
 def summary(at: float, start: float, end: float, text: str = "summary") -> Event:
-    compaction = EventCompaction(
-        start_timestamp=T0 + start,
-        end_timestamp=T0 + end,
-        compacted_content=types.Content(role="model", parts=[types.Part(text=text)]),
-    )
-    return event(at, invocation=f"c{at}", actions=EventActions(compaction=compaction))
+    return compaction_event(T0 + start, T0 + end, text, timestamp=T0 + at, invocation_id=f"c{at}")
 
 
 async def session_with(service: RedisSessionService, *events: Event, sid: str = "s") -> Session:
