@@ -177,6 +177,21 @@ def throwaway_redis() -> Iterator[str]:
         sys.exit("could not start redis-server on a free loopback port")
 
 
+def run_on_server(
+    run: Callable[[str, bool, Any], Awaitable[dict[str, Any]]], url: str | None, plan: Any
+) -> dict[str, Any]:
+    """``run(url, owned, plan)`` on ``url``, or on a throwaway server of our own when None;
+    its result with the wall time in ``environment.wall_seconds``."""
+    started = time.perf_counter()
+    if url:
+        result = asyncio.run(run(url, False, plan))
+    else:
+        with throwaway_redis() as own:
+            result = asyncio.run(run(own, True, plan))
+    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
 def wait_for_ping(proc: subprocess.Popen[bytes], port: int) -> bool:
     probe = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2)
     try:
@@ -929,14 +944,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small smoke run (< 20 s)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    started = time.perf_counter()
-    if args.url:
-        result = asyncio.run(run(args.url, False, plan))
-    else:
-        with throwaway_redis() as url:
-            result = asyncio.run(run(url, True, plan))
-    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    result = run_on_server(run, args.url, QUICK if args.quick else FULL)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

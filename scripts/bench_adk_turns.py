@@ -94,18 +94,18 @@ async def bench_size(
         "redis, full": (redis_service, False),
         "sqlite": (sqlite, False),
     }
+    sids = {name: f"{name}-{tag}".replace(", ", "-") for name in stores}
     conversations = {}
     for name, (service, compacted) in stores.items():
         progress(f"{tag}: copying {len(source.events):,} events into {name}")
-        await copy(source, service, f"{name}-{tag}".replace(", ", "-"))
+        await copy(source, service, sids[name])
         conversations[name] = app.Conversation(service, mode, compacted=compacted)
     samples: dict[str, list[float]] = {name: [] for name in stores}
     read_sizes: dict[str, int] = {}
     for i in range(warmup + turns):
         for name, conversation in conversations.items():
-            sid = f"{name}-{tag}".replace(", ", "-")
             started = time.perf_counter()
-            await conversation.turn(sid, next_turn + i)
+            await conversation.turn(sids[name], next_turn + i)
             elapsed = (time.perf_counter() - started) * 1000
             if i >= warmup:
                 samples[name].append(elapsed)
@@ -115,7 +115,7 @@ async def bench_size(
         read = await service.get_session(
             app_name=app.APP_NAME,
             user_id=app.USER_ID,
-            session_id=f"{name}-{tag}".replace(", ", "-"),
+            session_id=sids[name],
             config=conversation.run_config.get_session_config,
         )
         assert read is not None

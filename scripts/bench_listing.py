@@ -76,10 +76,10 @@ from bench import (
     command_stats,
     delete_prefix,
     patched,
+    run_on_server,
     settled_gc,
     stats_delta,
     summarize,
-    throwaway_redis,
     time_calls,
     timer_overhead_us,
 )
@@ -645,14 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print only the result as JSON")
     args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    started = time.perf_counter()
-    if args.url:
-        result = asyncio.run(run(args.url, False, plan))
-    else:
-        with throwaway_redis() as url:
-            result = asyncio.run(run(url, True, plan))
-    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    result = run_on_server(run, args.url, QUICK if args.quick else FULL)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
