@@ -60,9 +60,9 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
-from redis_agent_sessions import _engine as engine_module
-from redis_agent_sessions._scripts import lua_source
+from redis_agent_sessions._redis.scripts import lua_source
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.sessions import _engine as engine_module
 
 APP = "bench_app"
 USERS = 50

@@ -92,8 +92,8 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
-from redis_agent_sessions import _engine as engine_module
-from redis_agent_sessions import _scripts as scripts_module
+from redis_agent_sessions._redis import scripts as scripts_module
+from redis_agent_sessions.sessions import _engine as engine_module
 
 APP = "bench_listing"
 PAGE_SIZE = 100

@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.cluster import key_slot
 
-from redis_agent_sessions import _lifecycle
+from redis_agent_sessions._redis import lifecycle as _lifecycle
 
 
 class CrossSlotError(AssertionError):

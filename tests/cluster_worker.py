@@ -19,8 +19,8 @@ from redis_agent_sessions import (
     SessionServiceConfig,
     StaleSessionError,
 )
-from redis_agent_sessions._outbox import AppOutbox
 from redis_agent_sessions.keys import KeySpace, escape
+from redis_agent_sessions.sessions._outbox import AppOutbox
 
 CRASH_EXIT_CODE = 17
 

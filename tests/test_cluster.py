@@ -36,8 +36,8 @@ from redis_agent_sessions import (
     RedisMemoryService,
     RedisSessionService,
 )
-from redis_agent_sessions._outbox import AppOutbox
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.sessions._outbox import AppOutbox
 from redis_agent_sessions.state import merge_state
 
 APP = "cluster_app"

@@ -22,9 +22,9 @@ import pytest
 import redis
 
 from _servers import skip_without
-from redis_agent_sessions._demo_output import removal_command
-from redis_agent_sessions._demo_worker import APP, CONVERSATIONS
-from redis_agent_sessions._server import LocalRedis, find_redis_server
+from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
+from redis_agent_sessions.demo._output import removal_command
+from redis_agent_sessions.demo._worker import APP, CONVERSATIONS
 from redis_agent_sessions.keys import KeySpace
 
 REDIS_URL = os.environ.get("REDIS_URL")

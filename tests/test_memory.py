@@ -271,7 +271,7 @@ async def test_delete_all(memory: RedisMemoryService, memory_client: Any) -> Non
 
 
 async def test_large_session_in_batches(memory: RedisMemoryService, monkeypatch: Any) -> None:
-    from redis_agent_sessions import _memory_store
+    from redis_agent_sessions.memory import _store as _memory_store
 
     events = [event(f"lemon number{i}", ts=i, id=f"e{i}") for i in range(450)]
     await memory.add_session_to_memory(session("s", *events))

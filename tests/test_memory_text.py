@@ -10,7 +10,7 @@ import pytest
 
 from _servers import skip_without
 from redis_agent_sessions import Content, Event, MemoryIndexError, Part, RedisMemoryService, Session
-from redis_agent_sessions._memory_text import (
+from redis_agent_sessions.memory._text import (
     entry_grams,
     lowered_text,
     query_grams,

@@ -24,14 +24,14 @@ from redis_agent_sessions.keys import KeySpace
 APP, USER = "app", "user"
 LUA = sorted(
     p.name
-    for p in resources.files("redis_agent_sessions").joinpath("lua").iterdir()
+    for p in resources.files("redis_agent_sessions._redis").joinpath("lua").iterdir()
     if p.name.endswith(".lua")
 )
 
 
 @pytest.mark.parametrize("name", LUA)
 def test_every_script_opens_with_its_contract(name: str) -> None:
-    text = resources.files("redis_agent_sessions").joinpath("lua", name).read_text()
+    text = resources.files("redis_agent_sessions._redis").joinpath("lua", name).read_text()
     header = "\n".join(line for line in text.splitlines() if line.startswith("--"))
     if name.startswith("_"):  # a library prepended to the scripts: no KEYS of its own
         assert "Prepended to every script" in header, name
@@ -60,7 +60,7 @@ def test_every_script_opens_with_its_contract(name: str) -> None:
 def test_scripts_ask_acl_before_any_command(name: str) -> None:
     """A command refused half way would leave the earlier writes (scripts do not roll
     back): every script asks for all the commands it runs before the first one."""
-    text = resources.files("redis_agent_sessions").joinpath("lua", name).read_text()
+    text = resources.files("redis_agent_sessions._redis").joinpath("lua", name).read_text()
     body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
     calls = re.compile(r"(?:redis\.p?call|\bread)\('([A-Z]+)'")
     asked = re.search(r"\bdenied(?:_each)?\(", body)
@@ -279,7 +279,7 @@ async def test_a_client_from_url_is_closed_with_the_service() -> None:
 def test_batch_decodes_restore_the_collector_state() -> None:
     import gc
 
-    from redis_agent_sessions._codec import gc_paused
+    from redis_agent_sessions._redis.codec import gc_paused
 
     assert gc.isenabled()
     with gc_paused():

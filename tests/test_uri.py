@@ -14,7 +14,7 @@ from redis_agent_sessions import (
     RedisSessionService,
     SessionServiceConfig,
 )
-from redis_agent_sessions._uri import parse_service_url
+from redis_agent_sessions._redis.uri import parse_service_url
 
 
 def test_settings_come_out_of_the_query_and_redis_py_keeps_its_own() -> None:

@@ -31,7 +31,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from _servers import skip_without
-from redis_agent_sessions import RedisSessionService, SessionServiceConfig, _scripts
+from redis_agent_sessions import RedisSessionService, SessionServiceConfig
+from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions.keys import KeySpace
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]

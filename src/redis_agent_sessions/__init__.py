@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from ._pages import EventsPage, SessionsPage
-from ._version import __version__
-from .config import SessionServiceConfig
-from .errors import (
+from redis_agent_sessions._version import __version__
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import (
     AlreadyExistsError,
     CorruptDataError,
     InvalidInputError,
@@ -17,8 +16,8 @@ from .errors import (
     StaleSessionError,
     WriteConcernError,
 )
-from .memory import MemoryEntry, RedisMemoryService, SearchMemoryResponse
-from .models import (
+from redis_agent_sessions.memory import MemoryEntry, RedisMemoryService, SearchMemoryResponse
+from redis_agent_sessions.models import (
     Content,
     Event,
     EventActions,
@@ -27,7 +26,8 @@ from .models import (
     Part,
     Session,
 )
-from .sessions import RedisSessionService
+from redis_agent_sessions.sessions import RedisSessionService
+from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
 
 __all__ = [
     "AlreadyExistsError",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ._version import __version__
+from redis_agent_sessions._version import __version__
 
 __all__ = ["main"]
 
@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             parser.error("--key-prefix must be non-empty and contain no '{' or '}'")
         # Imported here so that `--help` stays fast and needs no Redis client.
-        from ._demo import run_demo
+        from redis_agent_sessions.demo import run_demo
 
         try:
             return run_demo(workers=args.workers, key_prefix=args.key_prefix)

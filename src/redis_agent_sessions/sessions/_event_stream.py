@@ -13,11 +13,11 @@ from typing import Any, Generic, TypeVar
 
 from redis.exceptions import ConnectionError, TimeoutError
 
-from . import _scripts
-from ._codec import check_id, text
-from ._pages import EventsPage, read_token, write_token
-from .errors import InvalidInputError, SessionNotFoundError
-from .keys import KeySpace, SessionKeys
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
+from redis_agent_sessions.keys import KeySpace, SessionKeys
+from redis_agent_sessions.sessions._pages import EventsPage, read_token, write_token
 
 __all__ = ["EventStream"]
 

@@ -14,12 +14,12 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
-from . import _scripts
-from ._codec import text
-from ._memory_store import owner_tag
-from ._memory_text import query_grams
-from .errors import MemoryIndexError, PermissionDeniedError
-from .keys import KeySpace
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._store import owner_tag
+from redis_agent_sessions.memory._text import query_grams
 
 __all__ = ["IndexSearch", "PlainSearch", "has_search_module"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from .errors import CorruptDataError, InvalidInputError
+from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 
 __all__ = [
     "check_id",

@@ -6,12 +6,12 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from ._engine import SessionEngine
-from ._lifecycle import AnyRedis, ClientOwner
-from ._pages import EventsPage, SessionsPage
-from ._pydantic_codec import PydanticCodec
-from .config import SessionServiceConfig
-from .models import Event, GetSessionConfig, ListSessionsResponse, Session
+from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.models import Event, GetSessionConfig, ListSessionsResponse, Session
+from redis_agent_sessions.sessions._engine import SessionEngine
+from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
+from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec
 
 __all__ = ["RedisSessionService"]
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from . import _scripts
-from ._codec import check_id, text
-from ._pages import SessionsPage, read_token, write_token
-from .errors import InvalidInputError
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.sessions._pages import SessionsPage, read_token, write_token
 
 if TYPE_CHECKING:
-    from ._engine import SessionEngine
+    from redis_agent_sessions.sessions._engine import SessionEngine
 
 __all__ = ["SessionLister"]
 

@@ -24,13 +24,27 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
-from ._demo_output import print_inspection, redact, removal_command, show, text, url_problem
-from ._demo_worker import APP, CONVERSATIONS, SCRIPT, queue_key, results_key, worker_main
-from ._server import LocalRedis, find_redis_server
-from .config import SessionServiceConfig
-from .errors import AlreadyExistsError
-from .keys import KeySpace
-from .sessions import RedisSessionService
+from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.demo._output import (
+    print_inspection,
+    redact,
+    removal_command,
+    show,
+    text,
+    url_problem,
+)
+from redis_agent_sessions.demo._worker import (
+    APP,
+    CONVERSATIONS,
+    SCRIPT,
+    queue_key,
+    results_key,
+    worker_main,
+)
+from redis_agent_sessions.errors import AlreadyExistsError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.sessions import RedisSessionService
 
 __all__ = ["run_demo"]
 

@@ -9,9 +9,9 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Self
 
-from ._uri import parse_service_url
-from .config import SessionServiceConfig
-from .errors import InvalidInputError
+from redis_agent_sessions._redis.uri import parse_service_url
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import InvalidInputError
 
 __all__ = [
     "AnyRedis",

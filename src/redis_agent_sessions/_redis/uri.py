@@ -15,8 +15,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import ValidationError
 from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 
-from .config import SessionServiceConfig
-from .errors import InvalidInputError
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import InvalidInputError
 
 __all__ = ["ServiceURL", "parse_service_url"]
 

@@ -32,15 +32,15 @@ from google.adk.events import Event
 from google.adk.sessions.base_session_service import GetSessionConfig
 from pydantic import ConfigDict
 
-from . import _scripts
-from ._codec import event_ms, stream_id, text
-from .errors import InvalidInputError
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import event_ms, stream_id, text
+from redis_agent_sessions.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from google.adk.sessions import Session
 
-    from ._engine import SessionEngine
-    from .keys import SessionKeys
+    from redis_agent_sessions.keys import SessionKeys
+    from redis_agent_sessions.sessions._engine import SessionEngine
 
 __all__ = ["CompactedReads", "read_compacted", "read_hints"]
 

@@ -18,16 +18,24 @@ from pydantic import BaseModel, Field
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
-from . import _lifecycle, _scripts
-from ._codec import check_id, check_sequence, text
-from ._lifecycle import AnyRedis, ClientOwner, open_memory_url
-from ._memory_search import IndexSearch, PlainSearch, has_search_module
-from ._memory_store import Doc, MemoryStore, batches, iso_timestamp, make_doc, parse_iso
-from ._memory_text import query_words
-from .config import SessionServiceConfig
-from .errors import CorruptDataError, InvalidInputError, MemoryIndexError
-from .keys import KeySpace
-from .models import Content, Event, Session
+from redis_agent_sessions._redis import lifecycle as _lifecycle
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import check_id, check_sequence, text
+from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner, open_memory_url
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
+from redis_agent_sessions.memory._store import (
+    Doc,
+    MemoryStore,
+    batches,
+    iso_timestamp,
+    make_doc,
+    parse_iso,
+)
+from redis_agent_sessions.memory._text import query_words
+from redis_agent_sessions.models import Content, Event, Session
 
 __all__ = ["MemoryEntry", "RedisMemoryService", "SearchMemoryResponse"]
 

@@ -17,8 +17,8 @@ from typing import Any, ParamSpec, TypeVar
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoPermissionError, ResponseError
 
-from ._codec import text
-from .errors import CorruptDataError, PermissionDeniedError
+from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError
 
 __all__ = [
     "call",

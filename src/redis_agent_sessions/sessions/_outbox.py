@@ -20,10 +20,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from . import _scripts
-from ._codec import stream_id, text
-from ._concern import WriteConcern, run
-from .errors import CorruptDataError
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import stream_id, text
+from redis_agent_sessions._redis.concern import WriteConcern, run
+from redis_agent_sessions.errors import CorruptDataError
 
 __all__ = ["AppOutbox", "Entry"]
 

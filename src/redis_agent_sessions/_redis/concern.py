@@ -19,9 +19,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
-from . import _scripts
-from .config import SessionServiceConfig
-from .errors import WriteConcernError
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import WriteConcernError
 
 __all__ = ["WriteConcern", "run"]
 

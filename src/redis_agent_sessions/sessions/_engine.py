@@ -17,8 +17,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from . import _concern, _lifecycle, _scripts
-from ._codec import (
+from redis_agent_sessions._redis import concern as _concern
+from redis_agent_sessions._redis import lifecycle as _lifecycle
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import (
     check_id,
     decode_hash,
     encode_fields,
@@ -27,12 +29,9 @@ from ._codec import (
     session_ttl,
     text,
 )
-from ._concern import WriteConcern
-from ._event_stream import EventStream
-from ._listing import SessionLister
-from ._outbox import AppOutbox
-from .config import SessionServiceConfig
-from .errors import (
+from redis_agent_sessions._redis.concern import WriteConcern
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import (
     AlreadyExistsError,
     CorruptDataError,
     InvalidInputError,
@@ -41,8 +40,11 @@ from .errors import (
     StaleSessionError,
     WriteConcernError,
 )
-from .keys import KeySpace, SessionKeys, split_app_member
-from .state import TEMP_PREFIX, merge_state, split_state_delta
+from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
+from redis_agent_sessions.sessions._event_stream import EventStream
+from redis_agent_sessions.sessions._listing import SessionLister
+from redis_agent_sessions.sessions._outbox import AppOutbox
+from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
 
 __all__ = ["ModelCodec", "SessionEngine", "StoredSession"]
 

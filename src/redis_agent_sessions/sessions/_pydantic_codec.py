@@ -8,8 +8,8 @@ from typing import Any, Generic, TypeVar
 import orjson
 from pydantic import BaseModel, TypeAdapter
 
-from ._engine import StoredSession
-from .errors import InvalidInputError
+from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.sessions._engine import StoredSession
 
 __all__ = ["PydanticCodec"]
 

@@ -19,12 +19,17 @@ from google.adk.sessions import Session as AdkSession
 from google.genai import types
 from typing_extensions import Self, override
 
-from . import memory as core
-from ._codec import check_sequence
-from ._lifecycle import AnyRedis, ClientOwner, check_client_or_uri, open_memory_url
-from .config import SessionServiceConfig
-from .errors import InvalidInputError
-from .models import Content, Event, Session
+from redis_agent_sessions import memory as core
+from redis_agent_sessions._redis.codec import check_sequence
+from redis_agent_sessions._redis.lifecycle import (
+    AnyRedis,
+    ClientOwner,
+    check_client_or_uri,
+    open_memory_url,
+)
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.models import Content, Event, Session
 
 __all__ = ["RedisMemoryService"]
 

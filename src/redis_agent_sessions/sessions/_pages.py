@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from .errors import InvalidInputError
+from redis_agent_sessions.errors import InvalidInputError
 
 __all__ = ["EventsPage", "SessionsPage", "read_token", "write_token"]
 

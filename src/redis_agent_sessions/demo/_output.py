@@ -11,8 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 import redis
 from redis.asyncio import Redis
 
-from ._demo_worker import APP
-from .keys import KeySpace
+from redis_agent_sessions.demo._worker import APP
+from redis_agent_sessions.keys import KeySpace
 
 __all__ = [
     "clip",

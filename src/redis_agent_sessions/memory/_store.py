@@ -19,11 +19,11 @@ from typing import Any
 
 import orjson
 
-from . import _scripts
-from ._codec import _check_json, text
-from ._memory_text import entry_grams, lowered_text, searchable_words
-from .errors import CorruptDataError, InvalidInputError, RedisSessionsError
-from .keys import KeySpace
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import _check_json, text
+from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, RedisSessionsError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
 
 __all__ = ["Doc", "MemoryStore", "StoredEntry", "make_doc", "owner_tag"]
 

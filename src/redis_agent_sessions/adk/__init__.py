@@ -41,16 +41,21 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from typing_extensions import override
 
-from . import errors
-from ._adk_compacted import CompactedReads, read_compacted, read_hints
-from ._adk_memory import RedisMemoryService
-from ._codec import check_id
-from ._engine import SessionEngine
-from ._lifecycle import AnyRedis, ClientOwner, check_client_or_uri, open_url
-from ._pages import EventsPage, SessionsPage
-from ._pydantic_codec import PydanticCodec
-from ._uri import SCHEMES
-from .config import SessionServiceConfig
+from redis_agent_sessions import errors
+from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions._redis.lifecycle import (
+    AnyRedis,
+    ClientOwner,
+    check_client_or_uri,
+    open_url,
+)
+from redis_agent_sessions._redis.uri import SCHEMES
+from redis_agent_sessions.adk._compacted import CompactedReads, read_compacted, read_hints
+from redis_agent_sessions.adk._memory import RedisMemoryService
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.sessions._engine import SessionEngine
+from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
+from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec
 
 __all__ = [
     "AlreadyExistsError",

@@ -20,11 +20,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .config import SessionServiceConfig
-from .errors import StaleSessionError
-from .keys import KeySpace
-from .models import Content, Event, EventActions, Part, Session
-from .sessions import RedisSessionService
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import StaleSessionError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.models import Content, Event, EventActions, Part, Session
+from redis_agent_sessions.sessions import RedisSessionService
 
 APP = "booking_app"
 AGENT = "booking_agent"

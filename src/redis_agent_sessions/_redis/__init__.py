@@ -1,0 +1,1 @@
+"""Redis plumbing shared by sessions and memory: scripts, JSON codec, clients, URLs."""
