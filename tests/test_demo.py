@@ -167,9 +167,10 @@ def test_readme_key_examples_name_what_the_demo_writes() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     table = readme.split("## Redis layout", 1)[1].split("\n\n## ", 1)[0]
     examples = re.findall(r"`redis-cli \w+ '([^']+)'", table)
-    assert len(examples) == 14, examples
+    assert len(examples) == 15, examples
     session = KeySpace().session(APP, "user1", CONVERSATIONS["user1"].session_id)
     expected = {
+        KeySpace().apps(),
         session.app_state, session.app_sessions, session.user_state, session.user_sessions,
         session.app_updated, session.user_updated,
         session.meta, session.state, session.events, session.event_ids, session.compactions,

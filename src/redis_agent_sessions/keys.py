@@ -2,6 +2,8 @@
 
 Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag::
 
+    ras:apps                                     zset   app names (escaped) by first session's
+                                                        creation time, for operators' listings
     ras:{<app>}:app_state                        hash   app-scope state, field -> JSON
     ras:{<app>}:sessions                         zset   "<user>:<session>" by creation time
     ras:{<app>}:sessions_updated                 zset   "<user>:<session>" by last update time
@@ -102,6 +104,10 @@ class KeySpace:
 
     def _user(self, app_name: str, user_id: str) -> str:
         return f"{self.prefix}:{{{escape(app_name)}:{escape(user_id)}}}"
+
+    def apps(self) -> str:
+        """Every app that ever had a session (members are escaped app names)."""
+        return f"{self.prefix}:apps"
 
     def app_state(self, app_name: str) -> str:
         return f"{self._app(app_name)}:app_state"

@@ -2,7 +2,7 @@
 
 :class:`RedisSessionService` is a ``google.adk.sessions.BaseSessionService``: it takes
 and returns ADK's own ``Session``/``Event`` objects and raises ADK's own errors, while
-the storage logic is the core's :class:`~redis_agent_sessions._engine.SessionEngine`
+the storage logic is the core's :class:`~redis_agent_sessions.sessions._engine.SessionEngine`
 driven through an ADK codec. :class:`RedisMemoryService` (from ``_adk_memory``) is a
 ``google.adk.memory.BaseMemoryService`` delegating to the core memory service. Only
 this module and the private modules it imports touch google.adk, so the core works

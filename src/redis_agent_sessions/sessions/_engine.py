@@ -40,7 +40,7 @@ from redis_agent_sessions.errors import (
     StaleSessionError,
     WriteConcernError,
 )
-from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
+from redis_agent_sessions.keys import KeySpace, SessionKeys, escape, split_app_member
 from redis_agent_sessions.sessions._event_stream import EventStream
 from redis_agent_sessions.sessions._listing import SessionLister
 from redis_agent_sessions.sessions._outbox import AppOutbox
@@ -161,7 +161,9 @@ class SessionEngine(Generic[S, E]):
         state: Mapping[str, Any] | None = None,
         session_id: str | None = None,
         ttl: object = None,
+        create_time: float | None = None,
     ) -> S:
+        """``create_time`` (default: now) is for imports, which keep the original's."""
         await self._connected(write=True)
         own_ttl = session_ttl(ttl)
         check_id("app_name", app_name)
@@ -172,10 +174,12 @@ class SessionEngine(Generic[S, E]):
         scoped = split_state_delta(state or {})
         fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
         self._check_size("initial state", _stored_bytes(fields))
-        now = time.time()
+        now = time.time() if create_time is None else create_time
         keys = self.keys.session(app_name, user_id, sid)
         script_keys = _script_keys(keys)
-        if self._outbox is not None:
+        if self._outbox is None:
+            script_keys.append(self.keys.apps())
+        else:
             script_keys[7:] = [keys.app_outbox]
         shortfalls: list[str] = []
         reply = await self._run(
@@ -193,7 +197,12 @@ class SessionEngine(Generic[S, E]):
             ],
             fields,
             shortfalls,
+            tail=[escape(app_name)] if self._outbox is None else [],
         )
+        if self._outbox is not None and reply[0] in (0, 1):
+            # The apps index lives in no app's slot: a separate, idempotent step, which a
+            # retried create (finding the session) finishes too.
+            await self._redis.zadd(self.keys.apps(), {escape(app_name): now}, nx=True)
         if reply[0] == 0:
             if self._outbox is not None and reply[1]:
                 await self._apply(keys, reply[1], want_state=False)
@@ -243,33 +252,16 @@ class SessionEngine(Generic[S, E]):
         shortfalls: list[str] = []
         try:
             raw_event = self._encode_event(event, _stored_bytes(fields))
-            reply = await self._run(
-                self._append,
-                [
-                    keys.meta,
-                    keys.state,
-                    keys.events,
-                    keys.event_ids,
-                    keys.user_state,
-                    keys.app_state if self._outbox is None else keys.app_outbox,
-                    keys.user_updated,
-                    keys.compactions,
-                    *([keys.app_updated] if self._outbox is None else []),
-                ],
-                [
-                    "" if revision is None else revision,
-                    events[-1].id if events else "",
-                    self.config.stale_policy,
-                    event.id,
-                    raw_event,
-                    event_ms(timestamp),
-                    repr(float(timestamp)),
-                    self.config.ttl_seconds or 0,
-                    self._first_unapplied(keys),
-                    session.id,
-                    keys.app_member,
-                    *self._codec.read_hints(event),
-                ],
+            reply = await self._append_script(
+                keys,
+                session.id,
+                revision,
+                events[-1].id if events else "",
+                event.id,
+                raw_event,
+                timestamp,
+                timestamp,
+                self._codec.read_hints(event),
                 fields,
                 shortfalls,
             )
@@ -296,6 +288,90 @@ class SessionEngine(Generic[S, E]):
             session.last_update_time = timestamp
             self._codec.set_revision(session, new_revision)
         return event
+
+    async def _append_script(
+        self,
+        keys: SessionKeys,
+        session_id: str,
+        revision: int | None,
+        last_event_id: str,
+        event_id: str,
+        raw_event: bytes,
+        timestamp: float,
+        update_time: float,
+        hints: tuple[str, str],
+        fields: list[list[bytes | str]],
+        shortfalls: list[str],
+    ) -> Any:
+        return await self._run(
+            self._append,
+            [
+                keys.meta,
+                keys.state,
+                keys.events,
+                keys.event_ids,
+                keys.user_state,
+                keys.app_state if self._outbox is None else keys.app_outbox,
+                keys.user_updated,
+                keys.compactions,
+                *([keys.app_updated] if self._outbox is None else []),
+            ],
+            [
+                "" if revision is None else revision,
+                last_event_id,
+                self.config.stale_policy,
+                event_id,
+                raw_event,
+                event_ms(timestamp),
+                repr(float(update_time)),
+                self.config.ttl_seconds or 0,
+                self._first_unapplied(keys),
+                session_id,
+                keys.app_member,
+                *hints,
+            ],
+            fields,
+            shortfalls,
+        )
+
+    async def append_exported(
+        self,
+        keys: SessionKeys,
+        session_id: str,
+        *,
+        revision: int,
+        last_event_id: str,
+        event: E,
+        raw_event: bytes,
+        update_time: float | None = None,
+    ) -> None:
+        """Store an imported event exactly as exported (``raw_event``), without applying its
+        state delta: an import writes each scope's state whole, as it was when exported.
+        ``revision`` and ``last_event_id`` are the session's before it; the events of one
+        session come in their stored order. ``update_time`` (default: the event's time) is
+        the session's last_update_time after it."""
+        self._check_size("event", len(raw_event))
+        shortfalls: list[str] = []
+        reply = await self._append_script(
+            keys,
+            session_id,
+            revision,
+            last_event_id,
+            event.id,
+            raw_event,
+            event.timestamp,
+            event.timestamp if update_time is None else update_time,
+            self._codec.read_hints(event),
+            [[], [], []],
+            shortfalls,
+        )
+        if reply[0] == _NOT_FOUND:
+            raise SessionNotFoundError(f"Session {session_id} not found.")
+        if reply[0] == _STALE:
+            raise StaleSessionError()
+        if self._outbox is not None and reply[3]:
+            await self._apply(keys, reply[3], want_state=False, shortfalls=shortfalls)
+        self._confirmed("append_event", shortfalls)
 
     def _encode_event(self, event: E, state_bytes: int) -> bytes:
         try:
@@ -729,12 +805,14 @@ class SessionEngine(Generic[S, E]):
         args: list[Any],
         fields: list[list[bytes | str]],
         shortfalls: list[str] | None = None,
+        tail: Sequence[Any] = (),
     ) -> Any:
         """Run a script; with a write concern and ``shortfalls`` (a write operation), wait
-        for it in the same round trip and add any shortfall to ``shortfalls``."""
+        for it in the same round trip and add any shortfall to ``shortfalls``. ``tail``
+        goes after the fields."""
         counts = [len(f) // 2 for f in fields] if fields else []
         flat = [v for f in fields for v in f]
-        argv = [*args, *counts, *flat]
+        argv = [*args, *counts, *flat, *tail]
         try:
             reply = await _concern.run(self._concern, script, keys, argv, shortfalls)
         except ResponseError as exc:

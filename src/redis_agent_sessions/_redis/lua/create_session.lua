@@ -4,7 +4,9 @@
 -- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] user sessions zset
 -- KEYS[7] user sessions-by-update zset
 -- KEYS[8] app state hash         KEYS[9] app sessions zset    KEYS[10] app sessions-by-update
---   (cluster layout, ARGV[7] set: KEYS[8] is the user's app outbox stream, no KEYS[9..10])
+-- KEYS[11] the apps zset (member: the escaped app name, scored by its first creation time)
+--   (cluster layout, ARGV[7] set: KEYS[8] is the user's app outbox stream, no KEYS[9..11]:
+--   the caller adds the app to the apps zset, which lives in no app's slot, itself)
 -- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
 -- ARGV[7] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
@@ -13,7 +15,8 @@
 --         refresh ('' = the service default, which appends pass themselves)
 -- The session indexes are scored by creation time, the -by-update ones by last update
 -- (appends move those).
--- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs in order
+-- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs in order,
+--   then (single-node layout) the app's member in the apps zset
 -- returns {1, user state as field/value list, app state as field/value list} when created
 --         ({1, user state, outbox entries from ARGV[7] on} in the cluster layout, where the
 --         app index entry and app fields are recorded in the outbox for the caller to apply),
@@ -26,11 +29,12 @@ local refused = denied_each('TYPE', KEYS)
     'HSET', KEYS[2], 'HSET', KEYS[5], 'ZADD', KEYS[6], 'ZADD', KEYS[7], 'HGETALL', KEYS[5])
   or (cluster and denied('XADD', KEYS[8], 'XTRIM', KEYS[8], 'XRANGE', KEYS[8]))
   or (not cluster and denied('HSET', KEYS[8], 'HGETALL', KEYS[8], 'ZADD', KEYS[9],
-    'ZADD', KEYS[10]))
+    'ZADD', KEYS[10], 'ZADD', KEYS[11]))
   or (tonumber(ARGV[5]) > 0 and denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2]))
 if refused then return refused end
 
-local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'hash', 'zset', 'zset'}
+local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'hash', 'zset', 'zset',
+  'zset'}
 if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'stream'} end
 for i, want in ipairs(expected) do
   local t = redis.call('TYPE', KEYS[i])
@@ -87,4 +91,5 @@ if cluster then
 end
 redis.call('ZADD', KEYS[9], ARGV[4], ARGV[6])
 redis.call('ZADD', KEYS[10], ARGV[4], ARGV[6])
+redis.call('ZADD', KEYS[11], 'NX', ARGV[4], ARGV[pos])
 return {1, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[8])}
