@@ -1,0 +1,154 @@
+"""The ``redis-agent-sessions`` command: the demo, and the operator commands (``[cli]`` extra).
+
+Exit codes: 0 ok, 1 not found / nothing matched (or data that cannot be read), 2 usage or
+connection error; every failure prints one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from redis_agent_sessions._version import __version__
+
+__all__ = ["main"]
+
+# command -> (module in this package, help); each module has `async def run(ctx, args)`.
+_COMMANDS = {
+    "ls": ("_browse", "list apps, or the sessions of an app (paged)"),
+    "show": ("_browse", "a session's state by scope and its events as a transcript"),
+    "tail": ("_browse", "a session's newest events; -f follows new ones as workers append"),
+    "search": ("_browse", "memory search over a user's past sessions"),
+    "stats": ("_stats", "sessions, users, events, memory entries and bytes, per app"),
+    "export": ("_transfer", "write sessions as JSON Lines, one session per line"),
+    "import": ("_transfer", "write sessions from an export file"),
+    "migrate": ("_migrate", "copy sessions from google-adk's DatabaseSessionService"),
+    "delete": ("_remove", "delete one session"),
+    "purge": ("_remove", "delete an app's sessions not updated for a while"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the usage text is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="redis-agent-sessions",
+        description="Shared, durable sessions for AI agent workers, stored in Redis.",
+        epilog="Exit codes: 0 ok, 1 not found or nothing matched, 2 usage or connection error.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _demo_parser(commands)
+    from redis_agent_sessions.cli import _options
+
+    for name, (_, summary) in _COMMANDS.items():
+        sub = commands.add_parser(name, help=summary, description=summary)
+        _options.add(name, sub)
+    return parser
+
+
+def _demo_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="run worker processes sharing flight-booking sessions through Redis",
+        description=(
+            "Runs worker processes that serve interleaved turns of a scripted flight-booking "
+            "conversation for several users, shows a stale writer being rejected, checks the "
+            "result and prints the redis-cli commands to inspect it. Uses REDIS_URL when set "
+            "(keys under a fresh ras-demo-<random> prefix, nothing else touched); otherwise "
+            "starts and finally stops a throwaway local redis-server."
+        ),
+    )
+    demo.add_argument(
+        "--workers", type=int, default=3, help="worker processes to start (at least 3; default 3)"
+    )
+    demo.add_argument(
+        "--key-prefix",
+        help="key prefix for the demo's data (default: ras-demo, or ras-demo-<random> "
+        "with REDIS_URL); must not hold an earlier demo run",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return _demo(parser, args)
+    try:
+        return asyncio.run(_operate(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.workers < 3:
+        parser.error("--workers must be at least 3")
+    if args.key_prefix is not None and (not args.key_prefix or set("{}") & set(args.key_prefix)):
+        parser.error("--key-prefix must be non-empty and contain no '{' or '}'")
+    # Imported here so that `--help` stays fast and needs no Redis client.
+    from redis_agent_sessions.demo import run_demo
+
+    try:
+        return run_demo(workers=args.workers, key_prefix=args.key_prefix)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+async def _operate(args: argparse.Namespace) -> int:
+    try:
+        from redis_agent_sessions.cli import _context
+    except ImportError as exc:  # rich is the [cli] extra
+        return _fail(
+            2,
+            f"`{args.command}` needs the [cli] extra ({exc.name} is missing): "
+            "pip install 'redis-agent-sessions[cli]'",
+        )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import RedisError, TimeoutError
+
+    from redis_agent_sessions.errors import (
+        CorruptDataError,
+        InvalidInputError,
+        PermissionDeniedError,
+        RedisSessionsError,
+    )
+
+    module = importlib.import_module(f"redis_agent_sessions.cli.{_COMMANDS[args.command][0]}")
+    ctx = None
+    try:
+        ctx = await _context.connect(args)
+        code: int = await module.run(ctx, args)
+        return code
+    except _context.CliError as exc:
+        return _fail(exc.code, str(exc))
+    except (RedisConnectionError, TimeoutError) as exc:
+        return _fail(2, f"lost the connection to Redis: {_context.first_line(exc)}")
+    except PermissionDeniedError as exc:
+        return _fail(2, _context.first_line(exc))
+    except InvalidInputError as exc:
+        return _fail(2, _context.first_line(exc))
+    except CorruptDataError as exc:
+        return _fail(1, f"cannot read stored data: {_context.first_line(exc)}")
+    except (RedisSessionsError, RedisError) as exc:
+        return _fail(1, _context.first_line(exc))
+    except Exception as exc:  # an operator gets one line, even for what nobody foresaw
+        return _fail(1, f"{type(exc).__name__}: {_context.first_line(exc)}")
+    finally:
+        if ctx is not None:
+            await ctx.client.aclose()
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"redis-agent-sessions: {message}", file=sys.stderr)
+    return code

@@ -1,0 +1,228 @@
+"""Read-only commands: ``ls``, ``show``, ``tail`` and ``search``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.text import Text
+
+from redis_agent_sessions.cli._context import Context, NotFound, UsageError, when
+from redis_agent_sessions.cli._records import read_record
+from redis_agent_sessions.cli._render import event_lines, short_json
+from redis_agent_sessions.errors import SessionNotFoundError
+from redis_agent_sessions.keys import unescape
+from redis_agent_sessions.memory import RedisMemoryService
+from redis_agent_sessions.memory._text import query_words
+
+__all__ = ["run"]
+
+
+async def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.command == "ls":
+        return await (_ls_app(ctx, args) if args.app is not None else _ls_apps(ctx))
+    if args.command == "show":
+        return await _show(ctx, args)
+    if args.command == "tail":
+        return await _tail(ctx, args)
+    return await _search(ctx, args)
+
+
+async def _ls_apps(ctx: Context) -> int:
+    """Apps from the apps index (written at create time: no keyspace scan)."""
+    raw: list[Any] = await ctx.client.zrange(ctx.keys.apps(), 0, -1, withscores=True)
+    apps = [(unescape(_text(member)), float(score)) for member, score in raw]
+    if not apps:
+        raise NotFound("no apps: no session was created under this key prefix")
+    pipe = ctx.client.pipeline(transaction=False)
+    for app, _ in apps:
+        pipe.zcard(ctx.keys.app_sessions(app))
+    counts = await pipe.execute()
+    rows = [
+        {"app_name": app, "sessions": count, "first_session": first}
+        for (app, first), count in zip(apps, counts, strict=True)
+    ]
+    if ctx.json:
+        ctx.print_json(rows)
+        return 0
+    table = ctx.table("APP", "SESSIONS", "FIRST SESSION (UTC)")
+    for row in rows:
+        table.add_row(row["app_name"], str(row["sessions"]), when(row["first_session"]))
+    ctx.out.print(table)
+    return 0
+
+
+async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
+    order = args.order
+    if ctx.cluster and args.user is None and order == "updated":
+        # A cluster keeps no app-wide by-update index (it would span every user's slot).
+        order = "created"
+    page = await ctx.sessions.list_sessions_page(
+        app_name=args.app,
+        user_id=args.user,
+        page_size=min(args.limit, 1000),
+        page_token=args.page,
+        order_by=order,
+        newest_first=not args.oldest_first,
+    )
+    if not page.sessions and args.page is None:
+        who = f"user {args.user!r} of app {args.app!r}" if args.user else f"app {args.app!r}"
+        raise NotFound(f"no sessions for {who}")
+    pipe = ctx.client.pipeline(transaction=False)
+    for s in page.sessions:
+        keys = ctx.keys.session(s.app_name, s.user_id, s.id)
+        pipe.hget(keys.meta, "create_time")
+        pipe.xlen(keys.events)
+        pipe.hlen(keys.state)
+    extra = await pipe.execute()
+    rows = [
+        {
+            "user_id": s.user_id,
+            "id": s.id,
+            "create_time": float(extra[3 * i]) if extra[3 * i] is not None else None,
+            "last_update_time": s.last_update_time,
+            "events": extra[3 * i + 1],
+            "state_keys": extra[3 * i + 2],
+        }
+        for i, s in enumerate(page.sessions)
+    ]
+    if ctx.json:
+        ctx.print_json({"sessions": rows, "next_page_token": page.next_page_token})
+        return 0
+    table = ctx.table("USER", "SESSION", "CREATED (UTC)", "UPDATED (UTC)", "EVENTS", "STATE KEYS")
+    for row in rows:
+        table.add_row(
+            row["user_id"],
+            row["id"],
+            when(row["create_time"]),
+            when(row["last_update_time"]),
+            str(row["events"]),
+            str(row["state_keys"]),
+        )
+    ctx.out.print(table)
+    if order != args.order:
+        ctx.err.print("(cluster: app-wide listings are by creation time)")
+    if page.next_page_token:
+        ctx.out.print(f"next page: --page {page.next_page_token}")
+    return 0
+
+
+async def _show(ctx: Context, args: argparse.Namespace) -> int:
+    record = await read_record(ctx.engine, args.app, args.user, args.session, last=args.last)
+    if record is None:
+        raise NotFound(f"no session {args.session!r} of user {args.user!r} in app {args.app!r}")
+    if ctx.json:
+        ctx.print_json(record)
+        return 0
+    total = await ctx.client.xlen(ctx.keys.session(args.app, args.user, args.session).events)
+    ctx.out.print(Text(f"session {record['id']}", style="bold"))
+    ctx.out.print(f"app {record['app_name']}   user {record['user_id']}")
+    ctx.out.print(
+        f"created {when(record['create_time'])} UTC   "
+        f"updated {when(record['last_update_time'])} UTC   events {total}"
+        + (f"   ttl {record['ttl']} s" if "ttl" in record else "")
+    )
+    ctx.out.print()
+    table = ctx.table("SCOPE", "KEY", "VALUE")
+    for scope, prefix in (("session", ""), ("user", "user:"), ("app", "app:")):
+        for key, value in record["state"][scope].items():
+            table.add_row(scope, prefix + key, short_json(value))
+    if table.row_count:
+        ctx.out.print(Text("state", style="bold"))
+        ctx.out.print(table)
+        ctx.out.print()
+    shown = len(record["events"])
+    title = f"events (last {shown} of {total})" if shown < total else "events"
+    ctx.out.print(Text(title, style="bold"))
+    for event in record["events"]:
+        for line in event_lines(event):
+            ctx.out.print(line)
+    return 0
+
+
+async def _tail(ctx: Context, args: argparse.Namespace) -> int:
+    try:
+        page = await ctx.sessions.list_events(
+            app_name=args.app,
+            user_id=args.user,
+            session_id=args.session,
+            limit=max(args.lines, 1),
+            newest_first=True,
+        )
+    except SessionNotFoundError:
+        raise NotFound(
+            f"no session {args.session!r} of user {args.user!r} in app {args.app!r}"
+        ) from None
+    newest = page.events[0].id if page.events else None
+    for event in reversed(page.events[: args.lines]):
+        _print_event(ctx, event.model_dump(mode="json", exclude_none=True))
+    if not args.follow:
+        return 0
+    watch = ctx.sessions.watch(
+        app_name=args.app,
+        user_id=args.user,
+        session_id=args.session,
+        after_event_id=newest,
+        from_beginning=newest is None,
+    )
+    async for event in watch:
+        _print_event(ctx, event.model_dump(mode="json", exclude_none=True))
+    ctx.err.print("(the session was deleted or expired)")
+    return 0
+
+
+def _print_event(ctx: Context, event: dict[str, Any]) -> None:
+    if ctx.json:
+        ctx.print_json(event)
+        return
+    for line in event_lines(event):
+        ctx.out.print(line)
+    ctx.out.file.flush()
+
+
+async def _search(ctx: Context, args: argparse.Namespace) -> int:
+    wanted = query_words(args.query)
+    if not wanted:
+        raise UsageError(f"the query has no words to search for: {args.query!r}")
+    if not await ctx.client.exists(ctx.keys.memory_backend()):
+        # Searching would pick and record a backend: a read-only command must not.
+        raise NotFound("nothing is in memory yet (no memory backend was ever chosen)")
+    memory = RedisMemoryService(ctx.client, config=ctx.config)
+    found = await memory.search_memory(
+        app_name=args.app, user_id=args.user, query=args.query, limit=args.limit
+    )
+    if not found.memories:
+        raise NotFound(f"nothing in memory of user {args.user!r} in app {args.app!r} matches")
+    rows: list[dict[str, Any]] = []
+    for entry in found.memories:
+        matched = sorted(wanted & query_words(entry.content.text))
+        rows.append(
+            {
+                "score": len(matched) / len(wanted),
+                "matched_words": matched,
+                "id": entry.id,
+                "author": entry.author,
+                "timestamp": entry.timestamp,
+                "text": entry.content.text,
+                "custom_metadata": entry.custom_metadata,
+            }
+        )
+    if ctx.json:
+        ctx.print_json(rows)
+        return 0
+    table = ctx.table("SCORE", "MATCHED", "WHEN", "AUTHOR", "TEXT")
+    for row in rows:
+        table.add_row(
+            f"{row['score']:.2f}",
+            ", ".join(row["matched_words"]),
+            str(row["timestamp"] or "-"),
+            str(row["author"] or "-"),
+            str(row["text"])[:100],
+        )
+    ctx.out.print(table)
+    ctx.out.print(f"backend: {await memory.backend()}   score = share of the query's words matched")
+    return 0
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,170 @@
+"""What every operator command gets: a connected client, the services, and output helpers.
+
+Exit codes are the CLI's contract: 0 ok, 1 not found / nothing matched (or data that cannot
+be read), 2 usage or connection error, each failure with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from redis_agent_sessions._redis.lifecycle import AnyRedis, make_client
+from redis_agent_sessions._redis.uri import parse_service_url
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.models import Event, Session
+from redis_agent_sessions.sessions import RedisSessionService
+from redis_agent_sessions.sessions._engine import SessionEngine
+
+__all__ = ["CliError", "Context", "NotFound", "UsageError", "connect", "first_line", "when"]
+
+DEFAULT_URL = "redis://localhost:6379/0"
+
+
+class CliError(Exception):
+    """Ends a command with ``code`` and this one line on stderr."""
+
+    code = 1
+
+
+class NotFound(CliError):
+    code = 1
+
+
+class UsageError(CliError):
+    code = 2
+
+
+@dataclass
+class Context:
+    """A connected client and the services every command uses; ``out`` is stdout."""
+
+    client: AnyRedis
+    config: SessionServiceConfig
+    url: str
+    json: bool = False
+    out: Console = field(default_factory=lambda: _console())
+    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+
+    def __post_init__(self) -> None:
+        self.sessions = RedisSessionService(self.client, config=self.config)
+        self.keys = KeySpace(self.config.key_prefix)
+        self._import_engine: SessionEngine[Any, Any] | None = None
+
+    @property
+    def engine(self) -> SessionEngine[Session, Event]:
+        return self.sessions._engine
+
+    @property
+    def import_engine(self) -> SessionEngine[Any, Any]:
+        """The engine imports write through: ADK's models when the [adk] extra is installed,
+        so summary events of ADK's compaction get their read index as they would from a
+        Runner; the core models (which keep every ADK field) otherwise."""
+        if self._import_engine is None:
+            try:
+                from redis_agent_sessions.adk import RedisSessionService as AdkService
+            except ImportError:
+                self._import_engine = self.engine
+            else:
+                adk = AdkService(client=self.client, config=self.config)
+                self._import_engine = adk._engine
+        return self._import_engine
+
+    @property
+    def cluster(self) -> bool:
+        return self.engine.cluster
+
+    def print_json(self, value: Any) -> None:
+        """One JSON document (or line) on stdout, exactly as given."""
+        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+        sys.stdout.buffer.flush()
+
+    def table(self, *columns: str) -> Table:
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for column in columns:
+            table.add_column(column, no_wrap=True)
+        return table
+
+    @contextmanager
+    def progress(self, description: str, total: int | None) -> Iterator[Progress]:
+        """A progress bar on stderr (only drawn on a terminal, or with RAS_PROGRESS=1)."""
+        show = self.err.is_terminal or os.environ.get("RAS_PROGRESS") == "1"
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.err,
+            disable=not show,
+            transient=False,
+        )
+        with progress:
+            progress.add_task(description, total=total)
+            yield progress
+
+
+def _console() -> Console:
+    """stdout; when it is not a terminal (a pipe, a file), lines are never wrapped."""
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=True, width=10_000)
+    return console
+
+
+def when(timestamp: float | None) -> str:
+    """An epoch time as operators read it: UTC, to the second."""
+    if timestamp is None:
+        return "-"
+    moment = dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def connect(args: argparse.Namespace) -> Context:
+    """The client for ``--url`` (or REDIS_URL), checked with a PING."""
+    url = args.url or os.environ.get("REDIS_URL") or DEFAULT_URL
+    try:
+        parsed = parse_service_url(url)
+        config = parsed.config(None)
+        if args.key_prefix is not None:
+            config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": args.key_prefix})
+        client = make_client(parsed.redis_url, cluster=args.cluster or parsed.cluster)
+    except (InvalidInputError, ValueError) as exc:
+        raise UsageError(f"bad Redis URL {url!r}: {first_line(exc)}") from None
+    try:
+        await client.ping()
+    except Exception as exc:
+        await client.aclose()
+        raise UsageError(f"cannot reach Redis at {_safe(url)}: {first_line(exc)}") from None
+    try:
+        return Context(client=client, config=config, url=url, json=getattr(args, "json", False))
+    except RedisSessionsError as exc:
+        await client.aclose()
+        raise UsageError(first_line(exc)) from None
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    head, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user = creds.split(":", 1)[0]
+    return f"{head}{sep}{user + ':***' if ':' in creds else user}@{host}"
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -1,0 +1,177 @@
+"""Each operator command's arguments (plain argparse: ``--help`` needs no extra)."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add"]
+
+
+def add(name: str, parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--url",
+        help="Redis URL (default: $REDIS_URL, else redis://localhost:6379/0); may carry "
+        "settings such as ?key_prefix=prod&cluster=true",
+    )
+    group.add_argument("--key-prefix", help="key prefix of the deployment (default: ras)")
+    group.add_argument(
+        "--cluster", action="store_true", help="connect to a Redis Cluster (any node's URL)"
+    )
+    _ADD[name](parser)
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="JSON output, for scripts")
+
+
+def _session(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("app", metavar="APP")
+    parser.add_argument("user", metavar="USER")
+    parser.add_argument("session", metavar="SESSION")
+
+
+def _ls(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP", nargs="?", help="an app (none: list the apps)")
+    p.add_argument("--user", help="only this user's sessions")
+    p.add_argument(
+        "--limit", type=_positive, default=50, help="sessions per page (default 50, max 1000)"
+    )
+    p.add_argument("--page", help="page token printed by the previous page")
+    p.add_argument("--order", choices=["updated", "created"], default="updated", help="sort key")
+    p.add_argument("--oldest-first", action="store_true", help="oldest first")
+    _json(p)
+
+
+def _show(p: argparse.ArgumentParser) -> None:
+    _session(p)
+    p.add_argument("--last", type=_positive, metavar="N", help="only the newest N events")
+    _json(p)
+
+
+def _tail(p: argparse.ArgumentParser) -> None:
+    _session(p)
+    p.add_argument("-n", "--lines", type=_count, default=10, help="events to show first (10)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    _json(p)
+
+
+def _search(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    p.add_argument("user", metavar="USER")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("--limit", type=_positive, default=10, help="most results (default 10)")
+    _json(p)
+
+
+def _stats(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP", nargs="?", help="one app (default: every app)")
+    p.add_argument(
+        "--sample",
+        type=_positive,
+        default=200,
+        help="sessions per app whose keys MEMORY USAGE measures (default 200)",
+    )
+    _json(p)
+
+
+def _export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    p.add_argument("--user", help="only this user's sessions")
+    p.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
+
+
+def _import(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="an export file ('-' reads stdin)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument(
+        "--replace", action="store_true", help="replace sessions that exist (default: refuse)"
+    )
+    how.add_argument(
+        "--skip-existing", action="store_true", help="leave sessions that exist as they are"
+    )
+
+
+def _migrate(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="DB_URL",
+        help="google-adk DatabaseSessionService URL (sqlite+aiosqlite:///file.db, "
+        "postgresql+asyncpg://..., mysql+aiomysql://...)",
+    )
+    p.add_argument(
+        "--app",
+        action="append",
+        dest="apps",
+        metavar="APP",
+        help="only this app (repeat for more; default: every app in the database)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count what would be copied")
+
+
+def _delete(p: argparse.ArgumentParser) -> None:
+    _session(p)
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+
+def _purge(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    p.add_argument(
+        "--older-than",
+        required=True,
+        type=duration,
+        metavar="DURATION",
+        help="not updated for this long: 90d, 12h, 30m, 45s, 2w",
+    )
+    p.add_argument("--user", help="only this user's sessions")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--dry-run", action="store_true", help="only count them")
+
+
+_ADD = {
+    "ls": _ls,
+    "show": _show,
+    "tail": _tail,
+    "search": _search,
+    "stats": _stats,
+    "export": _export,
+    "import": _import,
+    "migrate": _migrate,
+    "delete": _delete,
+    "purge": _purge,
+}
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str) -> float:
+    """Seconds in ``90d``, ``12h``, ``30m``, ``45s`` or ``2w``."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if unit not in _UNITS or not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (a positive number and s, m, h, d or w: 90d)"
+        )
+    return value * _UNITS[unit]
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value

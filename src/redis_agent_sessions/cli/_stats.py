@@ -1,0 +1,159 @@
+"""``stats``: per app, sessions, users, events, memory entries and (sampled) bytes; the
+memory backend; the server's version and modules.
+
+Counts walk the app's session index a page at a time with pipelined XLEN/ZCARD, so they
+cost O(sessions) round-trip-free work on the server but never a keyspace scan. Bytes are
+MEMORY USAGE of a bounded, evenly spread sample of sessions, scaled to all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from redis_agent_sessions.cli._context import Context, NotFound
+from redis_agent_sessions.keys import split_app_member, unescape
+
+__all__ = ["run"]
+
+_PAGE = 1000
+
+
+async def run(ctx: Context, args: argparse.Namespace) -> int:
+    if args.app is not None:
+        apps = [args.app]
+    else:
+        members: list[Any] = await ctx.client.zrange(ctx.keys.apps(), 0, -1)
+        apps = [unescape(_text(m)) for m in members]
+    if not apps:
+        raise NotFound("no apps: no session was created under this key prefix")
+    rows = [await _app(ctx, app, args.sample) for app in apps]
+    if args.app is not None and not rows[0]["sessions"] and not rows[0]["app_state_keys"]:
+        raise NotFound(f"no sessions or app state for app {args.app!r}")
+    report: dict[str, Any] = {
+        "server": await _server(ctx),
+        "memory_backend": _text(await ctx.client.get(ctx.keys.memory_backend()) or "not chosen"),
+        "apps": rows,
+    }
+    if ctx.json:
+        ctx.print_json(report)
+        return 0
+    server = report["server"]
+    ctx.out.print(
+        f"Redis {server['version']} ({server['mode']}); modules: "
+        f"{', '.join(server['modules']) or 'none'}; memory backend: {report['memory_backend']}"
+    )
+    table = ctx.table("APP", "SESSIONS", "USERS", "EVENTS", "MEMORY ENTRIES", "BYTES (EST.)")
+    for row in rows:
+        table.add_row(
+            row["app_name"],
+            str(row["sessions"]),
+            str(row["users"]),
+            str(row["events"]),
+            str(row["memory_entries"]),
+            _size(row["bytes"]),
+        )
+    ctx.out.print(table)
+    ctx.out.print(
+        "BYTES: MEMORY USAGE of the keys of up to "
+        f"{args.sample} sessions per app (and their users), scaled to every session"
+    )
+    return 0
+
+
+async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
+    index = ctx.keys.app_sessions(app)
+    total = await ctx.client.zcard(index)
+    users: set[str] = set()
+    events = 0
+    step = max(1, total // sample) if total else 1
+    sampled: list[tuple[str, str]] = []
+    for start in range(0, total, _PAGE):
+        members: list[Any] = await ctx.client.zrange(index, start, start + _PAGE - 1)
+        pipe = ctx.client.pipeline(transaction=False)
+        for offset, member in enumerate(members):
+            user, sid = split_app_member(_text(member))
+            users.add(user)
+            pipe.xlen(ctx.keys.session(app, user, sid).events)
+            if (start + offset) % step == 0 and len(sampled) < sample:
+                sampled.append((user, sid))
+        events += sum(await pipe.execute())
+    pipe = ctx.client.pipeline(transaction=False)
+    for user in sorted(users):
+        pipe.zcard(ctx.keys.memory_entries(app, user))
+    entries = sum(await pipe.execute()) if users else 0
+    return {
+        "app_name": app,
+        "sessions": total,
+        "users": len(users),
+        "events": events,
+        "memory_entries": entries,
+        "app_state_keys": await ctx.client.hlen(ctx.keys.app_state(app)),
+        "bytes": await _bytes(ctx, app, sampled, total),
+        "bytes_sampled_sessions": len(sampled),
+    }
+
+
+async def _bytes(ctx: Context, app: str, sampled: list[tuple[str, str]], total: int) -> int:
+    """Sampled sessions' keys scaled to all sessions, plus each sampled user's state scaled
+    to all, plus the app's own keys."""
+    if not sampled:
+        return 0
+    pipe = ctx.client.pipeline(transaction=False)
+    for user, sid in sampled:
+        k = ctx.keys.session(app, user, sid)
+        for key in (k.meta, k.state, k.events, k.event_ids, k.compactions, k.user_state):
+            pipe.memory_usage(key)
+    sizes = [size or 0 for size in await pipe.execute()]
+    per_session = sum(sizes) / len(sampled)
+    app_keys = [ctx.keys.app_state(app), ctx.keys.app_sessions(app), ctx.keys.app_updated(app)]
+    pipe = ctx.client.pipeline(transaction=False)
+    for key in app_keys:
+        pipe.memory_usage(key)
+    own = sum(size or 0 for size in await pipe.execute())
+    return int(per_session * total) + own
+
+
+async def _server(ctx: Context) -> dict[str, Any]:
+    # A cluster asks one node: every node of a deployment runs the same build. A node, not
+    # the RANDOM flag, which redis-py honours only on the first call.
+    client = ctx.client
+    node: dict[str, Any] = {}
+    if isinstance(client, RedisCluster):
+        node["target_nodes"] = client.get_default_node()
+    info: Any = await ctx.client.execute_command("INFO", "server", **node)
+    if isinstance(info, dict) and "redis_version" not in info:
+        info = next(iter(info.values()))
+    try:
+        modules = await ctx.client.execute_command("MODULE", "LIST", **node)
+        names = sorted(
+            _text(m[b"name"] if b"name" in m else m["name"]) for m in map(_pairs, modules)
+        )
+    except ResponseError:  # an ACL user may be denied MODULE LIST
+        names = ["unknown (MODULE LIST refused)"]
+    return {
+        "version": info.get("redis_version"),
+        "mode": "cluster" if ctx.cluster else info.get("redis_mode", "standalone"),
+        "modules": names,
+    }
+
+
+def _pairs(module: Any) -> dict[Any, Any]:
+    if isinstance(module, dict):
+        return module
+    return dict(zip(module[::2], module[1::2], strict=True))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n:.1f} TiB"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,142 @@
+"""``export`` and ``import``: sessions as JSON Lines, one session (with its events and the
+state of each scope) per line; see ``_records`` for the shape."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from typing import IO, Any
+
+import orjson
+
+from redis_agent_sessions.cli._context import Context, NotFound, UsageError
+from redis_agent_sessions.cli._records import dump, import_record, read_record
+from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.models import Session
+
+__all__ = ["run", "sessions_of"]
+
+_PAGE = 500
+
+
+async def run(ctx: Context, args: argparse.Namespace) -> int:
+    return await (_export(ctx, args) if args.command == "export" else _import(ctx, args))
+
+
+async def sessions_of(
+    ctx: Context, app: str, user: str | None, *, order_by: str = "created"
+) -> AsyncIterator[Session]:
+    """Sessions (no events) of an app or one user, oldest first, a page at a time."""
+    token = None
+    while True:
+        page = await ctx.sessions.list_sessions_page(
+            app_name=app,
+            user_id=user,
+            page_size=_PAGE,
+            page_token=token,
+            order_by=order_by,  # type: ignore[arg-type]
+            newest_first=False,
+        )
+        for s in page.sessions:
+            yield s
+        token = page.next_page_token
+        if token is None:
+            return
+
+
+async def _export(ctx: Context, args: argparse.Namespace) -> int:
+    index = ctx.keys.user_sessions(args.app, args.user) if args.user else None
+    total = await ctx.client.zcard(index or ctx.keys.app_sessions(args.app))
+    exported = events = 0
+    with _output(args.output) as out, ctx.progress("exporting", total) as bar:
+        async for s in sessions_of(ctx, args.app, args.user):
+            record = await read_record(ctx.engine, args.app, s.user_id, s.id)
+            if record is None:  # deleted while the export ran
+                continue
+            out.write(dump(record) + b"\n")
+            exported += 1
+            events += len(record["events"])
+            bar.advance(bar.task_ids[0])
+        if not exported:
+            who = f"user {args.user!r} of app {args.app!r}" if args.user else f"app {args.app!r}"
+            raise NotFound(f"no sessions for {who}: nothing exported")
+    ctx.err.print(f"exported {exported} sessions ({events} events)")
+    return 0
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[IO[bytes]]:
+    """stdout, or a file that appears (whole) only when the export succeeded."""
+    if path is None or path == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, temp = tempfile.mkstemp(prefix=".export-", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+async def _import(ctx: Context, args: argparse.Namespace) -> int:
+    engine = ctx.import_engine
+    lines = _lines(args.file)
+    total = sum(1 for line in lines if line.strip())
+    imported = skipped = events = 0
+    with ctx.progress("importing", total) as bar:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{args.file}:{number}"
+            try:
+                record: Any = orjson.loads(line)
+                if await import_record(engine, record, replace=args.replace):
+                    imported += 1
+                    events += len(record["events"])
+                elif args.skip_existing:
+                    skipped += 1
+                else:
+                    raise UsageError(
+                        f"{where}: session {record['id']!r} of user {record['user_id']!r} in "
+                        f"app {record['app_name']!r} exists; left as it was (--replace "
+                        f"replaces, --skip-existing skips); {_before(imported)}"
+                    )
+            except (orjson.JSONDecodeError, InvalidInputError) as exc:
+                raise UsageError(
+                    f"{where}: {str(exc).splitlines()[0]}; {_before(imported)}"
+                ) from None
+            bar.advance(bar.task_ids[0])
+    _done(ctx, imported, skipped, events)
+    return 0
+
+
+def _before(imported: int) -> str:
+    return f"stopped there: the {imported} sessions imported before it are whole"
+
+
+def _done(ctx: Context, imported: int, skipped: int, events: int) -> None:
+    ctx.err.print(
+        f"imported {imported} sessions ({events} events)"
+        + (f"; {skipped} existed and were skipped" if skipped else "")
+    )
+
+
+def _lines(path: str) -> list[bytes]:
+    if path == "-":
+        return sys.stdin.buffer.read().splitlines()
+    try:
+        with open(path, "rb") as f:
+            return f.read().splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
