@@ -58,8 +58,8 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         )
     ctx.out.print(table)
     ctx.out.print(
-        "BYTES: MEMORY USAGE of the keys of up to "
-        f"{args.sample} sessions per app (and their users), scaled to every session"
+        f"BYTES: MEMORY USAGE of the session keys of up to {args.sample} sessions per app "
+        "and of their users' keys, scaled to all; memory entries not included"
     )
     return 0
 
@@ -92,29 +92,36 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
         "events": events,
         "memory_entries": entries,
         "app_state_keys": await ctx.client.hlen(ctx.keys.app_state(app)),
-        "bytes": await _bytes(ctx, app, sampled, total),
+        "bytes": await _bytes(ctx, app, sampled, total, len(users)),
         "bytes_sampled_sessions": len(sampled),
     }
 
 
-async def _bytes(ctx: Context, app: str, sampled: list[tuple[str, str]], total: int) -> int:
-    """Sampled sessions' keys scaled to all sessions, plus each sampled user's state scaled
-    to all, plus the app's own keys."""
+async def _bytes(
+    ctx: Context, app: str, sampled: list[tuple[str, str]], total: int, users: int
+) -> int:
+    """Sampled sessions' keys scaled to all sessions, their users' state scaled to all
+    users, plus the app's own keys."""
     if not sampled:
         return 0
     pipe = ctx.client.pipeline(transaction=False)
     for user, sid in sampled:
         k = ctx.keys.session(app, user, sid)
-        for key in (k.meta, k.state, k.events, k.event_ids, k.compactions, k.user_state):
+        for key in (k.meta, k.state, k.events, k.event_ids, k.compactions):
             pipe.memory_usage(key)
-    sizes = [size or 0 for size in await pipe.execute()]
-    per_session = sum(sizes) / len(sampled)
-    app_keys = [ctx.keys.app_state(app), ctx.keys.app_sessions(app), ctx.keys.app_updated(app)]
+    per_session = sum(size or 0 for size in await pipe.execute()) / len(sampled)
+    owners = sorted({user for user, _ in sampled})
     pipe = ctx.client.pipeline(transaction=False)
-    for key in app_keys:
+    for user in owners:
+        pipe.memory_usage(ctx.keys.user_state(app, user))
+        pipe.memory_usage(ctx.keys.user_sessions(app, user))
+        pipe.memory_usage(ctx.keys.user_updated(app, user))
+    per_user = sum(size or 0 for size in await pipe.execute()) / len(owners)
+    pipe = ctx.client.pipeline(transaction=False)
+    for key in (ctx.keys.app_state(app), ctx.keys.app_sessions(app), ctx.keys.app_updated(app)):
         pipe.memory_usage(key)
     own = sum(size or 0 for size in await pipe.execute())
-    return int(per_session * total) + own
+    return int(per_session * total + per_user * users) + own
 
 
 async def _server(ctx: Context) -> dict[str, Any]:
