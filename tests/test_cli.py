@@ -410,8 +410,8 @@ async def test_an_import_failing_part_way_leaves_no_partial_session(
 ) -> None:
     import fakeredis
 
+    from redis_agent_sessions._redis import concern
     from redis_agent_sessions.cli._records import import_record, read_record
-    from redis_agent_sessions.sessions._engine import SessionEngine
 
     client = fakeredis.FakeAsyncRedis()
     source = RedisSessionService(client, config=SessionServiceConfig(key_prefix="src"))
@@ -423,17 +423,13 @@ async def test_an_import_failing_part_way_leaves_no_partial_session(
 
     target = RedisSessionService(client, config=SessionServiceConfig(key_prefix="dst"))
     assert await import_record(target._engine, {**record, "id": "whole"})
-    calls = 0
-    real = SessionEngine.append_exported
+    real = concern.run_many
 
-    async def failing(self: Any, *args: Any, **kwargs: Any) -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 3:
-            raise ConnectionError("the connection dropped")
-        await real(self, *args, **kwargs)
+    async def failing(c: Any, script: Any, calls: list[Any], shortfalls: list[str]) -> Any:
+        await real(c, script, calls[:2], shortfalls)  # two events land, then the link drops
+        raise ConnectionError("the connection dropped")
 
-    monkeypatch.setattr(SessionEngine, "append_exported", failing)
+    monkeypatch.setattr(concern, "run_many", failing)
     with pytest.raises(ConnectionError):
         await import_record(target._engine, record)
     assert await target.get_session(app_name="a", user_id="u", session_id="s") is None

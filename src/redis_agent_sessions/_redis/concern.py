@@ -136,3 +136,41 @@ async def run(
     if short := concern.shortfall(waited):
         shortfalls.append(step + short)
     return reply
+
+
+async def run_many(
+    concern: WriteConcern | None,
+    script: AsyncScript,
+    calls: list[tuple[list[Any], list[Any]]],
+    shortfalls: list[str],
+) -> list[Any]:
+    """Run ``script`` once per (keys, args) of ``calls``, in order, in one round trip (a
+    pipeline to the node of the first call's first key: every call must be in its slot),
+    then wait as ``concern`` asks and add any shortfall to ``shortfalls``. The first
+    error (refusals as PermissionDeniedError) is raised; the calls after it still ran."""
+    client = script.registered_client
+    options: dict[str, Any] = {}
+    if isinstance(client, RedisCluster):
+        options["target_nodes"] = client.get_node_from_key(calls[0][0][0])
+    waits = concern.commands if concern is not None else []
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        for command in waits:
+            pipe.execute_command(*command, **options)
+        replies = await pipe.execute(raise_on_error=False)
+        if isinstance(replies[0], NoScriptError) and attempt == 0:
+            try:
+                await client.script_load(script.script)
+            except NoPermissionError as exc:
+                raise _scripts.permission_error(exc, calls[0][0][0]) from exc
+            continue
+        break
+    checked = [_scripts.checked(r, keys) for r, (keys, _) in zip(replies, calls, strict=False)]
+    if concern is not None:
+        waited = replies[len(calls) :]
+        failed = next((w for w in waited if isinstance(w, Exception)), waited[-1])
+        if short := concern.shortfall(failed):
+            shortfalls.append(short)
+    return checked

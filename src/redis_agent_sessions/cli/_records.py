@@ -170,20 +170,11 @@ async def import_record(
     except AlreadyExistsError:
         return False
     try:
-        last_id = ""
-        for revision, (event, raw) in enumerate(zip(events, record["events"], strict=True)):
-            final = revision == len(events) - 1
-            await engine.append_exported(
-                keys,
-                sid,
-                revision=revision,
-                last_event_id=last_id,
-                event=event,
-                raw_event=orjson.dumps(raw),
-                # The last one leaves last_update_time as it was (ADK's may differ from it).
-                update_time=float(record["last_update_time"]) if final else None,
-            )
-            last_id = event.id
+        stored = [
+            (event, orjson.dumps(raw)) for event, raw in zip(events, record["events"], strict=True)
+        ]
+        # The last event leaves last_update_time as it was (ADK's may differ from it).
+        await engine.append_exported(keys, sid, stored, float(record["last_update_time"]))
     except BaseException:
         await engine.delete_session(app_name=app, user_id=user, session_id=sid)
         raise

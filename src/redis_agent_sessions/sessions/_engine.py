@@ -303,74 +303,94 @@ class SessionEngine(Generic[S, E]):
         fields: list[list[bytes | str]],
         shortfalls: list[str],
     ) -> Any:
-        return await self._run(
-            self._append,
-            [
-                keys.meta,
-                keys.state,
-                keys.events,
-                keys.event_ids,
-                keys.user_state,
-                keys.app_state if self._outbox is None else keys.app_outbox,
-                keys.user_updated,
-                keys.compactions,
-                *([keys.app_updated] if self._outbox is None else []),
-            ],
-            [
-                "" if revision is None else revision,
-                last_event_id,
-                self.config.stale_policy,
-                event_id,
-                raw_event,
-                event_ms(timestamp),
-                repr(float(update_time)),
-                self.config.ttl_seconds or 0,
-                self._first_unapplied(keys),
-                session_id,
-                keys.app_member,
-                *hints,
-            ],
-            fields,
-            shortfalls,
-        )
+        script_keys, args = self._append_call(
+            keys, session_id, revision, last_event_id, event_id, raw_event, timestamp,
+            update_time, hints,
+        )  # fmt: skip
+        return await self._run(self._append, script_keys, args, fields, shortfalls)
+
+    def _append_call(
+        self,
+        keys: SessionKeys,
+        session_id: str,
+        revision: int | None,
+        last_event_id: str,
+        event_id: str,
+        raw_event: bytes,
+        timestamp: float,
+        update_time: float,
+        hints: tuple[str, str],
+    ) -> tuple[list[str], list[Any]]:
+        """append_event.lua's KEYS and ARGV up to (not including) the state fields."""
+        script_keys = [
+            keys.meta,
+            keys.state,
+            keys.events,
+            keys.event_ids,
+            keys.user_state,
+            keys.app_state if self._outbox is None else keys.app_outbox,
+            keys.user_updated,
+            keys.compactions,
+            *([keys.app_updated] if self._outbox is None else []),
+        ]
+        args = [
+            "" if revision is None else revision,
+            last_event_id,
+            self.config.stale_policy,
+            event_id,
+            raw_event,
+            event_ms(timestamp),
+            repr(float(update_time)),
+            self.config.ttl_seconds or 0,
+            self._first_unapplied(keys),
+            session_id,
+            keys.app_member,
+            *hints,
+        ]
+        return script_keys, args
 
     async def append_exported(
         self,
         keys: SessionKeys,
         session_id: str,
-        *,
-        revision: int,
-        last_event_id: str,
-        event: E,
-        raw_event: bytes,
-        update_time: float | None = None,
+        events: Sequence[tuple[E, bytes]],
+        update_time: float,
     ) -> None:
-        """Store an imported event exactly as exported (``raw_event``), without applying its
-        state delta: an import writes each scope's state whole, as it was when exported.
-        ``revision`` and ``last_event_id`` are the session's before it; the events of one
-        session come in their stored order. ``update_time`` (default: the event's time) is
-        the session's last_update_time after it."""
-        self._check_size("event", len(raw_event))
+        """Store a new session's imported events exactly as exported (each event's JSON as
+        given), in order, without applying their state deltas: an import writes each
+        scope's state whole, as it was when exported. One round trip: a pipeline of the
+        append script, each call checking the revision the one before it made, so a gap
+        stops the rest. ``update_time`` is the session's last_update_time after the last."""
+        if not events:
+            return
+        calls = []
+        for revision, (event, raw) in enumerate(events):
+            self._check_size("event", len(raw))
+            script_keys, args = self._append_call(
+                keys,
+                session_id,
+                revision,
+                events[revision - 1][0].id if revision else "",
+                event.id,
+                raw,
+                event.timestamp,
+                update_time if revision == len(events) - 1 else event.timestamp,
+                self._codec.read_hints(event),
+            )
+            calls.append((script_keys, [*args, 0, 0, 0]))  # no state fields in any scope
         shortfalls: list[str] = []
-        reply = await self._append_script(
-            keys,
-            session_id,
-            revision,
-            last_event_id,
-            event.id,
-            raw_event,
-            event.timestamp,
-            event.timestamp if update_time is None else update_time,
-            self._codec.read_hints(event),
-            [[], [], []],
-            shortfalls,
-        )
-        if reply[0] == _NOT_FOUND:
-            raise SessionNotFoundError(f"Session {session_id} not found.")
-        if reply[0] == _STALE:
-            raise StaleSessionError()
-        if self._outbox is not None and reply[3]:
-            await self._apply(keys, reply[3], want_state=False, shortfalls=shortfalls)
+        replies = await _concern.run_many(self._concern, self._append, calls, shortfalls)
+        for reply in replies:
+            if reply[0] == _WRONG_TYPE:
+                raise CorruptDataError(
+                    text(reply[1]), f"expected another type, found {text(reply[2])}"
+                )
+            if reply[0] == _NOT_FOUND:
+                raise SessionNotFoundError(f"Session {session_id} not found.")
+            if reply[0] == _STALE:
+                raise StaleSessionError()
+        if self._outbox is not None and replies[-1][3]:
+            await self._apply(keys, replies[-1][3], want_state=False, shortfalls=shortfalls)
         self._confirmed("append_event", shortfalls)
 
     def _encode_event(self, event: E, state_bytes: int) -> bytes:
