@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(parser, args)
     try:
         return asyncio.run(_operate(args))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, e.g. ending `tail -f`: the shell prompt on a new line
+        print(file=sys.stderr)
         return 130
 
 
