@@ -96,29 +96,6 @@ class WriteConcern:
             return None
         return f"{int(reply)} of {self.replicas} replicas confirmed within {self.timeout_ms} ms"
 
-    async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> tuple[Any, Any]:
-        """Run ``script`` and wait, in one round trip: (script reply, wait reply)."""
-        client = script.registered_client
-        wait_options: dict[str, Any] = {}
-        if isinstance(client, RedisCluster):
-            wait_options["target_nodes"] = client.get_node_from_key(keys[0])
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            for command in self.commands:
-                pipe.execute_command(*command, **wait_options)
-            reply, *waits = await pipe.execute(raise_on_error=False)
-            waited = next((w for w in waits if isinstance(w, Exception)), waits[-1])
-            if isinstance(reply, NoScriptError) and attempt == 0:
-                # The server lost its scripts (restart, SCRIPT FLUSH): load and run again.
-                try:
-                    await client.script_load(script.script)
-                except NoPermissionError as exc:
-                    raise _scripts.permission_error(exc, keys[0]) from exc
-                continue
-            break
-        return _scripts.checked(reply, keys), waited
-
 
 async def run(
     concern: WriteConcern | None,
@@ -132,10 +109,7 @@ async def run(
     it asks in the same round trip and add any shortfall, after ``step``, to ``shortfalls``."""
     if concern is None or shortfalls is None:
         return await _scripts.call(script, keys, args)
-    reply, waited = await concern.call(script, keys, args)
-    if short := concern.shortfall(waited):
-        shortfalls.append(step + short)
-    return reply
+    return (await run_many(concern, script, [(keys, args)], shortfalls, step))[0]
 
 
 async def run_many(
@@ -143,11 +117,13 @@ async def run_many(
     script: AsyncScript,
     calls: list[tuple[list[Any], list[Any]]],
     shortfalls: list[str],
+    step: str = "",
 ) -> list[Any]:
     """Run ``script`` once per (keys, args) of ``calls``, in order, in one round trip (a
     pipeline to the node of the first call's first key: every call must be in its slot),
-    then wait as ``concern`` asks and add any shortfall to ``shortfalls``. The first
-    error (refusals as PermissionDeniedError) is raised; the calls after it still ran."""
+    then wait as ``concern`` asks and add any shortfall, after ``step``, to
+    ``shortfalls``. The first error (refusals as PermissionDeniedError) is raised; the
+    calls after it still ran."""
     client = script.registered_client
     options: dict[str, Any] = {}
     if isinstance(client, RedisCluster):
@@ -161,6 +137,7 @@ async def run_many(
             pipe.execute_command(*command, **options)
         replies = await pipe.execute(raise_on_error=False)
         if isinstance(replies[0], NoScriptError) and attempt == 0:
+            # The server lost its scripts (restart, SCRIPT FLUSH): load and run again.
             try:
                 await client.script_load(script.script)
             except NoPermissionError as exc:
@@ -172,5 +149,5 @@ async def run_many(
         waited = replies[len(calls) :]
         failed = next((w for w in waited if isinstance(w, Exception)), waited[-1])
         if short := concern.shortfall(failed):
-            shortfalls.append(short)
+            shortfalls.append(step + short)
     return checked

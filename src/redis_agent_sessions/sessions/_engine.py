@@ -252,7 +252,7 @@ class SessionEngine(Generic[S, E]):
         shortfalls: list[str] = []
         try:
             raw_event = self._encode_event(event, _stored_bytes(fields))
-            reply = await self._append_script(
+            script_keys, args = self._append_call(
                 keys,
                 session.id,
                 revision,
@@ -262,13 +262,9 @@ class SessionEngine(Generic[S, E]):
                 timestamp,
                 timestamp,
                 self._codec.read_hints(event),
-                fields,
-                shortfalls,
             )
-            if reply[0] == _NOT_FOUND:
-                raise SessionNotFoundError(f"Session {session.id} not found.")
-            if reply[0] == _STALE:
-                raise StaleSessionError()
+            reply = await self._run(self._append, script_keys, args, fields, shortfalls)
+            _appended(reply, session.id)
             if self._outbox is not None and reply[3]:
                 # The event is stored; if this step fails the caller retries, and the
                 # retry (a duplicate) finishes the apply.
@@ -288,26 +284,6 @@ class SessionEngine(Generic[S, E]):
             session.last_update_time = timestamp
             self._codec.set_revision(session, new_revision)
         return event
-
-    async def _append_script(
-        self,
-        keys: SessionKeys,
-        session_id: str,
-        revision: int | None,
-        last_event_id: str,
-        event_id: str,
-        raw_event: bytes,
-        timestamp: float,
-        update_time: float,
-        hints: tuple[str, str],
-        fields: list[list[bytes | str]],
-        shortfalls: list[str],
-    ) -> Any:
-        script_keys, args = self._append_call(
-            keys, session_id, revision, last_event_id, event_id, raw_event, timestamp,
-            update_time, hints,
-        )  # fmt: skip
-        return await self._run(self._append, script_keys, args, fields, shortfalls)
 
     def _append_call(
         self,
@@ -381,14 +357,7 @@ class SessionEngine(Generic[S, E]):
         shortfalls: list[str] = []
         replies = await _concern.run_many(self._concern, self._append, calls, shortfalls)
         for reply in replies:
-            if reply[0] == _WRONG_TYPE:
-                raise CorruptDataError(
-                    text(reply[1]), f"expected another type, found {text(reply[2])}"
-                )
-            if reply[0] == _NOT_FOUND:
-                raise SessionNotFoundError(f"Session {session_id} not found.")
-            if reply[0] == _STALE:
-                raise StaleSessionError()
+            _appended(_typed(reply), session_id)
         if self._outbox is not None and replies[-1][3]:
             await self._apply(keys, replies[-1][3], want_state=False, shortfalls=shortfalls)
         self._confirmed("append_event", shortfalls)
@@ -586,15 +555,7 @@ class SessionEngine(Generic[S, E]):
         return events
 
     def decode(self, key: str, entries: list[Any]) -> list[E]:
-        raws = []
-        for stream_id, fields in entries:
-            if isinstance(fields, dict):
-                raw = fields.get(b"event", fields.get("event"))
-            else:
-                raw = fields[1] if len(fields) == 2 and fields[0] in _EVENT_FIELD else None
-            if raw is None:
-                raise CorruptDataError(key, f"entry {text(stream_id)} has no 'event' field")
-            raws.append(raw)
+        raws = raw_events(key, entries)
         try:
             with gc_paused():
                 return self._codec.decode_events(raws)
@@ -841,9 +802,37 @@ class SessionEngine(Generic[S, E]):
                     keys[0], f"a key of this session has a foreign type: {exc}"
                 ) from exc
             raise
-        if isinstance(reply, list) and reply and reply[0] == _WRONG_TYPE:
-            raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
-        return reply
+        return _typed(reply)
+
+
+def raw_events(key: str, entries: list[Any]) -> list[bytes | str]:
+    """The stored event JSON of stream ``entries`` (as XRANGE returns them, parsed into
+    dicts or left flat), in order."""
+    raws = []
+    for stream_id, fields in entries:
+        if isinstance(fields, dict):
+            raw = fields.get(b"event", fields.get("event"))
+        else:
+            raw = fields[1] if len(fields) == 2 and fields[0] in _EVENT_FIELD else None
+        if raw is None:
+            raise CorruptDataError(key, f"entry {text(stream_id)} has no 'event' field")
+        raws.append(raw)
+    return raws
+
+
+def _typed(reply: Any) -> Any:
+    """A script's reply, or its report of a key holding a foreign type raised."""
+    if isinstance(reply, list) and reply and reply[0] == _WRONG_TYPE:
+        raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
+    return reply
+
+
+def _appended(reply: Any, session_id: str) -> None:
+    """append_event.lua's refusals raised: no such session, or a stale writer."""
+    if reply[0] == _NOT_FOUND:
+        raise SessionNotFoundError(f"Session {session_id} not found.")
+    if reply[0] == _STALE:
+        raise StaleSessionError()
 
 
 _SCOPES = ("session", "user", "app")
