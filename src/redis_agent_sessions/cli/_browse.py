@@ -7,7 +7,15 @@ from typing import Any
 
 from rich.text import Text
 
-from redis_agent_sessions.cli._context import Context, NotFound, UsageError, when
+from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions.cli._context import (
+    Context,
+    NotFound,
+    UsageError,
+    no_session,
+    sessions_of_whom,
+    when,
+)
 from redis_agent_sessions.cli._records import read_record
 from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import SessionNotFoundError
@@ -31,7 +39,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
 async def _ls_apps(ctx: Context) -> int:
     """Apps from the apps index (written at create time: no keyspace scan)."""
     raw: list[Any] = await ctx.client.zrange(ctx.keys.apps(), 0, -1, withscores=True)
-    apps = [(unescape(_text(member)), float(score)) for member, score in raw]
+    apps = [(unescape(text(member)), float(score)) for member, score in raw]
     if not apps:
         raise NotFound("no apps: no session was created under this key prefix")
     pipe = ctx.client.pipeline(transaction=False)
@@ -66,8 +74,7 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
         newest_first=not args.oldest_first,
     )
     if not page.sessions and args.page is None:
-        who = f"user {args.user!r} of app {args.app!r}" if args.user else f"app {args.app!r}"
-        raise NotFound(f"no sessions for {who}")
+        raise NotFound(f"no sessions for {sessions_of_whom(args.app, args.user)}")
     pipe = ctx.client.pipeline(transaction=False)
     for s in page.sessions:
         keys = ctx.keys.session(s.app_name, s.user_id, s.id)
@@ -110,7 +117,7 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
 async def _show(ctx: Context, args: argparse.Namespace) -> int:
     record = await read_record(ctx.engine, args.app, args.user, args.session, last=args.last)
     if record is None:
-        raise NotFound(f"no session {args.session!r} of user {args.user!r} in app {args.app!r}")
+        raise no_session(args)
     if ctx.json:
         ctx.print_json(record)
         return 0
@@ -150,9 +157,7 @@ async def _tail(ctx: Context, args: argparse.Namespace) -> int:
             newest_first=True,
         )
     except SessionNotFoundError:
-        raise NotFound(
-            f"no session {args.session!r} of user {args.user!r} in app {args.app!r}"
-        ) from None
+        raise no_session(args) from None
     newest = page.events[0].id if page.events else None
     for event in reversed(page.events[: args.lines]):
         _print_event(ctx, event.model_dump(mode="json", exclude_none=True))
@@ -222,7 +227,3 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
     ctx.out.print(table)
     ctx.out.print(f"backend: {await memory.backend()}   score = share of the query's words matched")
     return 0
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -29,7 +29,17 @@ from redis_agent_sessions.models import Event, Session
 from redis_agent_sessions.sessions import RedisSessionService
 from redis_agent_sessions.sessions._engine import SessionEngine
 
-__all__ = ["CliError", "Context", "NotFound", "UsageError", "connect", "first_line", "when"]
+__all__ = [
+    "CliError",
+    "Context",
+    "NotFound",
+    "UsageError",
+    "connect",
+    "first_line",
+    "no_session",
+    "sessions_of_whom",
+    "when",
+]
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
@@ -46,6 +56,16 @@ class NotFound(CliError):
 
 class UsageError(CliError):
     code = 2
+
+
+def no_session(args: argparse.Namespace) -> NotFound:
+    """For commands naming APP USER SESSION."""
+    return NotFound(f"no session {args.session!r} of user {args.user!r} in app {args.app!r}")
+
+
+def sessions_of_whom(app: str, user: str | None) -> str:
+    """``app 'x'`` or ``user 'u' of app 'x'``, as messages name a listing."""
+    return f"user {user!r} of app {app!r}" if user else f"app {app!r}"
 
 
 @dataclass

@@ -19,6 +19,7 @@ import orjson
 from redis_agent_sessions.cli._context import CliError, Context, NotFound, UsageError, first_line
 from redis_agent_sessions.cli._records import import_record
 from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.state import split_state_delta
 
 if TYPE_CHECKING:
     from google.adk.sessions import DatabaseSessionService, Session
@@ -163,14 +164,7 @@ async def _import(ctx: Context, session: Session) -> bool:
 
 def _record(session: Session) -> dict[str, Any]:
     """The session in the export format (see _records): state split by scope, temp: dropped."""
-    state: dict[str, dict[str, Any]] = {"session": {}, "user": {}, "app": {}}
-    for key, value in session.state.items():
-        if key.startswith("app:"):
-            state["app"][key[4:]] = value
-        elif key.startswith("user:"):
-            state["user"][key[5:]] = value
-        elif not key.startswith("temp:"):
-            state["session"][key] = value
+    scoped = split_state_delta(session.state)
     events = [orjson.loads(e.model_dump_json(exclude_none=True)) for e in session.events]
     return {
         "app_name": session.app_name,
@@ -180,6 +174,6 @@ def _record(session: Session) -> dict[str, Any]:
         # earliest that can be known through the service.
         "create_time": min([session.last_update_time, *(e.timestamp for e in session.events)]),
         "last_update_time": session.last_update_time,
-        "state": state,
+        "state": {"session": scoped.session, "user": scoped.user, "app": scoped.app},
         "events": events,
     }

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from redis_agent_sessions._redis.codec import check_id, decode_hash, session_ttl, text
+from redis_agent_sessions._redis.codec import check_id, session_ttl, text
 from redis_agent_sessions.errors import (
     AlreadyExistsError,
     CorruptDataError,
@@ -25,7 +25,8 @@ from redis_agent_sessions.errors import (
 )
 from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.models import Event, Session
-from redis_agent_sessions.sessions._engine import SessionEngine
+from redis_agent_sessions.sessions._engine import SessionEngine, raw_events
+from redis_agent_sessions.state import split_state_delta
 
 __all__ = ["dump", "import_record", "read_record", "validate"]
 
@@ -47,55 +48,39 @@ async def read_record(
     """One session as a record, read at one instant (its user slot in one MULTI; app state
     beside it); None when there is no such session. ``last`` keeps only the newest N events."""
     keys = engine.keys.session(app_name, user_id, session_id)
-    pipe = engine._redis.pipeline(transaction=True)
-    pipe.hgetall(keys.meta)
-    pipe.hgetall(keys.state)
-    pipe.hgetall(keys.user_state)
-    if last is None:
-        pipe.xrange(keys.events)
-    else:
-        pipe.xrevrange(keys.events, count=last)
-    meta, state, user_state, entries = await pipe.execute()
-    if not meta:
+    found = await engine.snapshot(keys, last, "-")
+    if found is None:
         return None
+    stored, meta, entries = found
     if last is not None:
-        entries = entries[::-1]
-    app_state = await engine._redis.hgetall(keys.app_state)
+        entries = entries[::-1]  # read newest first
     m = {text(k): text(v) for k, v in meta.items()}
     try:
         record: dict[str, Any] = {
-            "app_name": m["app_name"],
-            "user_id": m["user_id"],
-            "id": m["id"],
+            "app_name": stored.app_name,
+            "user_id": stored.user_id,
+            "id": stored.id,
             "create_time": float(m["create_time"]),
-            "last_update_time": float(m["last_update_time"]),
+            "last_update_time": stored.last_update_time,
         }
         if m.get("ttl"):
             record["ttl"] = int(m["ttl"])
     except (KeyError, ValueError) as exc:
         raise CorruptDataError(keys.meta, f"session metadata is missing or bad: {exc!r}") from None
+    # The merged state splits back exactly: only user:/app: keys come from those scopes.
+    scoped = split_state_delta(stored.state)
     record["state"] = {
-        scope: dict(sorted(decode_hash(key, raw).items()))
-        for scope, key, raw in zip(
-            _SCOPES,
-            (keys.state, keys.user_state, keys.app_state),
-            (state, user_state, app_state),
-            strict=True,
-        )
+        scope: dict(sorted(part.items())) for scope, part in zip(_SCOPES, scoped, strict=True)
     }
-    record["events"] = [_event_json(keys.events, entry) for entry in entries]
+    record["events"] = [_event_json(keys.events, raw) for raw in raw_events(keys.events, entries)]
     return record
 
 
-def _event_json(key: str, entry: Any) -> Any:
-    entry_id, fields = entry
-    raw = fields.get(b"event", fields.get("event")) if isinstance(fields, dict) else None
+def _event_json(key: str, raw: bytes | str) -> Any:
     try:
-        if raw is None:
-            raise TypeError
         return orjson.loads(raw)
-    except (orjson.JSONDecodeError, TypeError):
-        raise CorruptDataError(key, f"entry {text(entry_id)} holds no event JSON") from None
+    except orjson.JSONDecodeError:
+        raise CorruptDataError(key, "an entry holds no event JSON") from None
 
 
 def validate(engine: SessionEngine[Any, Any], record: object) -> list[Any]:

@@ -6,7 +6,14 @@ import argparse
 import sys
 import time
 
-from redis_agent_sessions.cli._context import CliError, Context, NotFound, UsageError, when
+from redis_agent_sessions.cli._context import (
+    CliError,
+    Context,
+    NotFound,
+    UsageError,
+    no_session,
+    when,
+)
 from redis_agent_sessions.cli._transfer import sessions_of
 
 __all__ = ["run"]
@@ -19,7 +26,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
 async def _delete(ctx: Context, args: argparse.Namespace) -> int:
     keys = ctx.keys.session(args.app, args.user, args.session)
     if not await ctx.client.exists(keys.meta):
-        raise NotFound(f"no session {args.session!r} of user {args.user!r} in app {args.app!r}")
+        raise no_session(args)
     events = await ctx.client.xlen(keys.events)
     _confirm(
         args.yes,

@@ -14,6 +14,7 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
+from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.cli._context import Context, NotFound
 from redis_agent_sessions.keys import split_app_member, unescape
 
@@ -27,7 +28,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         apps = [args.app]
     else:
         members: list[Any] = await ctx.client.zrange(ctx.keys.apps(), 0, -1)
-        apps = [unescape(_text(m)) for m in members]
+        apps = [unescape(text(m)) for m in members]
     if not apps:
         raise NotFound("no apps: no session was created under this key prefix")
     rows = [await _app(ctx, app, args.sample) for app in apps]
@@ -35,7 +36,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         raise NotFound(f"no sessions or app state for app {args.app!r}")
     report: dict[str, Any] = {
         "server": await _server(ctx),
-        "memory_backend": _text(await ctx.client.get(ctx.keys.memory_backend()) or "not chosen"),
+        "memory_backend": text(await ctx.client.get(ctx.keys.memory_backend()) or "not chosen"),
         "apps": rows,
     }
     if ctx.json:
@@ -75,7 +76,7 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
         members: list[Any] = await ctx.client.zrange(index, start, start + _PAGE - 1)
         pipe = ctx.client.pipeline(transaction=False)
         for offset, member in enumerate(members):
-            user, sid = split_app_member(_text(member))
+            user, sid = split_app_member(text(member))
             users.add(user)
             pipe.xlen(ctx.keys.session(app, user, sid).events)
             if (start + offset) % step == 0 and len(sampled) < sample:
@@ -137,7 +138,7 @@ async def _server(ctx: Context) -> dict[str, Any]:
     try:
         modules = await ctx.client.execute_command("MODULE", "LIST", **node)
         names = sorted(
-            _text(m[b"name"] if b"name" in m else m["name"]) for m in map(_pairs, modules)
+            text(m[b"name"] if b"name" in m else m["name"]) for m in map(_pairs, modules)
         )
     except ResponseError:  # an ACL user may be denied MODULE LIST
         names = ["unknown (MODULE LIST refused)"]
@@ -160,7 +161,3 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return f"{n:.1f} TiB"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

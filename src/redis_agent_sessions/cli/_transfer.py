@@ -13,7 +13,7 @@ from typing import IO, Any
 
 import orjson
 
-from redis_agent_sessions.cli._context import Context, NotFound, UsageError
+from redis_agent_sessions.cli._context import Context, NotFound, UsageError, sessions_of_whom
 from redis_agent_sessions.cli._records import dump, import_record, read_record
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.models import Session
@@ -62,8 +62,9 @@ async def _export(ctx: Context, args: argparse.Namespace) -> int:
             events += len(record["events"])
             bar.advance(bar.task_ids[0])
         if not exported:
-            who = f"user {args.user!r} of app {args.app!r}" if args.user else f"app {args.app!r}"
-            raise NotFound(f"no sessions for {who}: nothing exported")
+            raise NotFound(
+                f"no sessions for {sessions_of_whom(args.app, args.user)}: nothing exported"
+            )
     ctx.err.print(f"exported {exported} sessions ({events} events)")
     return 0
 
