@@ -45,8 +45,8 @@ async def read_record(
     *,
     last: int | None = None,
 ) -> dict[str, Any] | None:
-    """One session as a record, read at one instant (its user slot in one MULTI; app state
-    beside it); None when there is no such session. ``last`` keeps only the newest N events."""
+    """One session as a record, read at one instant (``SessionEngine.snapshot``); None when
+    there is no such session. ``last`` keeps only the newest N events."""
     keys = engine.keys.session(app_name, user_id, session_id)
     found = await engine.snapshot(keys, last, "-")
     if found is None:
