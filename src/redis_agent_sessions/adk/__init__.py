@@ -332,6 +332,22 @@ class RedisSessionService(ClientOwner, BaseSessionService):
         except errors.SessionNotFoundError as exc:
             raise SessionNotFoundError(str(exc)) from None
 
+    async def refresh(self, session: Session) -> Session:
+        """Bring ``session`` up to date in place and return it (not part of ADK's API):
+        only the events appended after its newest one are read and added, and the state
+        is replaced by the current one, in one round trip; see the core service's
+        ``refresh``. The retry for a Runner-less worker that got StaleSessionError:
+        ``await service.refresh(session)``, then append again.
+
+        Raises:
+            SessionNotFoundError: the session does not exist (any more); ``session`` is
+                left as it was.
+        """
+        try:
+            return await self._engine.refresh(session)
+        except errors.SessionNotFoundError as exc:
+            raise SessionNotFoundError(str(exc)) from None
+
     async def list_events(
         self,
         *,

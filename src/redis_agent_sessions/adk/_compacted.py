@@ -203,8 +203,8 @@ async def read_compacted(
     *parts, created_again = await _scripts.execute(pipe, [keys.events, keys.events, keys.meta])
     if found is None:
         return None, True
-    stored, meta, tail_entries = found
-    if created_again != created or _meta_field(meta, "create_time") != text(created):
+    stored, tail_entries = found.stored, found.entries
+    if created_again != created or _meta_field(found.meta, "create_time") != text(created):
         return None, False
     before = parts.pop() if sliding and tail > 0 else []
     events: dict[tuple[int, int], Event] = {}

@@ -51,7 +51,7 @@ async def read_record(
     found = await engine.snapshot(keys, last, "-")
     if found is None:
         return None
-    stored, meta, entries = found
+    stored, meta, entries = found.stored, found.meta, found.entries
     if last is not None:
         entries = entries[::-1]  # read newest first
     m = {text(k): text(v) for k, v in meta.items()}

@@ -190,19 +190,21 @@ async def _play(svc: RedisSessionService, session: Session, prefix: str, turn_no
 async def _turn_job(svc: RedisSessionService, job: dict[str, Any]) -> dict[str, Any]:
     user, turn_no = job["user"], job["turn"]
     stale = 0
+    session = await svc.get_session(app_name=APP, user_id=user, session_id=job["session_id"])
+    if session is None:
+        raise RuntimeError(f"session {job['session_id']} not found")
     while True:
-        session = await svc.get_session(app_name=APP, user_id=user, session_id=job["session_id"])
-        if session is None:
-            raise RuntimeError(f"session {job['session_id']} not found")
         before = dict(session.state)
         try:
             summary = await _play(svc, session, job["prefix"], turn_no)
             break
         except StaleSessionError:
-            # Someone appended between our read and our write: read again, redo the turn.
+            # Someone appended between our read and our write: catch up, redo the turn
+            # (its events already stored are recognized by id).
             stale += 1
             if stale > 3:
                 raise
+            await svc.refresh(session)
     turn = CONVERSATIONS[user].turns[turn_no - 1]
     return {
         "kind": "turn",
@@ -247,11 +249,13 @@ async def _race_job(svc: RedisSessionService, ctl: Redis, job: dict[str, Any]) -
         except StaleSessionError as exc:
             stale = True
             log.append(f"append rejected: StaleSessionError({str(exc)[:58]}...)")
-            fresh = await svc.get_session(app_name=APP, user_id=user, session_id=sid)
-            if fresh is None:
-                raise RuntimeError(f"session {sid} vanished") from exc
-            log.append(f"reloaded ({len(fresh.events)} events, seat={fresh.state.get('seat')})")
-            t.session = fresh
+            had = len(session.events)
+            # Only what the copy lacks is read, however long the conversation.
+            await svc.refresh(session)
+            log.append(
+                f"refreshed: read {len(session.events) - had} new events "
+                f"(now {len(session.events)}, seat={session.state.get('seat')})"
+            )
             await t.append("notifier", [{"text": "E-ticket emailed"}], {"ticket_email": "sent"})
             log.append("retried: append accepted (ticket_email = sent)")
     return {"kind": "race", "user": user, "role": job["role"], "log": log, "stale": stale}

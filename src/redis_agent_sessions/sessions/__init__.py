@@ -132,6 +132,29 @@ class RedisSessionService(ClientOwner):
         """
         return await self._engine.append_event(session, event)
 
+    async def refresh(self, session: Session) -> Session:
+        """Bring ``session`` (a copy read or created earlier) up to date in place, and
+        return it: one round trip reads only the events appended after its newest one,
+        which are added to ``session.events``, and the current state, which replaces
+        ``session.state`` (``temp:`` keys go, as in any read). The cost grows with what the
+        copy lacks, not with the history. A copy that cannot be vouched for (built by hand,
+        or one whose newest event was rewritten, or a session deleted and created again)
+        is read whole instead, its ``events`` list refilled.
+
+        The retry for StaleSessionError::
+
+            try:
+                await service.append_event(session, event)
+            except StaleSessionError:
+                await service.refresh(session)  # now holds what the other writer added
+                await service.append_event(session, event)
+
+        Raises:
+            SessionNotFoundError: the session does not exist (any more); ``session`` is
+                left as it was.
+        """
+        return await self._engine.refresh(session)
+
     async def list_events(
         self,
         *,

@@ -46,7 +46,7 @@ from redis_agent_sessions.sessions._listing import SessionLister
 from redis_agent_sessions.sessions._outbox import AppOutbox
 from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
 
-__all__ = ["ModelCodec", "SessionEngine", "StoredSession"]
+__all__ = ["ModelCodec", "SessionEngine", "Snapshot", "StoredSession"]
 
 
 class _Actions(Protocol):
@@ -86,6 +86,21 @@ class StoredSession:
     revision: int
 
 
+@dataclass(slots=True)
+class Snapshot:
+    """What :meth:`SessionEngine.snapshot` read at one instant."""
+
+    stored: StoredSession
+    meta: dict[Any, Any]
+    """The metadata hash as read (bytes or text keys)."""
+    entries: list[Any]
+    """Stream entries, as the read returned them."""
+    anchor: str | None = None
+    """With an anchor event id: its ``'<revision> <stream id>'``, None when not stored."""
+    first_id: str | None = None
+    """With an anchor event id: the stream id of the session's first entry (None: none)."""
+
+
 class ModelCodec(Protocol[S, E]):
     """What the engine needs to know about a pair of model classes."""
 
@@ -116,6 +131,8 @@ class ModelCodec(Protocol[S, E]):
 
 
 _OK, _DUPLICATE, _NOT_FOUND, _STALE, _WRONG_TYPE = 1, 2, -1, -2, -3
+_UNKNOWN = -1
+"""The revision of a copy that may lack events (a codec may store it as None)."""
 _EVENT_FIELD = (b"event", "event")
 
 
@@ -282,6 +299,11 @@ class SessionEngine(Generic[S, E]):
             session.state.update(stored_delta)
             events.append(event)
             session.last_update_time = timestamp
+            if revision is None or new_revision != revision + 1:
+                # A merged stale write (or an unknown copy): the copy may lack events
+                # others appended before it. It no longer claims a revision, so refresh
+                # reads it whole rather than trusting its last event.
+                new_revision = _UNKNOWN if self.config.stale_policy == "merge" else new_revision
             self._codec.set_revision(session, new_revision)
         return event
 
@@ -423,46 +445,109 @@ class SessionEngine(Generic[S, E]):
         found = await self.snapshot(keys, num_recent_events, _first_id(after_timestamp))
         if found is None:
             return None
-        stored, _, entries = found
         events: list[E] = []
         if num_recent_events != 0:
-            events = await self._events(keys.events, entries, num_recent_events, after_timestamp)
-        return self._codec.build_session(stored, events)
+            events = await self._events(
+                keys.events, found.entries, num_recent_events, after_timestamp
+            )
+        return self._codec.build_session(found.stored, events)
+
+    async def refresh(self, session: S) -> S:
+        """Bring ``session`` up to date in place, reading only what it lacks: the events
+        after its newest one, plus the current state, in one round trip. Falls back to a
+        full read (events replaced, in the same list) when the copy cannot be vouched for.
+        ``temp:`` keys are dropped from its state, as any read would."""
+        await self._connected()
+        if not self._codec.is_session(session):
+            raise InvalidInputError(f"not a session: {type(session).__name__}")
+        keys = self.keys.session(
+            check_id("app_name", session.app_name),
+            check_id("user_id", session.user_id),
+            check_id("session id", session.id),
+        )
+        events = self._codec.events_of(session)
+        revision = self._codec.revision(session)
+        last = events[-1] if events else None
+        anchor = start = None
+        if revision == 0 and last is None:
+            anchor, start = "", "-"
+        elif revision is not None and revision > 0 and last is not None:
+            timestamp = last.timestamp
+            if isinstance(timestamp, (int, float)) and math.isfinite(timestamp):
+                # Stream ids are event-time ms, never going backwards: the copy's newest
+                # event is at or after this id, and every event after it follows it.
+                anchor, start = last.id, f"{event_ms(timestamp)}-0"
+        if anchor is not None and start is not None:
+            found = await self.snapshot(keys, None, start, anchor=anchor)
+            new = None if found is None else _after(found, anchor, revision or 0)
+            if found is not None and new is not None:
+                decoded = self.decode(keys.events, new)
+                events.extend(decoded)
+                return self._refreshed(session, found.stored)
+        found = await self.snapshot(keys, None, "-")
+        if found is None:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        events[:] = self.decode(keys.events, found.entries)
+        return self._refreshed(session, found.stored)
+
+    def _refreshed(self, session: S, stored: StoredSession) -> S:
+        state = session.state
+        if isinstance(state, dict):
+            state.clear()
+            state.update(stored.state)
+        else:
+            session.state = stored.state
+        session.last_update_time = stored.last_update_time
+        self._codec.set_revision(session, stored.revision)
+        return session
 
     def build_session(self, stored: StoredSession, events: list[E]) -> S:
         return self._codec.build_session(stored, events)
 
     async def snapshot(
-        self, keys: SessionKeys, count: int | None, start: str
-    ) -> tuple[StoredSession, dict[Any, Any], list[Any]] | None:
+        self, keys: SessionKeys, count: int | None, start: str, *, anchor: str | None = None
+    ) -> Snapshot | None:
         """One session at one instant: merged state, raw metadata and the stream entries
         from ``start`` (all of them, or the newest ``count``, newest first); None when
-        there is no session."""
+        there is no session. With ``anchor`` (an event id, or '' for none) it also reads
+        what a copy needs to check it is up to date: see :class:`Snapshot`."""
         if self._outbox is None:
-            reply = await self._snapshot(keys, count, start)
+            reply = await self._snapshot(keys, count, start, anchor)
             app_raw = reply[3] if reply else []
         else:
-            reply, app_raw = await self._snapshot_cluster(keys, count, start)
+            reply, app_raw = await self._snapshot_cluster(keys, count, start, anchor)
         if not reply:
             return None
-        meta, state, user_state, _, entries = reply
+        meta, state, user_state, _, entries, *checks = reply
         stored = self._stored(keys.meta, meta)
         stored.state = merge_state(
             decode_hash(keys.state, state),
             decode_hash(keys.user_state, user_state),
             decode_hash(keys.app_state, app_raw),
         )
-        return stored, meta, entries
+        found = Snapshot(stored, meta, entries)
+        if anchor is not None:
+            found.anchor = text(checks[0]) if checks[0] else None
+            found.first_id = text(checks[1][0][0]) if checks[1] else None
+        return found
 
-    async def _snapshot(self, keys: SessionKeys, count: int | None, start: str) -> list[Any]:
-        """Single node: [meta, state, user state, app state, events] at one instant
-        (MULTI/EXEC), so the revision the session carries is exactly the one its events
-        reflect; [] when there is no session."""
+    async def _snapshot(
+        self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
+    ) -> list[Any]:
+        """Single node: [meta, state, user state, app state, events] (and with ``anchor``,
+        its event_ids value and the first entry) at one instant (MULTI/EXEC), so the
+        revision the session carries is exactly the one its events reflect; [] when there
+        is no session."""
         pipe = self._redis.pipeline(transaction=True)
         pipe.hgetall(keys.meta)
         pipe.hgetall(keys.state)
         pipe.hgetall(keys.user_state)
         pipe.hgetall(keys.app_state)
+        read_keys = [keys.meta, keys.state, keys.user_state, keys.app_state]
+        if anchor is not None:
+            pipe.hget(keys.event_ids, anchor)
+            pipe.execute_command(b"XRANGE", keys.events, "-", "+", "COUNT", 1)
+            read_keys += [keys.event_ids, keys.events]
         # A bytes command name finds no reply callback in redis-py: entries stay the
         # parser's flat lists instead of being rebuilt as dicts one by one (0.6 of 1.7 ms
         # for 1,000 events). Only here: a cluster client cannot route bytes names.
@@ -470,18 +555,18 @@ class SessionEngine(Generic[S, E]):
             pipe.execute_command(b"XRANGE", keys.events, start, "+")
         elif count > 0:
             pipe.execute_command(b"XREVRANGE", keys.events, "+", start, "COUNT", count)
-        replies = await _scripts.execute(
-            pipe, [keys.meta, keys.state, keys.user_state, keys.app_state, keys.events]
-        )
+        replies = await _scripts.execute(pipe, [*read_keys, keys.events])
         if not replies[0]:
             return []
-        return [*replies[:4], replies[4] if len(replies) > 4 else []]
+        events = replies[len(read_keys)] if len(replies) > len(read_keys) else []
+        return [*replies[:4], events, *replies[4 : len(read_keys)]]
 
     async def _snapshot_cluster(
-        self, keys: SessionKeys, count: int | None, start: str
+        self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
     ) -> tuple[list[Any], Any]:
-        """Cluster: the user-slot snapshot [meta, state, user state, outbox, events] and the
-        app state, in one round trip to both slots' nodes.
+        """Cluster: the user-slot snapshot [meta, state, user state, outbox, events] (and
+        with ``anchor``, its event_ids value and the first entry) and the app state, in one
+        round trip to both slots' nodes.
 
         MULTI on redis-py's cluster client runs in threads (~25x a pipeline), so the user's
         slot is read optimistically: metadata before and after the rest, kept only if it
@@ -493,7 +578,7 @@ class SessionEngine(Generic[S, E]):
         assert self._outbox is not None
         first = self._first_unapplied(keys)
         read_keys = [keys.meta, keys.state, keys.user_state, keys.events, keys.app_outbox]
-        read_keys += [keys.meta, keys.app_state, keys.app_applied]
+        checked = [keys.event_ids, keys.events] if anchor is not None else []
         reply: list[Any] = []
         outbox: Any = []
         for _ in range(self.optimistic_reads):
@@ -506,21 +591,27 @@ class SessionEngine(Generic[S, E]):
             else:
                 pipe.xrevrange(keys.events, "+", start, count=max(count, 1))
             pipe.xrange(keys.app_outbox, first, "+")
+            if anchor is not None:
+                pipe.hget(keys.event_ids, anchor)
+                pipe.xrange(keys.events, "-", "+", count=1)
             pipe.hgetall(keys.meta)
             pipe.hgetall(keys.app_state)
             pipe.hget(keys.app_applied, keys.user_member)
-            meta, state, user, events, outbox, again, app_raw, applied = await _scripts.execute(
-                pipe, read_keys
+            replies = await _scripts.execute(
+                pipe, [*read_keys, *checked, keys.meta, keys.app_state, keys.app_applied]
             )
+            meta, state, user, events, outbox = replies[:5]
+            again, app_raw, applied = replies[-3:]
             if meta == again:
-                reply = [meta, state, user, outbox, events] if meta else []
+                reply = [meta, state, user, outbox, events, *replies[5:-3]] if meta else []
                 break
         else:
             pipe = self._redis.pipeline(transaction=False)
             pipe.hgetall(keys.app_state)
             pipe.hget(keys.app_applied, keys.user_member)
             mode = "all" if count is None else "recent" if count else "none"
-            script = self._run(self._read, read_keys[:5], [mode, start, count or 0, first], [])
+            args = [mode, start, count or 0, first, *([anchor] if anchor is not None else [])]
+            script = self._run(self._read, [*read_keys, *checked[:1]], args, [])
             flat, (app_raw, applied) = await asyncio.gather(
                 script, _scripts.execute(pipe, [keys.app_state, keys.app_applied])
             )
@@ -818,6 +909,29 @@ def raw_events(key: str, entries: list[Any]) -> list[bytes | str]:
             raise CorruptDataError(key, f"entry {text(stream_id)} has no 'event' field")
         raws.append(raw)
     return raws
+
+
+def _after(found: Snapshot, anchor: str, revision: int) -> list[Any] | None:
+    """The entries of ``found`` after the copy's newest event ``anchor`` (at
+    ``revision``; '' = the copy has none), or None when the read does not prove that
+    they are exactly what the copy lacks: the anchor at another revision or not stored
+    (a rewritten or re-created session), or a count that does not add up."""
+    entries = found.entries
+    if anchor:
+        if found.anchor is None:
+            return None
+        stored_revision, _, stream_id = found.anchor.partition(" ")
+        if stored_revision != str(revision):
+            return None
+        for i, (entry_id, _) in enumerate(entries):
+            if text(entry_id) == stream_id:
+                entries = entries[i + 1 :]
+                break
+        else:
+            return None
+    if len(entries) != found.stored.revision - revision:
+        return None
+    return entries
 
 
 def _typed(reply: Any) -> Any:

@@ -8,15 +8,21 @@
 -- ARGV[1] 'all' (XRANGE from ARGV[2]), 'recent' (the newest ARGV[3] events from ARGV[2] on)
 --         or 'none' (no events)
 -- ARGV[2] first stream id ('-' = from the start)   ARGV[3] count for 'recent'
+-- KEYS[6] (optional) event ids hash: a read that brings a copy up to date also checks it
 -- ARGV[4] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
 --         that may not be applied yet
+-- ARGV[5] (with KEYS[6]) id of the newest event the copy has ('' = none)
 -- returns {meta, session state, user state, app state or outbox entries, events} (hashes
 --         as field/value lists, events newest first for 'recent'; {} when there is no
---         session), {-3, key, error} when a key has a foreign type, or {-4, command, key}
---         when the ACL user may not run a command it needs
+--         session), with KEYS[6] two more: ARGV[5]'s '<revision> <stream id>' (false when
+--         not stored) and the stream's first entry ({} when none); {-3, key, error} when a
+--         key has a foreign type, or {-4, command, key} when the ACL user may not run a
+--         command it needs
+local checked = KEYS[6] ~= nil
 local refused = denied('HGETALL', KEYS[1], 'HGETALL', KEYS[2], 'HGETALL', KEYS[3],
   ARGV[4] ~= '' and 'XRANGE' or 'HGETALL', KEYS[5],
   ARGV[1] == 'recent' and 'XREVRANGE' or 'XRANGE', KEYS[4])
+  or (checked and denied('HGET', KEYS[6], 'XRANGE', KEYS[4]))
 if refused then return refused end
 local bad = nil
 local function read(cmd, key, ...)
@@ -43,4 +49,9 @@ elseif ARGV[1] == 'recent' then
   events = read('XREVRANGE', KEYS[4], '+', ARGV[2], 'COUNT', ARGV[3])
 end
 local out = {meta, read('HGETALL', KEYS[2]), read('HGETALL', KEYS[3]), shared, events}
+if checked then
+  local anchor = ARGV[5] ~= '' and read('HGET', KEYS[6], ARGV[5]) or false
+  out[6] = anchor
+  out[7] = read('XRANGE', KEYS[4], '-', '+', 'COUNT', 1)
+end
 return bad or out
