@@ -752,6 +752,10 @@ async def cprofile_append(work: Workload, plan: Plan, top: int = 18) -> str:
 
 
 async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
+    # Next to this file; imported here, as they import this module in turn.
+    import bench_contention
+    import bench_reads
+
     client = Redis.from_url(url, decode_responses=False)
     prefix = f"ras-bench-{uuid.uuid4().hex[:8]}"
     try:
@@ -772,6 +776,12 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
         profile = await profile_append(work, client, plan)
         profile["get_session"] = await profile_get_session(work, plan)
         profile["cprofile"] = await cprofile_append(work, plan)
+        progress("reads: cold, warm (read cache), ADK parse floor, copy costs")
+        reads = await bench_reads.bench_reads(client, prefix, plan.name == "quick")
+        progress("same-session contention (scripts/bench_contention.py)")
+        contention = await bench_contention.bench(
+            url, 1.0 if plan.name == "quick" else 4.0, 200 if plan.name == "quick" else 1000
+        )
     finally:
         if not owned:
             await delete_prefix(client, prefix)
@@ -799,6 +809,36 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
             TARGET_GET_MS,
         ),
     ]
+    for family in ("core", "adk"):
+        r = reads["cache"][family]
+        ratios.append(
+            ratio_row(
+                f"{family}: warm get_session({r['events']:,} events, read cache) / cold, p50",
+                r["ratio"],
+                bench_reads.TARGET_WARM_VS_COLD,
+            )
+        )
+    adk = reads["adk_vs_parse"]
+    ratios.append(
+        ratio_row(
+            f"ADK get_session({adk['events']} events) / Event.model_validate of them, p50",
+            adk["ratio"],
+            bench_reads.TARGET_ADK_VS_PARSE,
+        )
+    )
+    for writers, by_mode in contention["ratios"].items():
+        runs = [r for r in contention["runs"] if r["writers"] == int(writers)]
+        gave_up = sum(r["gave_up"] for r in runs if r["mode"] == "refresh")
+        ratios.append(
+            ratio_row(
+                f"{writers} writers, one session, refresh+retry / distinct sessions, appends/s "
+                f"({gave_up} gave up after {bench_contention.MAX_TRIES} tries)",
+                by_mode["refresh"],
+                bench_contention.TARGET_SHARE,
+                at_least=True,
+                ok=gave_up == 0,
+            )
+        )
     return {
         "environment": {
             "python": platform.python_version(),
@@ -817,12 +857,18 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
         "throughput": [asdict(c) for c in throughput],
         "ratios": ratios,
         "profile": profile,
+        "reads": reads,
+        "contention": contention,
     }
 
 
-def ratio_row(name: str, value: float, target: float | None) -> dict[str, Any]:
-    verdict = None if target is None else ("PASS" if value <= target else "FAIL")
-    return {"name": name, "value": value, "target": target, "verdict": verdict}
+def ratio_row(
+    name: str, value: float, target: float | None, *, at_least: bool = False, ok: bool = True
+) -> dict[str, Any]:
+    """A ratio and its verdict: at most ``target`` (or ``at_least`` it), and ``ok``."""
+    met = target is not None and ok and (value >= target if at_least else value <= target)
+    verdict = None if target is None else ("PASS" if met else "FAIL")
+    return {"name": name, "value": value, "target": target, "verdict": verdict, "min": at_least}
 
 
 async def delete_prefix(client: Redis, prefix: str) -> None:
@@ -872,6 +918,8 @@ def share_table(title: str, parts: dict[str, float], total: float) -> Table:
 
 
 def report(result: dict[str, Any]) -> str:
+    import bench_reads
+
     env = result["environment"]
     where = "own throwaway server" if env["own_server"] else "given --url"
     out = [
@@ -901,7 +949,7 @@ def report(result: dict[str, Any]) -> str:
 
     ratios = Table(("ratios from this run", "value", "target", "verdict"))
     for r in result["ratios"]:
-        target = "-" if r["target"] is None else f"<= {r['target']}"
+        target = "-" if r["target"] is None else f"{'>=' if r['min'] else '<='} {r['target']}"
         ratios.add(r["name"], f"{r['value']:.2f}", target, r["verdict"] or "info")
     out += [latency.render(), "", throughput.render(), "", ratios.render(), ""]
 
@@ -934,7 +982,8 @@ def report(result: dict[str, Any]) -> str:
     title = f"where get_session({GET_SESSION_EVENTS}) time goes (mean of {gp['rounds']})"
     gets = share_table(title, gp["parts_us"], gp["mean_us"])
     gets.add("total get_session", us(gp["mean_us"]), "")
-    out += [inner.render(), "", gets.render(), "", prof["cprofile"]]
+    out += [inner.render(), "", gets.render(), "", bench_reads.report(result["reads"]), ""]
+    out += [prof["cprofile"]]
     return "\n".join(out)
 
 

@@ -1,6 +1,7 @@
 """Backends for the contract suites.
 
-Every test taking ``redis_client`` (or ``service``) runs on four backends: fakeredis; a
+Every test taking ``redis_client`` (or ``service``) runs with the read cache off and on
+(``read_cache``), each on four backends: fakeredis; a
 slot-checking fakeredis that the services treat as a cluster (the cluster code path, with
 every script and transaction checked to stay in one slot); the real server named by
 REDIS_URL, once as an admin and once (``acl``) with the services logged in as the README's
@@ -26,6 +27,28 @@ from _acl import acl_user
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
+from redis_agent_sessions.sessions._engine import SessionEngine
+
+CACHE_BYTES = 64 << 20
+
+
+@pytest.fixture(params=["nocache", "cache"])
+def read_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each contract test runs twice: as configured, and with every session service of the
+    test (core, ADK, built by the test or by a fixture) given the verified read cache,
+    unless its config sets one itself."""
+    if request.param == "nocache":
+        return False
+    original = SessionEngine.__init__
+
+    def with_cache(self: Any, client: Any, codec: Any, config: Any = None) -> None:
+        config = config or SessionServiceConfig()
+        if not config.read_cache_bytes:
+            config = config.model_copy(update={"read_cache_bytes": CACHE_BYTES})
+        original(self, client, codec, config)
+
+    monkeypatch.setattr(SessionEngine, "__init__", with_cache)
+    return True
 
 
 @pytest.fixture(
@@ -38,7 +61,7 @@ from redis_agent_sessions import RedisSessionService, SessionServiceConfig
     ]
 )
 async def redis_client(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, read_cache: bool
 ) -> AsyncIterator[Any]:
     if request.param in ("fake", "fake-slots"):
         # A fresh server per test: a script that leaked a global would break later ones.

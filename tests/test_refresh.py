@@ -7,8 +7,6 @@ services. Each test that claims an O(new events) read counts the events decoded.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -16,6 +14,7 @@ from google.adk.errors.session_not_found_error import SessionNotFoundError as Ad
 from google.adk.events import Event as AdkEvent
 from google.adk.events import EventActions as AdkActions
 
+from _spies import decoded
 from redis_agent_sessions import (
     CorruptDataError,
     Event,
@@ -37,24 +36,6 @@ def delta_event(delta: dict[str, Any], **kw: Any) -> Event:
 
 async def fresh(service: Any, session_id: str) -> Any:
     return await service.get_session(app_name=APP, user_id=USER, session_id=session_id)
-
-
-@contextmanager
-def decoded(service: Any) -> Iterator[list[int]]:
-    """The number of events each decode of ``service`` parsed, while inside."""
-    engine = service._engine
-    counts: list[int] = []
-    original = engine.decode
-
-    def counting(key: str, entries: list[Any]) -> Any:
-        counts.append(len(entries))
-        return original(key, entries)
-
-    engine.decode = counting
-    try:
-        yield counts
-    finally:
-        del engine.decode
 
 
 async def _with_events(service: RedisSessionService, n: int) -> Any:

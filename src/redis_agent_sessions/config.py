@@ -10,7 +10,8 @@ __all__ = ["SessionServiceConfig"]
 
 
 class SessionServiceConfig(BaseModel):
-    """How sessions are stored. Every worker sharing a Redis must use the same values."""
+    """How sessions are stored. Every worker sharing a Redis must use the same values
+    (``read_cache_bytes`` aside)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -45,6 +46,13 @@ class SessionServiceConfig(BaseModel):
     primary's own fsync only)."""
     write_timeout_ms: int = Field(default=1000, gt=0)
     """How long a write waits for the confirmations before WriteConcernError."""
+    read_cache_bytes: int = Field(default=0, ge=0)
+    """Per worker (services may differ): memory for the verified read cache, which keeps the
+    decoded events of sessions this service read recently, so that a full get_session
+    reads and parses only the events after them (the state is always read; any doubt
+    means a full read). Least recently read sessions go first. Counted as 12 bytes per
+    byte of stored event JSON (the measured Python size is 9-12x). 0 = off. The events
+    of sessions read through the cache are shared with it: treat them as read-only."""
 
     @model_validator(mode="after")
     def _replicas_to_wait_for(self) -> SessionServiceConfig:

@@ -41,6 +41,7 @@ from redis_agent_sessions.errors import (
     WriteConcernError,
 )
 from redis_agent_sessions.keys import KeySpace, SessionKeys, escape, split_app_member
+from redis_agent_sessions.sessions._cache import MEMORY_PER_JSON_BYTE, Cached, ReadCache, fits
 from redis_agent_sessions.sessions._event_stream import EventStream
 from redis_agent_sessions.sessions._listing import SessionLister
 from redis_agent_sessions.sessions._outbox import AppOutbox
@@ -167,6 +168,9 @@ class SessionEngine(Generic[S, E]):
         """Pages of a session's events, and watches of new ones."""
         self.listing: SessionLister[S] = SessionLister(self)
         """Pages of sessions, from the indexes."""
+        limit = self.config.read_cache_bytes
+        self.cache: ReadCache[E] | None = ReadCache(limit) if limit else None
+        """Decoded events of sessions read recently (``read_cache_bytes``), or None."""
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -418,6 +422,8 @@ class SessionEngine(Generic[S, E]):
             [],
             shortfalls,
         )
+        if self.cache is not None:
+            self.cache.drop(keys.meta)
         if self._outbox is not None and reply[1]:
             await self._apply(keys, reply[1], want_state=False, shortfalls=shortfalls)
         if reply[0] == 1:  # a retry that finds nothing to delete has nothing to confirm
@@ -442,6 +448,8 @@ class SessionEngine(Generic[S, E]):
         num_recent_events, after_timestamp = self._codec.narrowing(config)
         if num_recent_events is not None and num_recent_events < 0:
             raise InvalidInputError("num_recent_events must be greater than or equal to 0.")
+        if self.cache is not None and num_recent_events is None and after_timestamp is None:
+            return await self._read_cached(keys, self.cache)
         found = await self.snapshot(keys, num_recent_events, _first_id(after_timestamp))
         if found is None:
             return None
@@ -451,6 +459,51 @@ class SessionEngine(Generic[S, E]):
                 keys.events, found.entries, num_recent_events, after_timestamp
             )
         return self._codec.build_session(found.stored, events)
+
+    async def _read_cached(self, keys: SessionKeys, cache: ReadCache[E]) -> S | None:
+        """A full read through the cache: one round trip for the state and the events
+        after the cached ones when the read proves the cache still fits the session, else
+        (a second round trip) the whole session, which is cached in turn."""
+        entry = cache.get(keys.meta)
+        if entry is not None:
+            start = f"({entry.last_id}" if entry.last_id else "-"
+            found = await self.snapshot(keys, None, start, anchor=entry.last_event_id)
+            if found is None:
+                cache.drop(keys.meta)
+                return None
+            if fits(entry, found.meta, found.stored.revision, found):
+                if found.entries:
+                    entry = self._cached(keys, entry, found)
+                    cache.put(keys.meta, entry)
+                return self._codec.build_session(found.stored, list(entry.events))
+            cache.drop(keys.meta)
+        found = await self.snapshot(keys, None, "-")
+        if found is None:
+            return None
+        entry = self._cached(keys, None, found)
+        # A stream holding other than one entry per revision (edited by hand) is not cached.
+        if len(entry.events) == found.stored.revision:
+            cache.put(keys.meta, entry)
+        return self._codec.build_session(found.stored, list(entry.events))
+
+    def _cached(self, keys: SessionKeys, entry: Cached[E] | None, found: Snapshot) -> Cached[E]:
+        """``entry`` (or nothing) extended by the entries ``found`` read after it."""
+        raws = raw_events(keys.events, found.entries)
+        decoded = self.decode_raws(keys.events, raws)
+        size = sum(len(raw) for raw in raws) * MEMORY_PER_JSON_BYTE
+        if entry is None:
+            entry = Cached(_meta_text(found.meta, "create_time"), 0, "", "", "", [], 0)
+        last = found.entries[-1][0] if found.entries else None
+        events = entry.events + decoded
+        return Cached(
+            create_time=entry.create_time,
+            revision=found.stored.revision,
+            first_id=entry.first_id or _first_entry(found),
+            last_id=entry.last_id if last is None else text(last),
+            last_event_id=events[-1].id if events else "",
+            events=events,
+            size=entry.size + size,
+        )
 
     async def refresh(self, session: S) -> S:
         """Bring ``session`` up to date in place, reading only what it lacks: the events
@@ -646,7 +699,9 @@ class SessionEngine(Generic[S, E]):
         return events
 
     def decode(self, key: str, entries: list[Any]) -> list[E]:
-        raws = raw_events(key, entries)
+        return self.decode_raws(key, raw_events(key, entries))
+
+    def decode_raws(self, key: str, raws: list[bytes | str]) -> list[E]:
         try:
             with gc_paused():
                 return self._codec.decode_events(raws)
@@ -932,6 +987,17 @@ def _after(found: Snapshot, anchor: str, revision: int) -> list[Any] | None:
     if len(entries) != found.stored.revision - revision:
         return None
     return entries
+
+
+def _meta_text(meta: dict[Any, Any], field: str) -> str:
+    value = meta.get(field.encode(), meta.get(field))
+    return "" if value is None else text(value)
+
+
+def _first_entry(found: Snapshot) -> str:
+    if found.first_id:
+        return found.first_id
+    return text(found.entries[0][0]) if found.entries else ""
 
 
 def _typed(reply: Any) -> Any:
