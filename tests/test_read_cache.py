@@ -27,8 +27,6 @@ from redis.asyncio.cluster import RedisCluster
 from _servers import skip_without
 from _spies import decoded
 from redis_agent_sessions import (
-    Event,
-    EventActions,
     GetSessionConfig,
     RedisSessionService,
     Session,
@@ -36,14 +34,11 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions.adk import RedisSessionService as AdkService
 from redis_agent_sessions.sessions._cache import MEMORY_PER_JSON_BYTE
+from test_sessions import delta_event
 
 APP, USER = "cache_app", "cache_user"
 WRITER = Path(__file__).with_name("cache_writer.py")
 BIG = 64 << 20
-
-
-def delta_event(delta: dict[str, Any], **kw: Any) -> Event:
-    return Event(author="agent", actions=EventActions(state_delta=delta), **kw)
 
 
 async def get(service: Any, sid: str, **kw: Any) -> Any:

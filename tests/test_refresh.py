@@ -17,8 +17,6 @@ from google.adk.events import EventActions as AdkActions
 from _spies import decoded
 from redis_agent_sessions import (
     CorruptDataError,
-    Event,
-    EventActions,
     GetSessionConfig,
     InvalidInputError,
     RedisSessionService,
@@ -26,16 +24,7 @@ from redis_agent_sessions import (
     StaleSessionError,
 )
 from redis_agent_sessions.adk import RedisSessionService as AdkService
-
-APP, USER = "booking_app", "user1"
-
-
-def delta_event(delta: dict[str, Any], **kw: Any) -> Event:
-    return Event(author="agent", actions=EventActions(state_delta=delta), **kw)
-
-
-async def fresh(service: Any, session_id: str) -> Any:
-    return await service.get_session(app_name=APP, user_id=USER, session_id=session_id)
+from test_sessions import APP, USER, delta_event, fresh
 
 
 async def _with_events(service: RedisSessionService, n: int) -> Any:

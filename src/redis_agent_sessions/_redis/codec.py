@@ -19,6 +19,7 @@ __all__ = [
     "decode_hash",
     "encode_fields",
     "gc_paused",
+    "meta_field",
     "session_ttl",
     "text",
 ]
@@ -29,6 +30,12 @@ _MAX_ID_LENGTH = 1024
 def text(value: bytes | str) -> str:
     """A reply item as text, whether or not the client decodes responses."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+def meta_field(meta: dict[Any, Any], name: str) -> str | None:
+    """A field of a hash as HGETALL returned it (bytes or text keys), as text; None if absent."""
+    value = meta.get(name, meta.get(name.encode()))
+    return None if value is None else text(value)
 
 
 def stream_id(value: str) -> tuple[int, int]:

@@ -33,7 +33,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from pydantic import ConfigDict
 
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions._redis.codec import event_ms, stream_id, text
+from redis_agent_sessions._redis.codec import event_ms, meta_field, stream_id, text
 from redis_agent_sessions.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ async def read_compacted(
     if found is None:
         return None, True
     stored, tail_entries = found.stored, found.entries
-    if created_again != created or _meta_field(found.meta, "create_time") != text(created):
+    if created_again != created or meta_field(found.meta, "create_time") != text(created):
         return None, False
     before = parts.pop() if sliding and tail > 0 else []
     events: dict[tuple[int, int], Event] = {}
@@ -251,11 +251,6 @@ def _previous(entry_id: tuple[int, int]) -> str:
     """The stream id just before ``entry_id``, as an inclusive XREVRANGE bound."""
     ms, seq = entry_id
     return f"{ms}-{seq - 1}" if seq else str(ms - 1)
-
-
-def _meta_field(meta: dict[Any, Any], name: str) -> str | None:
-    value = meta.get(name, meta.get(name.encode()))
-    return None if value is None else text(value)
 
 
 def _orphan_responses(events: list[Event]) -> bool:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.codec import meta_field
+
+if TYPE_CHECKING:
+    from redis_agent_sessions.sessions._engine import Snapshot
 
 __all__ = ["MEMORY_PER_JSON_BYTE", "Cached", "ReadCache", "fits"]
 
@@ -85,17 +88,15 @@ class ReadCache(Generic[E]):
             self._size -= old.size
 
 
-def fits(entry: Cached[Any], meta: dict[Any, Any], revision: int, checks: Any) -> bool:
-    """Whether a read from ``entry.last_id`` (``checks``: the read's ``anchor`` and
-    ``first_id``, and its ``entries``) extends ``entry`` exactly: the same session (its
-    creation time), its newest cached event still where it was (same revision and entry),
-    its first entry unchanged (not trimmed), and as many new entries as revisions."""
-    created = meta.get(b"create_time", meta.get("create_time"))
+def fits(entry: Cached[Any], found: Snapshot) -> bool:
+    """Whether ``found``, a read from after ``entry.last_id`` anchored at its newest event,
+    extends ``entry`` exactly: the same session (its creation time), its newest cached event
+    still where it was (same revision and entry), its first entry unchanged (not trimmed),
+    and as many new entries as revisions."""
     expected_anchor = f"{entry.revision} {entry.last_id}" if entry.last_event_id else None
     return (
-        created is not None
-        and text(created) == entry.create_time
-        and checks.anchor == expected_anchor
-        and (not entry.first_id or checks.first_id == entry.first_id)
-        and len(checks.entries) == revision - entry.revision
+        meta_field(found.meta, "create_time") == entry.create_time
+        and found.anchor == expected_anchor
+        and (not entry.first_id or found.first_id == entry.first_id)
+        and len(found.entries) == found.stored.revision - entry.revision
     )

@@ -26,6 +26,7 @@ from redis_agent_sessions._redis.codec import (
     encode_fields,
     event_ms,
     gc_paused,
+    meta_field,
     session_ttl,
     text,
 )
@@ -471,7 +472,7 @@ class SessionEngine(Generic[S, E]):
             if found is None:
                 cache.drop(keys.meta)
                 return None
-            if fits(entry, found.meta, found.stored.revision, found):
+            if fits(entry, found):
                 if found.entries:
                     entry = self._cached(keys, entry, found)
                     cache.put(keys.meta, entry)
@@ -492,7 +493,8 @@ class SessionEngine(Generic[S, E]):
         decoded = self.decode_raws(keys.events, raws)
         size = sum(len(raw) for raw in raws) * MEMORY_PER_JSON_BYTE
         if entry is None:
-            entry = Cached(_meta_text(found.meta, "create_time"), 0, "", "", "", [], 0)
+            created = meta_field(found.meta, "create_time") or ""
+            entry = Cached(created, 0, "", "", "", [], 0)
         last = found.entries[-1][0] if found.entries else None
         events = entry.events + decoded
         return Cached(
@@ -987,11 +989,6 @@ def _after(found: Snapshot, anchor: str, revision: int) -> list[Any] | None:
     if len(entries) != found.stored.revision - revision:
         return None
     return entries
-
-
-def _meta_text(meta: dict[Any, Any], field: str) -> str:
-    value = meta.get(field.encode(), meta.get(field))
-    return "" if value is None else text(value)
 
 
 def _first_entry(found: Snapshot) -> str:
