@@ -596,7 +596,7 @@ async def raw_append_script(
         own = [(f, orjson.dumps(v)) for f, v in delta.items() if ":" not in f]
         user = [(f.removeprefix("user:"), orjson.dumps(v)) for f, v in delta.items() if ":" in f]
         args: list[bytes | str | int] = [*keys, "", "", "merge", event.id, raw]
-        args += [int(ts * 1000), repr(ts), 0, "", session.id, k.app_member, "", ""]
+        args += [int(ts * 1000), repr(ts), 0, "", session.id, k.app_member, "", "", 0, ""]
         args += [len(own), len(user), 0]
         calls.append(args + [part for pair in own + user for part in pair])
     pending = iter(calls)
@@ -832,7 +832,8 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
         ratios.append(
             ratio_row(
                 f"{writers} writers, one session, refresh+retry / distinct sessions, appends/s "
-                f"({gave_up} gave up after {bench_contention.MAX_TRIES} tries)",
+                f"({gave_up} gave up after {bench_contention.MAX_TRIES} tries; one writer "
+                f"alone: {by_mode['ceiling']:.0%}, the ceiling)",
                 by_mode["refresh"],
                 bench_contention.TARGET_SHARE,
                 at_least=True,

@@ -43,9 +43,11 @@ from redis_agent_sessions.errors import (
 )
 from redis_agent_sessions.keys import KeySpace, SessionKeys, escape, split_app_member
 from redis_agent_sessions.sessions._cache import MEMORY_PER_JSON_BYTE, Cached, ReadCache, fits
+from redis_agent_sessions.sessions._catch_up import CatchUps, Position
 from redis_agent_sessions.sessions._event_stream import EventStream
 from redis_agent_sessions.sessions._listing import SessionLister
 from redis_agent_sessions.sessions._outbox import AppOutbox
+from redis_agent_sessions.sessions._turns import Turns
 from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
 
 __all__ = ["ModelCodec", "SessionEngine", "Snapshot", "StoredSession"]
@@ -144,6 +146,10 @@ class SessionEngine(Generic[S, E]):
     optimistic_reads = 3
     """Cluster layout: pipelined snapshot attempts before get_session uses a script."""
 
+    catch_up_events = 100
+    """A stale append's refusal carries what the copy lacks when it is at most this many
+    events behind (single-node layout), for the refresh that follows (:mod:`._catch_up`)."""
+
     def __init__(
         self, client: Any, codec: ModelCodec[S, E], config: SessionServiceConfig | None = None
     ) -> None:
@@ -172,6 +178,9 @@ class SessionEngine(Generic[S, E]):
         limit = self.config.read_cache_bytes
         self.cache: ReadCache[E] | None = ReadCache(limit) if limit else None
         """Decoded events of sessions read recently (``read_cache_bytes``), or None."""
+        self.catch_ups = CatchUps()
+        """What stale appends' refusals carried, for the refreshes that follow them."""
+        self._turns = Turns() if self.config.stale_policy == "reject" else None
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -272,20 +281,34 @@ class SessionEngine(Generic[S, E]):
         # failure the caller gets its event back as it was, ready to retry.
         event.actions.state_delta = stored_delta
         shortfalls: list[str] = []
+        writer = (id(session), event.id)
+        turns = self._turns
+        place = None if turns is None else await turns.take(keys.meta, writer)
+        position = (keys.meta, revision or 0, events[-1].id if events else "")
+        lost = False
         try:
             raw_event = self._encode_event(event, _stored_bytes(fields))
+            if revision is not None and self.catch_ups.get(position) is not None:
+                # An append of this worker replaced this copy's revision moments ago, and
+                # its reply told what the copy lacks: a refusal needs no round trip.
+                raise StaleSessionError()
             script_keys, args = self._append_call(
                 keys,
                 session.id,
                 revision,
-                events[-1].id if events else "",
+                position[2],
                 event.id,
                 raw_event,
                 timestamp,
                 timestamp,
                 self._codec.read_hints(event),
+                catch_up=turns is not None and turns.waiting(keys.meta, place),
             )
             reply = await self._run(self._append, script_keys, args, fields, shortfalls)
+            if len(reply) > 4 or (reply[0] == _STALE and len(reply) > 2):
+                self._hold_catch_up(keys, position, reply[-1])
+            elif reply[0] in (_OK, _DUPLICATE, _STALE):
+                self.catch_ups.seen(keys.meta, int(reply[1]))
             _appended(reply, session.id)
             if self._outbox is not None and reply[3]:
                 # The event is stored; if this step fails the caller retries, and the
@@ -293,9 +316,19 @@ class SessionEngine(Generic[S, E]):
                 await self._apply(keys, reply[3], want_state=False, shortfalls=shortfalls)
             # Before the caller's copy takes the event: its retry (a duplicate) waits again.
             self._confirmed("append_event", shortfalls)
+        except StaleSessionError:
+            lost = True
+            if turns is not None and place is None:
+                turns.owe(keys.meta, writer)
+            event.actions.state_delta = delta
+            raise
         except BaseException:
             event.actions.state_delta = delta
             raise
+        finally:
+            if place is not None:
+                assert turns is not None
+                turns.taken(keys.meta, place, lost=lost)
         new_revision = int(reply[1])
         # A duplicate whose revision follows the caller's is a retry after a lost reply:
         # the caller has not seen its own event yet.
@@ -312,6 +345,21 @@ class SessionEngine(Generic[S, E]):
             self._codec.set_revision(session, new_revision)
         return event
 
+    def _hold_catch_up(self, keys: SessionKeys, position: Position, reply: list[Any]) -> None:
+        meta_flat, state, user_state, app_state, anchor, entries = reply
+        meta = _pairs(meta_flat)
+        try:
+            stored = self._stored(keys.meta, meta)
+            stored.state = merge_state(
+                decode_hash(keys.state, state),
+                decode_hash(keys.user_state, user_state),
+                decode_hash(keys.app_state, app_state),
+            )
+        except CorruptDataError:
+            return  # the refresh reads, and reports it
+        found = Snapshot(stored, meta, entries, anchor=text(anchor) if anchor else None)
+        self.catch_ups.put(position, found)
+
     def _append_call(
         self,
         keys: SessionKeys,
@@ -323,6 +371,8 @@ class SessionEngine(Generic[S, E]):
         timestamp: float,
         update_time: float,
         hints: tuple[str, str],
+        *,
+        catch_up: bool = False,
     ) -> tuple[list[str], list[Any]]:
         """append_event.lua's KEYS and ARGV up to (not including) the state fields."""
         script_keys = [
@@ -349,6 +399,8 @@ class SessionEngine(Generic[S, E]):
             session_id,
             keys.app_member,
             *hints,
+            self.catch_up_events if self.config.stale_policy == "reject" else 0,
+            "1" if catch_up else "",
         ]
         return script_keys, args
 
@@ -425,6 +477,7 @@ class SessionEngine(Generic[S, E]):
         )
         if self.cache is not None:
             self.cache.drop(keys.meta)
+        self.catch_ups.drop(keys.meta)
         if self._outbox is not None and reply[1]:
             await self._apply(keys, reply[1], want_state=False, shortfalls=shortfalls)
         if reply[0] == 1:  # a retry that finds nothing to delete has nothing to confirm
@@ -533,12 +586,22 @@ class SessionEngine(Generic[S, E]):
                 # event is at or after this id, and every event after it follows it.
                 anchor, start = last.id, f"{event_ms(timestamp)}-0"
         if anchor is not None and start is not None:
-            found = await self.snapshot(keys, None, start, anchor=anchor)
+            found = held = self.catch_ups.get((keys.meta, revision or 0, anchor))
+            if found is None:
+                found = await self.snapshot(keys, None, start, anchor=anchor)
             new = None if found is None else _after(found, anchor, revision or 0)
             if found is not None and new is not None:
-                decoded = self.decode(keys.events, new)
-                events.extend(decoded)
-                return self._refreshed(session, found.stored)
+                events.extend(self.decode(keys.events, new))
+                self._refreshed(session, found.stored)
+                newest = (keys.meta, found.stored.revision, events[-1].id if events else "")
+                if held is not None and (
+                    self.catch_ups.get(newest) is not None
+                    or not self.catch_ups.newest(keys.meta, found.stored.revision)
+                ):
+                    # This worker has seen a newer revision: go on from there (by the
+                    # next catch-up, or else by a read).
+                    return await self.refresh(session)
+                return session
         found = await self.snapshot(keys, None, "-")
         if found is None:
             raise SessionNotFoundError(f"Session {session.id} not found.")
@@ -581,6 +644,7 @@ class SessionEngine(Generic[S, E]):
             decode_hash(keys.app_state, app_raw),
         )
         found = Snapshot(stored, meta, entries)
+        self.catch_ups.seen(keys.meta, stored.revision)
         if anchor is not None:
             found.anchor = text(checks[0]) if checks[0] else None
             found.first_id = text(checks[1][0][0]) if checks[1] else None

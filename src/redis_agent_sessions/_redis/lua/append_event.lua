@@ -24,18 +24,29 @@
 --          older than the newest stream id (stream ids then stop being event times) and
 --          'compaction' when a summary's range ends after the summary's own entry. The
 --          first reason is kept in the metadata as 'full_reads'.
--- ARGV[14..16] number of session, user and app fields, then that many field/JSON pairs
+-- ARGV[14] catch-up limit: a stale writer that is at most this many events behind gets
+--          what it lacks with its refusal (see {-2 ...} below); 0 = never
+-- ARGV[15] '' or '1': an appended event's reply carries the catch-up too (other writers
+--          of this worker hold copies at the writer's old revision and wait their turn)
+-- ARGV[16..18] number of session, user and app fields, then that many field/JSON pairs
 -- The by-update indexes get the new last_update_time; the others are scored by creation.
--- returns {1, new revision, stream id, outbox} appended, {2, revision the event produced,
---         '', outbox} already stored (a retry), {-1} no such session, {-2, current revision}
---         stale writer, {-3, key, found type} when a key has a foreign type, {-4, command,
---         key} when the ACL user may not run a command it needs. Only status 1
---         changes data (besides dropping applied outbox entries; status 2 re-writes the
---         revision as it is, so that a WAIT after a retry covers the original write, which
---         a retry that wrote nothing would not: WAIT counts the connection's own writes).
---         outbox (cluster layout only):
---         the entries from ARGV[9] on, as XRANGE returns them, for the caller to apply to
---         the app's slot; app fields are recorded there as "app:<field>" -> JSON.
+-- returns {1, new revision, stream id, outbox, catch-up if ARGV[15]} appended,
+--         {2, revision the event produced, '', outbox} already stored (a retry),
+--         {-1} no such session, {-2, current revision, catch-up} stale writer,
+--         {-3, key, found type} when a key has a foreign type, {-4, command, key} when the
+--         ACL user may not run a command it needs. Only status 1 changes data (besides
+--         dropping applied outbox entries; status 2 re-writes the revision as it is, so
+--         that a WAIT after a retry covers the original write, which a retry that wrote
+--         nothing would not: WAIT counts the connection's own writes).
+--         outbox (cluster layout only): the entries from ARGV[9] on, as XRANGE returns
+--         them, for the caller to apply to the app's slot; app fields are recorded there
+--         as "app:<field>" -> JSON.
+--         catch-up (single-node layout, ARGV[1] set, at most ARGV[14] events behind, reads
+--         permitted; else absent): what refresh would read for a copy at revision ARGV[1]
+--         with newest event ARGV[2], so that refreshing such a copy needs no read of its
+--         own: meta, session, user and app state (HGETALL replies), the event_ids value of
+--         ARGV[2] (false if none), and the entries from that event on (from the first if
+--         ARGV[2] is ''), as XRANGE returns them.
 
 -- Nothing may fail after the first write (Redis does not roll scripts back), so every key
 -- written after it is known to have the right type first. The reads below check KEYS[1]
@@ -43,10 +54,10 @@
 local cluster = ARGV[9] ~= ''
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
     'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
-  or (ARGV[14] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
-  or (ARGV[15] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
+  or (ARGV[16] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
+  or (ARGV[17] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
-  or (not cluster and ARGV[16] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
+  or (not cluster and ARGV[18] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
   or (not cluster and denied('TYPE', KEYS[9], 'ZADD', KEYS[9]))
   or (ARGV[12] ~= '' and denied('TYPE', KEYS[8], 'ZADD', KEYS[8], 'ZRANGE', KEYS[8],
     'ZREM', KEYS[8]))
@@ -54,15 +65,21 @@ local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 
 -- after that read (a read changes nothing) and before the first write.
 local expire_refused = denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
     'EXPIRE', KEYS[4], 'EXPIRE', KEYS[8])
+-- The catch-up's reads (see catch_up below) are asked only when a catch-up is due; when
+-- refused there is no catch-up, and no error.
+local function catch_up_refused()
+  return denied('HGETALL', KEYS[1], 'HGETALL', KEYS[2], 'HGETALL', KEYS[5], 'HGETALL', KEYS[6],
+    'XRANGE', KEYS[3])
+end
 if refused then return refused end
 
 local has_outbox = false
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
-  if ARGV[13 + scope] ~= '0' or (cluster and i == 6) then
+  if ARGV[15 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
-    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[16] ~= '0' end
+    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[18] ~= '0' end
   end
 end
 -- The by-update indexes (7, and 9 on a single node), and the compactions zset (8) when
@@ -96,9 +113,36 @@ if seen then
   return {2, tonumber(string.match(seen, '^%d+')), '', outbox()}
 end
 
+-- A stale writer's retry would first read what it lacks: it gets that now instead, read
+-- in this same atomic step (rev is the current revision when this runs). Nothing when
+-- that is unsure or not permitted: the copy's refresh reads then.
+local function catch_up()
+  local behind = rev - (tonumber(ARGV[1]) or rev)
+  if cluster or behind <= 0 or behind > tonumber(ARGV[14]) or catch_up_refused() then
+    return nil
+  end
+  local at, from = false, '-'
+  if ARGV[2] ~= '' then
+    at = redis.call('HGET', KEYS[4], ARGV[2])
+    if not at then return nil end
+    from = string.match(at, ' (%S+)$')
+  elseif ARGV[1] ~= '0' then
+    return nil
+  end
+  local hashes = {}
+  for i, key in ipairs({KEYS[1], KEYS[2], KEYS[5], KEYS[6]}) do
+    local h = redis.pcall('HGETALL', key)
+    if h['err'] then return nil end
+    hashes[i] = h
+  end
+  local count = ARGV[2] ~= '' and behind + 1 or behind
+  local entries = redis.call('XRANGE', KEYS[3], from, '+', 'COUNT', count)
+  return {hashes[1], hashes[2], hashes[3], hashes[4], at, entries}
+end
+
 if ARGV[3] == 'reject' then
   if ARGV[1] ~= '' then
-    if ARGV[1] ~= meta[1] then return {-2, rev} end
+    if ARGV[1] ~= meta[1] then return {-2, rev, catch_up()} end
   elseif ARGV[2] ~= (meta[2] or '') then
     return {-2, rev}
   end
@@ -119,9 +163,9 @@ end
 local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', 'event', ARGV[5])
 if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
 
-local pos = 17
+local pos = 19
 for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
-  local n = tonumber(ARGV[13 + scope])
+  local n = tonumber(ARGV[15 + scope])
   -- unpack() is bounded by the Lua stack, so very large deltas go in slices.
   while n > 0 do
     local take = math.min(n, 1000)
@@ -169,4 +213,5 @@ if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
   redis.call('EXPIRE', KEYS[8], ttl)
 end
+if ARGV[15] ~= '' then return {1, rev, stream_id, outbox(), catch_up()} end
 return {1, rev, stream_id, outbox()}

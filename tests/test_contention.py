@@ -1,0 +1,171 @@
+"""Writers racing on one session under the reject policy: what a lost race costs.
+
+A stale append's refusal carries what the copy lacks (single-node layout), so the
+refresh that follows reads nothing; writers of one worker take turns, so none loses race
+after race. Runs on every backend of the contract suites (conftest.py); on a cluster the
+refresh reads, and the rest holds the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from _spies import decoded
+from redis_agent_sessions import RedisSessionService, Session, StaleSessionError
+from redis_agent_sessions.adk import RedisSessionService as AdkService
+from redis_agent_sessions.sessions import _catch_up
+from test_sessions import APP, USER, delta_event, fresh
+
+
+@contextmanager
+def reads(service: Any) -> Iterator[list[int]]:
+    """Counts the session reads (snapshots) ``service`` makes."""
+    engine = service._engine
+    calls: list[int] = []
+    original = engine.snapshot
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return await original(*args, **kwargs)
+
+    engine.snapshot = counted
+    try:
+        yield calls
+    finally:
+        del engine.snapshot
+
+
+async def _lost_race(service: RedisSessionService) -> tuple[Session, Session]:
+    """A session, and a copy of it that another writer has overtaken by two events, after
+    the copy's append was refused."""
+    s = await service.create_session(app_name=APP, user_id=USER, state={"n": 0})
+    await service.append_event(s, delta_event({"n": 1}))
+    held = await fresh(service, s.id)
+    await service.append_event(s, delta_event({"n": 2, "user:seen": 1}))
+    await service.append_event(s, delta_event({"n": 3, "app:fare": "EUR"}))
+    before = held.model_copy(deep=True)
+    with pytest.raises(StaleSessionError):
+        await service.append_event(held, delta_event({"n": 99}))
+    assert held == before  # a refusal leaves the copy as it was
+    return s, held
+
+
+async def test_a_refusal_carries_what_the_refresh_needs(service: RedisSessionService) -> None:
+    s, held = await _lost_race(service)
+    with reads(service) as snapshots, decoded(service) as counts:
+        await service.refresh(held)
+    assert held == await fresh(service, s.id)
+    assert held.state == {"n": 3, "user:seen": 1, "app:fare": "EUR"}
+    assert counts == [2]  # only the two events it lacked
+    # The catch-up rides on the refusal on a single node; a cluster's app state is in
+    # another slot, so there the refresh reads (once).
+    assert snapshots == ([1] if service._engine.cluster else [])
+    await service.append_event(held, delta_event({"n": 4}))  # the retry is accepted
+    assert (await fresh(service, s.id)).state["n"] == 4
+
+
+async def test_a_late_refresh_reads(
+    service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_catch_up, "SECONDS", 0.0)  # every catch-up has lapsed
+    s, held = await _lost_race(service)
+    with reads(service) as snapshots:
+        await service.refresh(held)
+    assert snapshots == [1]
+    assert held == await fresh(service, s.id)
+
+
+async def test_a_catch_up_never_serves_a_copy_elsewhere(service: RedisSessionService) -> None:
+    """A catch-up is for copies at the refused copy's exact position; a copy that is
+    behind by a different amount, or ahead, reads."""
+    s, held = await _lost_race(service)
+    older = await fresh(service, s.id)
+    await service.append_event(s, delta_event({"n": 4}))
+    with reads(service) as snapshots:
+        await service.refresh(older)
+    assert snapshots == [1]
+    assert older == await fresh(service, s.id)
+    await service.refresh(held)  # its catch-up (to n=3) would be one event short now
+    assert held == await fresh(service, s.id)
+
+
+async def test_merge_policy_asks_for_no_catch_up(make_service: Any) -> None:
+    service = make_service(stale_policy="merge")
+    s = await service.create_session(app_name=APP, user_id=USER)
+    held = await fresh(service, s.id)
+    await service.append_event(s, delta_event({"n": 1}))
+    await service.append_event(held, delta_event({"n": 2}))  # merged, not refused
+    assert len(service._engine.catch_ups) == 0
+
+
+async def test_adk_refusal_carries_the_catch_up_too(worker_client: Any) -> None:
+    adk_service = AdkService(worker_client)
+    s = await adk_service.create_session(app_name=APP, user_id=USER)
+    first = await adk_service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+    second = await adk_service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+    assert first is not None
+    assert second is not None
+    await adk_service.append_event(first, _adk_event("first"))
+    marker = second._storage_update_marker
+    with pytest.raises(ValueError, match="modified in storage"):
+        await adk_service.append_event(second, _adk_event("second"))
+    assert second._storage_update_marker == marker
+    assert second.events == []
+    with reads(adk_service) as snapshots:
+        await adk_service.refresh(second)
+    assert snapshots == ([1] if adk_service._engine.cluster else [])
+    assert [e.author for e in second.events] == ["first"]
+    await adk_service.append_event(second, _adk_event("second"))
+
+
+def _adk_event(author: str) -> Any:
+    from google.adk.events import Event
+
+    return Event(author=author, invocation_id=str(uuid.uuid4()))
+
+
+# -- several writers of one worker racing ---------------------------------------------------
+
+WRITERS = 4
+EVENTS_EACH = 30
+
+
+async def _race(service: RedisSessionService, writers: int) -> tuple[Session, list[int]]:
+    """``writers`` tasks each append EVENTS_EACH events to one session as fast as they can,
+    refreshing and retrying on every refusal; returns the tries each event took."""
+    s = await service.create_session(app_name=APP, user_id=USER)
+    copies = [await fresh(service, s.id) for _ in range(writers)]
+    tries: list[int] = []
+
+    async def writer(copy: Session, w: int) -> None:
+        for i in range(EVENTS_EACH):
+            event = delta_event({f"w{w}": i})
+            for attempt in range(1, 100):
+                try:
+                    await service.append_event(copy, event)
+                except StaleSessionError:
+                    await service.refresh(copy)
+                    continue
+                tries.append(attempt)
+                break
+
+    await asyncio.gather(*(writer(c, w) for w, c in enumerate(copies)))
+    return s, tries
+
+
+async def test_writers_of_one_worker_take_turns(service: RedisSessionService) -> None:
+    s, tries = await _race(service, WRITERS)
+    stored = await fresh(service, s.id)
+    assert len(stored.events) == WRITERS * EVENTS_EACH == len(tries)
+    assert len({e.id for e in stored.events}) == len(stored.events)
+    assert stored.state == {f"w{w}": EVENTS_EACH - 1 for w in range(WRITERS)}
+    # A lost race puts its writer in line; nobody loses race after race. (Without the
+    # turns, in a tight loop the writer whose append won sends its next one first and
+    # wins again: a loser then fails 10 tries and more.)
+    assert max(tries) <= 2 * WRITERS, sorted(tries)[-10:]
