@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from google.adk.events import Event as AdkEvent
 
 from _spies import decoded
 from redis_agent_sessions import RedisSessionService, Session, StaleSessionError
@@ -124,10 +125,8 @@ async def test_adk_refusal_carries_the_catch_up_too(worker_client: Any) -> None:
     await adk_service.append_event(second, _adk_event("second"))
 
 
-def _adk_event(author: str) -> Any:
-    from google.adk.events import Event
-
-    return Event(author=author, invocation_id=str(uuid.uuid4()))
+def _adk_event(author: str) -> AdkEvent:
+    return AdkEvent(author=author, invocation_id=str(uuid.uuid4()))
 
 
 # -- several writers of one worker racing ---------------------------------------------------

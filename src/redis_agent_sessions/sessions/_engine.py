@@ -346,18 +346,12 @@ class SessionEngine(Generic[S, E]):
         return event
 
     def _hold_catch_up(self, keys: SessionKeys, position: Position, reply: list[Any]) -> None:
-        meta_flat, state, user_state, app_state, anchor, entries = reply
-        meta = _pairs(meta_flat)
+        meta, state, user_state, app_state, anchor, entries = reply
         try:
-            stored = self._stored(keys.meta, meta)
-            stored.state = merge_state(
-                decode_hash(keys.state, state),
-                decode_hash(keys.user_state, user_state),
-                decode_hash(keys.app_state, app_state),
-            )
+            found = self._found(keys, _pairs(meta), (state, user_state, app_state), entries)
         except CorruptDataError:
             return  # the refresh reads, and reports it
-        found = Snapshot(stored, meta, entries, anchor=text(anchor) if anchor else None)
+        found.anchor = text(anchor) if anchor else None
         self.catch_ups.put(position, found)
 
     def _append_call(
@@ -637,18 +631,26 @@ class SessionEngine(Generic[S, E]):
         if not reply:
             return None
         meta, state, user_state, _, entries, *checks = reply
-        stored = self._stored(keys.meta, meta)
-        stored.state = merge_state(
-            decode_hash(keys.state, state),
-            decode_hash(keys.user_state, user_state),
-            decode_hash(keys.app_state, app_raw),
-        )
-        found = Snapshot(stored, meta, entries)
-        self.catch_ups.seen(keys.meta, stored.revision)
+        found = self._found(keys, meta, (state, user_state, app_raw), entries)
         if anchor is not None:
             found.anchor = text(checks[0]) if checks[0] else None
             found.first_id = text(checks[1][0][0]) if checks[1] else None
         return found
+
+    def _found(
+        self, keys: SessionKeys, meta: dict[Any, Any], hashes: tuple[Any, Any, Any], entries: Any
+    ) -> Snapshot:
+        """What one read returned, as a Snapshot: the metadata hash, the session, user and
+        app state hashes (as HGETALL replies) and the stream entries."""
+        state, user_state, app_state = hashes
+        stored = self._stored(keys.meta, meta)
+        stored.state = merge_state(
+            decode_hash(keys.state, state),
+            decode_hash(keys.user_state, user_state),
+            decode_hash(keys.app_state, app_state),
+        )
+        self.catch_ups.seen(keys.meta, stored.revision)
+        return Snapshot(stored, meta, entries)
 
     async def _snapshot(
         self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
