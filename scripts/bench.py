@@ -821,7 +821,8 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
     adk = reads["adk_vs_parse"]
     ratios.append(
         ratio_row(
-            f"ADK get_session({adk['events']} events) / Event.model_validate of them, p50",
+            f"ADK get_session({adk['events']} events) / Event.model_validate of them "
+            "(kept in a list), p50",
             adk["ratio"],
             bench_reads.TARGET_ADK_VS_PARSE,
         )

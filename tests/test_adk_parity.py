@@ -508,7 +508,8 @@ async def test_rich_event_round_trip(backends: dict[str, Any]) -> None:
             ),
             usage_metadata=types.GenerateContentResponseUsageMetadata(prompt_token_count=7),
             long_running_tool_ids={"b", "a"},
-            custom_metadata={"k": [1, 2]},
+            # Beyond 64 bits: orjson alone would read these back as floats.
+            custom_metadata={"k": [1, 2], "big": 2**70, "edge": -(2**63) - 1, "id": "9" * 19},
             actions=EventActions(
                 state_delta={"k": 1},
                 artifact_delta={"file.txt": 2},

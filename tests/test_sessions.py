@@ -194,6 +194,22 @@ async def test_state_values_round_trip_exactly(service: RedisSessionService) -> 
     assert got == s
 
 
+async def test_event_numbers_beyond_64_bits_read_back_exactly(
+    service: RedisSessionService,
+) -> None:
+    # State values must fit 64 bits (orjson writes them); event fields need not.
+    numbers = {"big": 2**70, "edge": 2**63, "neg": -(2**64), "digits": "1" * 25, "f": 1e-300}
+    s = await service.create_session(app_name=APP, user_id=USER)
+    plain = Event(custom_metadata={"n": 1})
+    await service.append_event(s, Event(custom_metadata=numbers, extra_field=[2**100]))
+    await service.append_event(s, plain)
+    got = await fresh(service, s.id)
+    assert got.events[0].custom_metadata == numbers
+    assert got.events[0].model_extra == {"extra_field": [2**100]}
+    assert type(got.events[0].custom_metadata["big"]) is int
+    assert got == s
+
+
 async def test_session_read_back_equals_the_appended_copy(service: RedisSessionService) -> None:
     s = await service.create_session(app_name=APP, user_id=USER, state={"user:n": 1})
     for i in range(3):

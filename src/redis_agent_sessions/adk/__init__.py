@@ -93,7 +93,7 @@ class _AdkCodec(PydanticCodec[Session, Event]):
     def __init__(self) -> None:
         # genai decodes base64 bytes itself, so binary parts survive dict validation
         # (tests/test_adk_parity.py::test_rich_event_round_trip).
-        super().__init__(Session, Event, GetSessionConfig, validate_dicts=True)
+        super().__init__(Session, Event, GetSessionConfig)
 
     def revision(self, session: Session) -> int | None:
         marker = session._storage_update_marker

@@ -20,7 +20,7 @@ class _Codec(PydanticCodec[Session, Event]):
     """Maps the engine onto :mod:`redis_agent_sessions.models`."""
 
     def __init__(self) -> None:
-        super().__init__(Session, Event, GetSessionConfig, validate_dicts=False)
+        super().__init__(Session, Event, GetSessionConfig)
 
     def revision(self, session: Session) -> int | None:
         return session._revision
