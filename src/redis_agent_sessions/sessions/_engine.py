@@ -283,7 +283,12 @@ class SessionEngine(Generic[S, E]):
         shortfalls: list[str] = []
         writer = (id(session), event.id)
         turns = self._turns
-        place = None if turns is None else await turns.take(keys.meta, writer)
+        # No coroutine when nobody is owed a turn: the uncontended append stays lean.
+        place = (
+            None
+            if turns is None or not turns.owed(keys.meta)
+            else await turns.take(keys.meta, writer)
+        )
         position = (keys.meta, revision or 0, events[-1].id if events else "")
         lost = False
         try:

@@ -62,6 +62,11 @@ class Turns:
                     self._waiting[key] -= 1
         return None
 
+    def owed(self, key: str) -> bool:
+        """Whether any writer of session ``key`` is owed a turn (else :meth:`take` would
+        return None at once)."""
+        return key in self._owed
+
     def waiting(self, key: str, place: Writer | None) -> bool:
         """Whether writers other than the one at ``place`` wait for a turn on ``key``."""
         if key in self._waiting:
