@@ -60,6 +60,8 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
+from redis_agent_sessions._redis import prebuilt
+from redis_agent_sessions._redis import scripts as scripts_module
 from redis_agent_sessions._redis.scripts import lua_source
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.sessions import _engine as engine_module
@@ -356,6 +358,43 @@ async def bench_raw(client: Redis, prefix: str, plan: Plan) -> dict[str, Stats]:
     }
 
 
+async def bench_floor(work: Workload, client: Redis, prefix: str, plan: Plan) -> dict[str, Stats]:
+    """The append floor, interleaved so that drift hits all alike: per round one raw
+    EVALSHA of ``return 1``, one of a script doing HSET+XADD (both packed by redis-py, as
+    any caller's), one append_event to a session holding 1 event, and one more with the
+    script call packed by redis-py instead of hiredis (what ``_redis/prebuilt.py`` saves)."""
+    trivial = await client.script_load(TRIVIAL_LUA)
+    hset_xadd = await client.script_load(HSET_XADD_LUA)
+    sample = make_event(1, "raw")
+    payload = sample.__pydantic_serializer__.to_json(sample, exclude_none=True)
+    keys = (f"{prefix}:floor:hash", f"{prefix}:floor:stream")
+    sessions = await work.sessions_with(2 * plan.appends, 1)
+    pairs = events_for(sessions, 2 * plan.appends)
+    await work.fill(await work.new_session(), plan.warmup)
+    clock = time.perf_counter_ns
+    names = ("return 1", "HSET + XADD", "append_event", "append_event, redis-py packing")
+    samples: dict[str, list[int]] = {name: [] for name in names}
+    hiredis_pack = prebuilt._pack
+    with settled_gc():
+        for i in range(plan.appends):
+            stamps = [clock()]
+            await client.evalsha(trivial, 0)
+            stamps.append(clock())
+            await client.evalsha(hset_xadd, 2, *keys, f"f{i % 64}", b'"v"', payload)
+            stamps.append(clock())
+            await work.service.append_event(*pairs[2 * i])
+            stamps.append(clock())
+            prebuilt._pack = None
+            try:
+                await work.service.append_event(*pairs[2 * i + 1])
+            finally:
+                prebuilt._pack = hiredis_pack
+            stamps.append(clock())
+            for name, start, end in zip(names, stamps, stamps[1:], strict=False):
+                samples[name].append(end - start)
+    return {name: summarize(taken) for name, taken in samples.items()}
+
+
 async def bench_appends(work: Workload, plan: Plan) -> list[AppendCase]:
     cases = []
     scratch = await work.new_session()
@@ -620,7 +659,8 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         (engine._codec, "encode_event", "encode", False),
         (KeySpace, "session", "keys", False),
         (engine, "_run", "run", True),
-        (engine, "_append", "script", True),  # the AsyncScript: redis-py, socket, server
+        # The script call: packing, redis-py, socket, server.
+        (scripts_module, "call", "script", True),
     ]
     with ExitStack() as stack:
         for target, attr, label, is_async in probes:
@@ -648,7 +688,7 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         "split_state_delta": timers.mean_us("split", n),
         "KeySpace.session (building the key names)": timers.mean_us("keys", n),
         "_run: argument flattening": timers.mean_us("run", n) - script_us,
-        "script call: redis-py + event loop + socket": script_us - server_us,
+        "script call: packing, redis-py, event loop, socket": script_us - server_us,
         "script call: server-side Lua (INFO commandstats)": server_us,
         "after the reply: status check, session/state/events update": after_reply / n / 1e3,
     }
@@ -671,6 +711,7 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         },
         "raw_evalsha_append_lua": asdict(await raw_append_script(work, client, plan)),
         "append_without_script": asdict(await append_without_script(work, plan)),
+        "append_without_script_idle": asdict(await append_without_script(work, plan, 0.0002)),
         "acl_checks_server_us": await acl_check_cost(work, client, plan),
     }
 
@@ -693,17 +734,26 @@ async def acl_check_cost(work: Workload, client: Redis, plan: Plan) -> dict[str,
     }
 
 
-async def append_without_script(work: Workload, plan: Plan) -> Stats:
-    """append_event with the script call answered at once: the library's own Python cost."""
-    engine = work.service._engine
+async def append_without_script(work: Workload, plan: Plan, idle_s: float = 0.0) -> Stats:
+    """append_event with the script call answered at once: the library's own Python cost.
+    With ``idle_s``, each append follows that long an idle wait, as a real one follows its
+    round trip (the same code then runs on cold caches)."""
 
-    async def instant(keys: Any = None, args: Any = None) -> list[Any]:
+    async def instant(script: Any, keys: Any, args: Any) -> list[Any]:
         return [1, 1, b"0-1"]
 
     sessions = [await work.new_session() for _ in range(10)]
     pairs = events_for(sessions, plan.profile_appends)
-    with patched(engine, "_append", instant):
-        return summarize(await time_appends(work.service, pairs))
+    samples: list[int] = []
+    clock = time.perf_counter_ns
+    with patched(scripts_module, "call", instant), settled_gc():
+        for session, event in pairs:
+            if idle_s:
+                await asyncio.sleep(idle_s)
+            start = clock()
+            await work.service.append_event(session, event)
+            samples.append(clock() - start)
+    return summarize(samples)
 
 
 async def profile_get_session(work: Workload, plan: Plan) -> dict[str, Any]:
@@ -769,6 +819,8 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
         await work.fill(await work.new_session(), plan.warmup)
         progress("raw EVALSHA round trips")
         raw = await bench_raw(client, prefix, plan)
+        progress("append floor, interleaved with raw EVALSHA")
+        floor = await bench_floor(work, client, prefix, plan)
         appends = await bench_appends(work, plan)
         gets = await bench_get_session(work, plan)
         throughput = await bench_throughput(work, merge, plan)
@@ -789,13 +841,18 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
     by_history = {c.history: c.stats for c in appends}
     ratios = [
         ratio_row(
-            "append p50 (history 1) / raw EVALSHA `return 1` p50",
-            by_history[1].p50_us / raw["return 1"].p50_us,
+            "append p50 (history 1) / raw EVALSHA HSET+XADD p50, interleaved",
+            floor["append_event"].p50_us / floor["HSET + XADD"].p50_us,
             TARGET_APPEND_VS_RAW,
         ),
         ratio_row(
-            "append p50 (history 1) / raw EVALSHA HSET+XADD p50",
-            by_history[1].p50_us / raw["HSET + XADD"].p50_us,
+            "append p50 (history 1) / raw EVALSHA `return 1` p50, interleaved",
+            floor["append_event"].p50_us / floor["return 1"].p50_us,
+            None,
+        ),
+        ratio_row(
+            "the same append with redis-py packing the script call / raw HSET+XADD p50",
+            floor["append_event, redis-py packing"].p50_us / floor["HSET + XADD"].p50_us,
             None,
         ),
         ratio_row(
@@ -854,6 +911,7 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
             "plan": asdict(plan),
         },
         "raw_evalsha": {k: asdict(v) for k, v in raw.items()},
+        "append_floor": {k: asdict(v) for k, v in floor.items()},
         "append_event": [asdict(c) for c in appends],
         "get_session_1000": {k: asdict(v) for k, v in gets.items()},
         "throughput": [asdict(c) for c in throughput],
@@ -936,6 +994,10 @@ def report(result: dict[str, Any]) -> str:
     latency = Table(("latency (one client, sequential)", "n", "p50 us", "p99 us", "mean us"))
     for name, s in result["raw_evalsha"].items():
         latency.add(*latency_cells(f"raw EVALSHA {name}", s))
+    for name, s in result["append_floor"].items():
+        what = name.replace("append_event", "append_event, history 1")
+        what = what if what.startswith("append") else f"raw EVALSHA {name}"
+        latency.add(*latency_cells(f"{what} (interleaved)", s))
     for c in result["append_event"]:
         plural = "s" if c["sessions"] > 1 else ""
         label = f"append_event, history {c['history_range']} ({c['sessions']} session{plural})"
@@ -962,6 +1024,7 @@ def report(result: dict[str, Any]) -> str:
     for label, key in (
         ("reference: raw EVALSHA of append_event.lua, same client", "raw_evalsha_append_lua"),
         ("reference: append_event, script call stubbed (Python only)", "append_without_script"),
+        ("  the same, each append after a 200 us idle wait", "append_without_script_idle"),
     ):
         ref = prof[key]
         breakdown.add(label, us(ref["mean_us"]), f"p50 {us(ref['p50_us'])}")

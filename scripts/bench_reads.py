@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 from google.adk.events import Event as AdkEvent
+from pydantic import TypeAdapter
 from redis.asyncio import Redis
 
 # Next to this file (on sys.path when run as a script).
@@ -190,6 +191,35 @@ async def adk_vs_parse(client: Redis, prefix: str, events: int, rounds: int) -> 
     }
 
 
+def decode_per_event_vs_batch(events: Sequence[Any], rounds: int) -> dict[str, float]:
+    """p50 of decoding the stored JSON of ``events`` as the engine does (one pydantic
+    ``validate_json`` per event) against one call for the whole batch as a JSON array (how
+    it decoded before 2026-11-23), interleaved rounds; the events are kept, as a read does."""
+    cls = type(events[0])
+    raws = [e.__pydantic_serializer__.to_json(e, exclude_none=True) for e in events]
+    per_event = cls.__pydantic_validator__.validate_json
+    batch = TypeAdapter(list[cls]).validate_json  # type: ignore[valid-type]
+    joined = b"[" + b",".join(raws) + b"]"
+    one_t: list[float] = []
+    all_t: list[float] = []
+    for i in range(rounds + 2):
+        gc.collect()
+        start = time.perf_counter()
+        kept = [per_event(r) for r in raws]
+        mid = time.perf_counter()
+        del kept
+        gc.collect()
+        mid2 = time.perf_counter()
+        kept = batch(joined)
+        end = time.perf_counter()
+        del kept
+        if i >= 2:
+            one_t.append(mid - start)
+            all_t.append(end - mid2)
+    one_ms, all_ms = statistics.median(one_t) * 1000, statistics.median(all_t) * 1000
+    return {"per_event_ms": one_ms, "batch_ms": all_ms, "ratio": one_ms / all_ms}
+
+
 async def bench_reads(client: Redis, prefix: str, quick: bool) -> dict[str, Any]:
     events = 1000 if quick else BIG
     rounds = 3 if quick else 7
@@ -206,6 +236,10 @@ async def bench_reads(client: Redis, prefix: str, quick: bool) -> dict[str, Any]
     result["copy_ms"] = {
         "core": copy_costs(core_events, rounds),
         "adk": copy_costs(adk_events, rounds),
+    }
+    result["decode_1000"] = {
+        "core": decode_per_event_vs_batch(core_events[:1000], rounds * 5),
+        "adk": decode_per_event_vs_batch(adk_events[:1000], rounds * 3),
     }
     result["memory_per_json_byte"] = {
         "core": memory_per_json_byte(core_events[:2000]),
@@ -227,6 +261,11 @@ def report(result: dict[str, Any]) -> str:
         f"{a['parse_ms']:.2f} ms (events kept) = {a['ratio']:.2f}x; with each event dropped "
         f"at once {a['parse_dropped_ms']:.2f} ms = {a['read_ms'] / a['parse_dropped_ms']:.2f}x"
     )
+    for family, d in result["decode_1000"].items():
+        lines.append(
+            f"decoding 1,000 {family} events, one pydantic call each {d['per_event_ms']:.2f} ms / "
+            f"one call for the batch {d['batch_ms']:.2f} ms = {d['ratio']:.2f}x"
+        )
     for family, costs in result["copy_ms"].items():
         listed = ", ".join(f"{name} {ms:.2f}" for name, ms in costs.items())
         lines.append(f"copying {family} events for a caller, ms: {listed}")

@@ -18,6 +18,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoPermissionError, ResponseError
 
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.prebuilt import evalsha
 from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError
 
 __all__ = [
@@ -54,7 +55,7 @@ async def call(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
     """Run ``script``; a refused command (asked before writing, or refused by Redis) is a
     PermissionDeniedError naming it."""
     try:
-        reply = await script(keys=keys, args=args)
+        reply = await evalsha(script, keys, args)
     except ResponseError as exc:
         reply = exc
     return checked(reply, keys)

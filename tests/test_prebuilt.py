@@ -1,0 +1,114 @@
+"""Script calls pack their command with hiredis (``_redis/prebuilt.py``) only where that
+changes nothing but the speed: everywhere else redis-py runs them as before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError, DataError
+
+from _servers import skip_without
+from redis_agent_sessions import Event, EventActions, RedisSessionService
+from redis_agent_sessions._redis import prebuilt
+
+APP, USER = "app", "user"
+
+
+def count_redis_py_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scripts redis-py's AsyncScript ran (by sha) from now on."""
+    calls: list[str] = []
+    original = AsyncScript.__call__
+
+    async def spied(self: AsyncScript, *args: Any, **kwargs: Any) -> Any:
+        calls.append(self.sha)
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncScript, "__call__", spied)
+    return calls
+
+
+def delta(**values: Any) -> Event:
+    return Event(actions=EventActions(state_delta=values))
+
+
+async def test_plain_clients_skip_redis_py_packing(
+    worker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = RedisSessionService(worker_client)
+    s = await service.create_session(app_name=APP, user_id=USER)
+    await service.append_event(s, delta(n=1))  # loads the script if the server lacks it
+    calls = count_redis_py_calls(monkeypatch)
+    await service.append_event(s, delta(n=2))
+    got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+    assert got is not None
+    assert got.state == {"n": 2}
+    plain = (
+        prebuilt._pack is not None
+        and not isinstance(worker_client, RedisCluster)
+        and type(worker_client).execute_command is Redis.execute_command
+    )
+    # The slot-checking fakeredis overrides execute_command: its checks still see every
+    # script, as a cluster client does.
+    assert calls == ([] if plain else [service._engine._append.sha])
+
+
+async def test_a_client_overriding_execute_command_sees_every_script() -> None:
+    seen: list[Any] = []
+
+    class Instrumented(fakeredis.FakeAsyncRedis):  # type: ignore[misc]
+        async def execute_command(self, *args: Any, **options: Any) -> Any:
+            seen.append(args[0])
+            return await super().execute_command(*args, **options)
+
+    service = RedisSessionService(Instrumented())
+    s = await service.create_session(app_name=APP, user_id=USER)
+    seen.clear()
+    await service.append_event(s, delta(n=1))
+    assert "EVALSHA" in seen
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("retries", [0, 1])
+async def test_a_dropped_connection_follows_the_client_s_retry_policy(retries: int) -> None:
+    url = skip_without("REDIS_URL")
+    admin = Redis.from_url(url)
+    client = Redis.from_url(url, retry=Retry(NoBackoff(), retries))
+    try:
+        await admin.flushdb()
+        service = RedisSessionService(client)
+        s = await service.create_session(app_name=APP, user_id=USER)
+        await service.append_event(s, delta(n=1))
+        # Every pooled connection of the worker dies while idle.
+        assert await admin.client_kill_filter(skipme=True, _type="normal") >= 1
+        if retries:
+            await service.append_event(s, delta(n=2))
+        else:  # redis-py's default: the error reaches the caller, who retries
+            with pytest.raises(ConnectionError):
+                await service.append_event(s, delta(n=2))
+            await service.append_event(s, delta(n=2))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+        assert got is not None
+        assert got.state == {"n": 2}
+        assert len(got.events) == 2
+    finally:
+        await admin.flushdb()
+        await admin.aclose()
+        await client.aclose()
+
+
+async def test_unpackable_arguments_raise_redis_py_s_error() -> None:
+    client = fakeredis.FakeAsyncRedis()
+    script = client.register_script("return 1")
+    with pytest.raises(DataError) as via_prebuilt:
+        await prebuilt.evalsha(script, [], [None])
+    with pytest.raises(DataError) as via_redis_py:
+        await script(keys=[], args=[None])
+    assert str(via_prebuilt.value) == str(via_redis_py.value)
+    assert await prebuilt.evalsha(script, [], [1, "é", b"x", 1.5]) == 1
