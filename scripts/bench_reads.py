@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import copy
 import gc
+import inspect
 import json
 import statistics
 import time
@@ -158,40 +159,29 @@ async def adk_vs_parse(client: Redis, prefix: str, events: int, rounds: int) -> 
     entries: Any = await client.xrange(keys.events)
     dicts = [orjson.loads(fields[b"event"]) for _, fields in entries]
     ids = {"app_name": APP, "user_id": USER, "session_id": session.id}
-    read_t: list[float] = []
-    parse_t: list[float] = []
-    dropped_t: list[float] = []
-    for i in range(rounds + 2):
-        gc.collect()
-        start = time.perf_counter()
-        read = await adk.get_session(**ids)
-        read_s = time.perf_counter() - start
-        del read
-        gc.collect()
-        start = time.perf_counter()
-        kept = [AdkEvent.model_validate(d) for d in dicts]
-        parse_s = time.perf_counter() - start
-        del kept
-        gc.collect()
-        start = time.perf_counter()
+
+    def dropped() -> None:
         for d in dicts:
             AdkEvent.model_validate(d)
-        dropped_s = time.perf_counter() - start
-        if i >= 2:
-            read_t.append(read_s)
-            parse_t.append(parse_s)
-            dropped_t.append(dropped_s)
-    read_ms, parse_ms = statistics.median(read_t) * 1000, statistics.median(parse_t) * 1000
+
+    ms = await _interleaved_ms(
+        {
+            "read": lambda: adk.get_session(**ids),
+            "parse": lambda: [AdkEvent.model_validate(d) for d in dicts],
+            "dropped": dropped,
+        },
+        rounds,
+    )
     return {
         "events": events,
-        "read_ms": read_ms,
-        "parse_ms": parse_ms,
-        "parse_dropped_ms": statistics.median(dropped_t) * 1000,
-        "ratio": read_ms / parse_ms,
+        "read_ms": ms["read"],
+        "parse_ms": ms["parse"],
+        "parse_dropped_ms": ms["dropped"],
+        "ratio": ms["read"] / ms["parse"],
     }
 
 
-def decode_per_event_vs_batch(events: Sequence[Any], rounds: int) -> dict[str, float]:
+async def decode_per_event_vs_batch(events: Sequence[Any], rounds: int) -> dict[str, float]:
     """p50 of decoding the stored JSON of ``events`` as the engine does (one pydantic
     ``validate_json`` per event) against one call for the whole batch as a JSON array (how
     it decoded before 2026-11-23), interleaved rounds; the events are kept, as a read does."""
@@ -200,24 +190,30 @@ def decode_per_event_vs_batch(events: Sequence[Any], rounds: int) -> dict[str, f
     per_event = cls.__pydantic_validator__.validate_json
     batch = TypeAdapter(list[cls]).validate_json  # type: ignore[valid-type]
     joined = b"[" + b",".join(raws) + b"]"
-    one_t: list[float] = []
-    all_t: list[float] = []
+    ms = await _interleaved_ms(
+        {"one": lambda: [per_event(r) for r in raws], "all": lambda: batch(joined)}, rounds
+    )
+    return {"per_event_ms": ms["one"], "batch_ms": ms["all"], "ratio": ms["one"] / ms["all"]}
+
+
+async def _interleaved_ms(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """p50 ms of each call (sync, or returning an awaitable), run in turn in every round so
+    that drift hits all alike; the first 2 rounds warm up. The garbage collector runs
+    before each call, and what a call returns is kept until it is timed, as a caller
+    keeps a read."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for i in range(rounds + 2):
-        gc.collect()
-        start = time.perf_counter()
-        kept = [per_event(r) for r in raws]
-        mid = time.perf_counter()
-        del kept
-        gc.collect()
-        mid2 = time.perf_counter()
-        kept = batch(joined)
-        end = time.perf_counter()
-        del kept
-        if i >= 2:
-            one_t.append(mid - start)
-            all_t.append(end - mid2)
-    one_ms, all_ms = statistics.median(one_t) * 1000, statistics.median(all_t) * 1000
-    return {"per_event_ms": one_ms, "batch_ms": all_ms, "ratio": one_ms / all_ms}
+        for name, call in calls.items():
+            gc.collect()
+            start = time.perf_counter()
+            result = call()
+            if inspect.isawaitable(result):
+                result = await result
+            elapsed = time.perf_counter() - start
+            del result
+            if i >= 2:
+                samples[name].append(elapsed)
+    return {name: statistics.median(taken) * 1000 for name, taken in samples.items()}
 
 
 async def bench_reads(client: Redis, prefix: str, quick: bool) -> dict[str, Any]:
@@ -238,8 +234,8 @@ async def bench_reads(client: Redis, prefix: str, quick: bool) -> dict[str, Any]
         "adk": copy_costs(adk_events, rounds),
     }
     result["decode_1000"] = {
-        "core": decode_per_event_vs_batch(core_events[:1000], rounds * 5),
-        "adk": decode_per_event_vs_batch(adk_events[:1000], rounds * 3),
+        "core": await decode_per_event_vs_batch(core_events[:1000], rounds * 5),
+        "adk": await decode_per_event_vs_batch(adk_events[:1000], rounds * 3),
     }
     result["memory_per_json_byte"] = {
         "core": memory_per_json_byte(core_events[:2000]),

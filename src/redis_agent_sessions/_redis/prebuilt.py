@@ -1,13 +1,14 @@
 """EVALSHA with the command packed by hiredis, in C, instead of by redis-py, in Python.
 
-redis.asyncio packs every argument in Python: for append_event's ~33 arguments that is
-~45 us of a ~280 us round trip, against ~6 us for ``hiredis.pack_command``
-(scripts/bench.py). So on a plain ``redis.asyncio.Redis`` with hiredis installed, a script
-call packs its command itself and sends it on a pooled connection, with the connection's
-own retry policy, as ``execute_command`` would. Everything else (no hiredis, a cluster or
-single-connection client, a subclass that overrides ``execute_command``, an argument
-hiredis cannot pack, a server that lost its scripts) goes through redis-py's
-``AsyncScript`` unchanged. (Text is packed as UTF-8, as everywhere in this library.)
+redis.asyncio packs every argument in Python: for append_event's ~33 arguments that
+costs 55-65 us per append more than ``hiredis.pack_command`` (scripts/bench.py, the
+"redis-py packing" row, interleaved). So on a plain ``redis.asyncio.Redis`` with hiredis
+installed, a script call packs its command itself and sends it on a pooled connection, with
+the connection's own retry policy, as ``execute_command`` would. Everything else (no
+hiredis, a cluster or single-connection client, a subclass that overrides
+``execute_command``, an argument hiredis cannot pack, a server that lost its scripts) goes
+through redis-py's ``AsyncScript`` unchanged. (Text is packed as UTF-8, as everywhere in
+this library.)
 """
 
 from __future__ import annotations
