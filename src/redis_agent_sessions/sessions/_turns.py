@@ -5,9 +5,16 @@ learns first that it won and sends its next append first, so in a tight loop it 
 again and a loser can fail try after try. Here a writer that just lost a race is owed
 a turn: this worker's other appends to that session wait while writers are owed, and the
 owed go one at a time, in the order they lost, each until its retry is done (a retry is
-recognised by the same session object or the same event). A writer keeps its place for
-at most :data:`GRACE` seconds after it lost, so one that retries later, or differently,
-holds nobody up for long. Writers in other processes are not affected.
+recognised by the same session object or the same event).
+
+A writer that waits is in line too, behind those before it. So the writer whose turn
+just ended queues behind the waiters instead of sending its next append at once, which
+would leave the next waiter's copy stale again and cost it a refused round trip: under
+contention this worker's writers of a session go one at a time, one round trip each.
+
+A lost writer keeps its place for at most :data:`GRACE` seconds, so one that retries
+later, or differently, holds nobody up for long. Only the writer at the head of the line
+is woken when it moves. Writers in other processes are not affected.
 """
 
 from __future__ import annotations
@@ -23,80 +30,113 @@ GRACE = 0.01
 Writer = tuple[int, str]
 """(id of the session object, event id) of an append."""
 
+_HELD = float("inf")
+"""The lapse time of a place whose writer waits in line, or whose append runs."""
+
 
 class Turns:
     def __init__(self) -> None:
-        self._owed: dict[str, dict[Writer, float]] = {}
-        """Per session key, the owed writers in the order they lost, each with the time
-        its place lapses (infinite while its retry runs)."""
-        self._changed: dict[str, asyncio.Event] = {}
-        self._waiting: dict[str, int] = {}
-        """Per session key, how many writers are waiting in :meth:`take`."""
+        self._line: dict[str, dict[Writer, float]] = {}
+        """Per session key, the writers in line, in order, each with the time its place
+        lapses (:data:`_HELD` while its writer waits or its append runs)."""
+        self._wakers: dict[str, dict[Writer, asyncio.Future[None]]] = {}
+        """Per session key, the futures the writers waiting in :meth:`take` sleep on."""
 
     async def take(self, key: str, writer: Writer) -> Writer | None:
-        """Wait while writers of session ``key`` are owed a turn, until ``writer`` is the
-        first of them or none is left. Returns ``writer``'s place when it is owed the turn
-        it now takes: pass it to :meth:`taken` once the append is done."""
-        while (owed := self._owed.get(key)) is not None:
-            now = time.monotonic()
-            for other in [o for o, until in owed.items() if until <= now]:
-                del owed[other]
-            if not owed:
-                self._done(key)
-                return None
-            first = next(iter(owed))
-            if first[0] == writer[0] or first[1] == writer[1]:
-                owed[first] = _RUNNING
-                return first
-            lapses = [until for until in owed.values() if until != _RUNNING]
-            changed = self._changed.setdefault(key, asyncio.Event())
-            self._waiting[key] = self._waiting.get(key, 0) + 1
-            try:
-                await asyncio.wait_for(changed.wait(), min(lapses) - now if lapses else None)
-            except TimeoutError:
-                pass
-            finally:
-                if self._waiting[key] == 1:
-                    del self._waiting[key]
-                else:
-                    self._waiting[key] -= 1
-        return None
+        """Wait in line while writers of session ``key`` are in line, until ``writer`` is
+        the first or none is left. Returns ``writer``'s place when it takes a turn in line:
+        pass it to :meth:`taken` once the append is done."""
+        queued: Writer | None = None
+        try:
+            while (line := self._line.get(key)) is not None:
+                now = time.monotonic()
+                for other in [o for o, until in line.items() if until <= now]:
+                    del line[other]
+                if not line:
+                    del self._line[key]
+                    return None
+                first = next(iter(line))
+                if first == queued or (
+                    _same(first, writer) and first not in self._wakers.get(key, ())
+                ):
+                    line[first] = _HELD
+                    queued = None
+                    return first
+                if queued is None or queued not in line:
+                    # A lost writer retrying holds its place while it waits; others join
+                    # (again, if another writer of the same session object took theirs).
+                    queued = next((o for o in line if _same(o, writer)), writer)
+                    line[queued] = _HELD
+                lapses = []
+                for other, until in line.items():
+                    if other == queued:
+                        break
+                    if until != _HELD:
+                        lapses.append(until)
+                waker = asyncio.get_running_loop().create_future()
+                self._wakers.setdefault(key, {})[queued] = waker
+                try:
+                    await asyncio.wait_for(waker, min(lapses) - now if lapses else None)
+                except TimeoutError:
+                    pass
+                finally:
+                    wakers = self._wakers.get(key)
+                    if wakers is not None and wakers.get(queued) is waker:
+                        del wakers[queued]
+                        if not wakers:
+                            del self._wakers[key]
+            return None
+        finally:
+            if queued is not None:
+                # Left the line without a turn (cancelled): let the others move up.
+                line = self._line.get(key)
+                if line is not None and line.pop(queued, None) is not None:
+                    self._moved(key)
 
     def owed(self, key: str) -> bool:
-        """Whether any writer of session ``key`` is owed a turn (else :meth:`take` would
+        """Whether any writer of session ``key`` is in line (else :meth:`take` would
         return None at once)."""
-        return key in self._owed
+        return key in self._line
 
     def waiting(self, key: str, place: Writer | None) -> bool:
-        """Whether writers other than the one at ``place`` wait for a turn on ``key``."""
-        if key in self._waiting:
-            return True
-        owed = self._owed.get(key)
-        return owed is not None and any(other != place for other in owed)
+        """Whether writers other than the one at ``place`` are in line for ``key``."""
+        line = self._line.get(key)
+        return line is not None and any(other != place for other in line)
 
     def owe(self, key: str, writer: Writer) -> None:
         """``writer`` lost a race on session ``key``: it is owed a turn, after those
-        already owed one."""
-        self._owed.setdefault(key, {}).setdefault(writer, time.monotonic() + GRACE)
+        already in line."""
+        self._line.setdefault(key, {}).setdefault(writer, time.monotonic() + GRACE)
 
     def taken(self, key: str, place: Writer, *, lost: bool) -> None:
-        """The owed writer at ``place`` is done; when it ``lost`` again it keeps its place."""
-        owed = self._owed.get(key)
-        if owed is None or place not in owed:
+        """The writer at ``place`` is done; when it ``lost`` again it keeps its place."""
+        line = self._line.get(key)
+        if line is None or place not in line:
             return
         if lost:
-            owed[place] = time.monotonic() + GRACE
+            line[place] = time.monotonic() + GRACE
         else:
-            del owed[place]
-        self._done(key)
+            del line[place]
+        self._moved(key)
 
-    def _done(self, key: str) -> None:
-        """Wake the writers waiting on ``key`` to look again."""
-        if not self._owed.get(key):
-            self._owed.pop(key, None)
-        changed = self._changed.pop(key, None)
-        if changed is not None:
-            changed.set()
+    def _moved(self, key: str) -> None:
+        """The head of ``key``'s line changed: wake the first writer waiting in it, to
+        take its turn or wait again (until the places before it lapse)."""
+        line = self._line.get(key)
+        if not line:
+            self._line.pop(key, None)
+            return
+        wakers = self._wakers.get(key)
+        if not wakers:
+            return
+        for other in line:
+            waker = wakers.get(other)
+            if waker is not None:
+                if not waker.done():
+                    waker.set_result(None)
+                return
 
 
-_RUNNING = float("inf")
+def _same(place: Writer, writer: Writer) -> bool:
+    """Whether ``writer`` is the one at ``place``: the same session object or event."""
+    return place[0] == writer[0] or place[1] == writer[1]
