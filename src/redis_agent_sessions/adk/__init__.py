@@ -55,7 +55,7 @@ from redis_agent_sessions.adk._memory import RedisMemoryService
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
-from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec
+from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec, private
 
 __all__ = [
     "AlreadyExistsError",
@@ -96,7 +96,7 @@ class _AdkCodec(PydanticCodec[Session, Event]):
         super().__init__(Session, Event, GetSessionConfig)
 
     def revision(self, session: Session) -> int | None:
-        marker = session._storage_update_marker
+        marker = private(session, "_storage_update_marker")
         # A marker we did not write (a session built by hand or by another backend)
         # says nothing about our revision: the engine then compares last event ids.
         if marker is None or not marker.isdigit():

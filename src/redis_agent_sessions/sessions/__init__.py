@@ -11,7 +11,7 @@ from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.models import Event, GetSessionConfig, ListSessionsResponse, Session
 from redis_agent_sessions.sessions._engine import SessionEngine
 from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
-from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec
+from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec, private
 
 __all__ = ["RedisSessionService"]
 
@@ -23,7 +23,8 @@ class _Codec(PydanticCodec[Session, Event]):
         super().__init__(Session, Event, GetSessionConfig)
 
     def revision(self, session: Session) -> int | None:
-        return session._revision
+        revision: int | None = private(session, "_revision")
+        return revision
 
     def set_revision(self, session: Session, revision: int) -> None:
         session._revision = revision

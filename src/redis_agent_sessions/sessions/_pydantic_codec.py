@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.sessions._engine import StoredSession
 
-__all__ = ["PydanticCodec"]
+__all__ = ["PydanticCodec", "private"]
 
 S = TypeVar("S", bound=BaseModel)
 E = TypeVar("E", bound=BaseModel)
@@ -84,3 +84,14 @@ class PydanticCodec(Generic[S, E]):
 
     def set_revision(self, session: S, revision: int) -> None:
         raise NotImplementedError
+
+
+def private(model: BaseModel, name: str) -> Any:
+    """The value of ``model``'s private attribute ``name``. Read as an attribute, it goes
+    through pydantic's ``__getattr__``, which probes it for a descriptor by raising and
+    catching an AttributeError: ~3 us a read, on every append and every refresh, against
+    ~0.1 us for the dict that holds it."""
+    held = model.__pydantic_private__
+    if held is not None and name in held:
+        return held[name]
+    return getattr(model, name)
