@@ -136,9 +136,12 @@ WRITERS = 4
 EVENTS_EACH = 30
 
 
-async def _race(service: RedisSessionService, writers: int) -> tuple[Session, list[int]]:
+async def _race(
+    service: RedisSessionService, writers: int
+) -> tuple[Session, list[Session], list[int]]:
     """``writers`` tasks each append EVENTS_EACH events to one session as fast as they can,
-    refreshing and retrying on every refusal; returns the tries each event took."""
+    refreshing and retrying on every refusal; returns the session, the writers' copies and
+    the tries each event took."""
     s = await service.create_session(app_name=APP, user_id=USER)
     copies = [await fresh(service, s.id) for _ in range(writers)]
     tries: list[int] = []
@@ -156,7 +159,7 @@ async def _race(service: RedisSessionService, writers: int) -> tuple[Session, li
                 break
 
     await asyncio.gather(*(writer(c, w) for w, c in enumerate(copies)))
-    return s, tries
+    return s, copies, tries
 
 
 @contextmanager
@@ -181,10 +184,19 @@ def refusals(service: Any) -> Iterator[list[int]]:
 
 async def test_writers_of_one_worker_take_turns(service: RedisSessionService) -> None:
     with refusals(service) as refused:
-        s, tries = await _race(service, WRITERS)
+        s, copies, tries = await _race(service, WRITERS)
     stored = await fresh(service, s.id)
     assert len(stored.events) == WRITERS * EVENTS_EACH == len(tries)
     assert len({e.id for e in stored.events}) == len(stored.events)
+    # Every copy, brought up to date by refreshes that chained the catch-ups of the
+    # writers ahead of it, holds the stored history in order, up to its last append.
+    stored_ids = [e.id for e in stored.events]
+    for copy in copies:
+        ids = [e.id for e in copy.events]
+        assert ids == stored_ids[: len(ids)]
+        assert copy.events[-1].actions.state_delta.items() <= copy.state.items()
+        await service.refresh(copy)
+        assert copy.model_dump() == stored.model_dump()
     assert stored.state == {f"w{w}": EVENTS_EACH - 1 for w in range(WRITERS)}
     # A lost race puts its writer in line; nobody loses race after race. (Without the
     # turns, in a tight loop the writer whose append won sends its next one first and

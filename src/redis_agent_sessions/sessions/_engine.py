@@ -590,6 +590,8 @@ class SessionEngine(Generic[S, E]):
                 found = await self.snapshot(keys, None, start, anchor=anchor)
             new = None if found is None else _after(found, anchor, revision or 0)
             if found is not None and new is not None:
+                if held is not None:
+                    found, new = self._chained(keys, found, new)
                 events.extend(self.decode(keys.events, new))
                 self._refreshed(session, found.stored)
                 newest = (keys.meta, found.stored.revision, events[-1].id if events else "")
@@ -597,8 +599,8 @@ class SessionEngine(Generic[S, E]):
                     self.catch_ups.get(newest) is not None
                     or not self.catch_ups.newest(keys.meta, found.stored.revision)
                 ):
-                    # This worker has seen a newer revision: go on from there (by the
-                    # next catch-up, or else by a read).
+                    # This worker has seen a newer revision: go on from there (by a
+                    # catch-up the chain could not take, or else by a read).
                     return await self.refresh(session)
                 return session
         found = await self.snapshot(keys, None, "-")
@@ -606,6 +608,27 @@ class SessionEngine(Generic[S, E]):
             raise SessionNotFoundError(f"Session {session.id} not found.")
         events[:] = self.decode(keys.events, found.entries)
         return self._refreshed(session, found.stored)
+
+    def _chained(
+        self, keys: SessionKeys, found: Snapshot, new: list[Any]
+    ) -> tuple[Snapshot, list[Any]]:
+        """A held catch-up ``found`` and the ``new`` entries it gives a copy, extended by
+        the catch-ups held for the positions that follow it, as far as they go: the last
+        snapshot and every entry, to decode in one call. (With several writers of this
+        worker in line, each waiter is one catch-up behind per writer ahead of it.) The
+        newest event id is the metadata's, from the same atomic step as its entries."""
+        entries = list(new)
+        while new:
+            last = meta_field(found.meta, "last_event_id") or ""
+            following = self.catch_ups.get((keys.meta, found.stored.revision, last))
+            if following is None:
+                break
+            after = _after(following, last, found.stored.revision)
+            if after is None:
+                break
+            found, new = following, after
+            entries += new
+        return found, entries
 
     def _refreshed(self, session: S, stored: StoredSession) -> S:
         state = session.state
