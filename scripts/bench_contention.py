@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_contention.py            # ~1 minute
+    .venv/bin/python scripts/bench_contention.py            # ~3 minutes
     .venv/bin/python scripts/bench_contention.py --quick    # smoke run
     .venv/bin/python scripts/bench_contention.py --json
     .venv/bin/python scripts/bench_contention.py --url redis://127.0.0.1:6379/0
@@ -23,7 +23,8 @@ event). Ways of catching up, each on a session that already holds ``--history`` 
 The baseline is the same writers appending to distinct sessions (no contention). The target:
 same-session appends/s with ``refresh`` >= 50% of the distinct-session figure, no writer
 giving up, nothing lost (every acknowledged event is stored, once, and the count of stored
-events adds up). Ratios are of figures measured in one run.
+events adds up). Each figure is a ratio of two measured in the same round of one run;
+each mode runs once per round (``--rounds``), and the median of the rounds is reported.
 
 Also measured: one writer alone appending back to back to one session. Under the reject
 policy each append to a session must follow the one before it (a writer must have seen
@@ -37,10 +38,11 @@ import argparse
 import asyncio
 import json
 import platform
+import statistics
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from redis.asyncio import Redis
@@ -72,6 +74,7 @@ class Run:
     gave_up: int
     per_second: float
     lost: int
+    round: int = 0
 
 
 async def _writer(
@@ -164,40 +167,60 @@ def has_cache() -> bool:
     return "read_cache_bytes" in SessionServiceConfig.model_fields
 
 
-async def bench(url: str, seconds: float, history: int) -> dict[str, Any]:
+async def bench(url: str, seconds: float, history: int, rounds: int) -> dict[str, Any]:
+    """Per writer count, ``rounds`` rounds of every mode (one writer alone first), so that
+    the machine's drift, which moves figures by tens of percent within minutes here, hits
+    all modes of a round alike; ratios are taken within a round."""
     client = Redis.from_url(url)
     prefix = f"ras-contention-{uuid.uuid4().hex[:8]}"
     modes = ["distinct", "reload", *(["reload+cache"] if has_cache() else []), "refresh"]
     runs: list[Run] = []
     try:
-        alone = await run_case(client, prefix, "distinct", 1, seconds, history)
-        print(f"  one writer alone: {alone.per_second:8.1f} appends/s", file=sys.stderr)
         for writers in WRITERS:
-            for mode in modes:
-                run = await run_case(client, prefix, mode, writers, seconds, history)
-                runs.append(run)
-                print(f"  {mode:>13} x{writers}: {run.per_second:8.1f} appends/s, "
-                      f"{run.stale} stale, {run.gave_up} gave up, {run.lost} lost",
-                      file=sys.stderr)  # fmt: skip
+            for round_ in range(rounds):
+                for mode in ["alone", *modes]:
+                    alone = mode == "alone"
+                    run = await run_case(
+                        client,
+                        prefix,
+                        "distinct" if alone else mode,
+                        1 if alone else writers,
+                        seconds,
+                        history,
+                    )
+                    run = replace(run, mode=mode, writers=writers, round=round_)
+                    runs.append(run)
+                    print(f"  round {round_ + 1} {mode:>13} x{writers}: {run.per_second:8.1f} "
+                          f"appends/s, {run.stale} stale, {run.gave_up} gave up, {run.lost} lost",
+                          file=sys.stderr)  # fmt: skip
     finally:
         async for key in client.scan_iter(match=f"{prefix}*", count=1000):
             await client.delete(key)
         await client.aclose()
-    return {"runs": [asdict(r) for r in runs], "ratios": ratios(runs, alone)}
+    return {"runs": [asdict(r) for r in runs], "ratios": ratios(runs)}
 
 
-def ratios(runs: list[Run], alone: Run) -> dict[str, dict[str, float]]:
-    """Same-session appends/s of each catch-up mode / distinct sessions, per writer count;
-    ``ceiling``: one writer alone / distinct sessions."""
-    out: dict[str, dict[str, float]] = {}
-    for writers in WRITERS:
-        base = next(r for r in runs if r.writers == writers and r.mode == "distinct")
+def ratios(runs: list[Run]) -> dict[str, dict[str, list[float]]]:
+    """Per writer count and mode: the median over rounds of the same-session appends/s /
+    distinct sessions of the same round, then the lowest and highest of the rounds.
+    ``alone`` is the ceiling (one writer alone / distinct); ``refresh/alone`` the share of
+    that ceiling the writers reach."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for writers in sorted({r.writers for r in runs}):
+        per_mode: dict[str, list[float]] = {}
+        for round_ in sorted({r.round for r in runs if r.writers == writers}):
+            of_round = {r.mode: r for r in runs if r.writers == writers and r.round == round_}
+            base = of_round["distinct"].per_second
+            for mode, run in of_round.items():
+                if mode != "distinct":
+                    per_mode.setdefault(mode, []).append(run.per_second / base)
+            per_mode.setdefault("refresh/alone", []).append(
+                of_round["refresh"].per_second / of_round["alone"].per_second
+            )
         out[str(writers)] = {
-            r.mode: round(r.per_second / base.per_second, 3)
-            for r in runs
-            if r.writers == writers and r.mode != "distinct"
+            mode: [round(statistics.median(xs), 3), round(min(xs), 3), round(max(xs), 3)]
+            for mode, xs in per_mode.items()
         }
-        out[str(writers)]["ceiling"] = round(alone.per_second / base.per_second, 3)
     return out
 
 
@@ -206,13 +229,15 @@ def main() -> None:
     parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
     parser.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     parser.add_argument("--history", type=int, default=None, help="events already stored")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of every mode")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
-    seconds = 1.0 if args.quick else 4.0
+    seconds = 1.0 if args.quick else 2.0
+    rounds = args.rounds or (1 if args.quick else 3)
     history = args.history if args.history is not None else (200 if args.quick else 1000)
 
     def run(url: str) -> dict[str, Any]:
-        return asyncio.run(bench(url, seconds, history))
+        return asyncio.run(bench(url, seconds, history, rounds))
 
     if args.url:
         result = run(args.url)
@@ -223,22 +248,27 @@ def main() -> None:
         "python": platform.python_version(),
         "redis_agent_sessions": redis_agent_sessions.__version__,
         "seconds_per_run": seconds,
+        "rounds": rounds,
         "history": history,
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return
     print(
-        f"\nSame session vs distinct sessions, {history} events of history, {seconds:.0f} s "
-        f"per run (appends/s ratio; target refresh >= {TARGET_SHARE:.0%}):"
+        f"\nSame session vs distinct sessions, {history} events of history, {rounds} rounds "
+        f"of {seconds:.0f} s per mode (appends/s ratio, median of the rounds (lowest-highest); "
+        f"target refresh >= {TARGET_SHARE:.0%}; alone = one writer alone, the ceiling):"
     )
     for writers, by_mode in result["ratios"].items():
-        line = ", ".join(f"{mode} {ratio:.0%}" for mode, ratio in by_mode.items())
-        ok = by_mode["refresh"] >= TARGET_SHARE
-        refresh = next(
-            r for r in result["runs"] if r["writers"] == int(writers) and r["mode"] == "refresh"
+        line = ", ".join(
+            f"{mode} {mid:.0%} ({low:.0%}-{high:.0%})" for mode, (mid, low, high) in by_mode.items()
         )
-        gave_up, lost = refresh["gave_up"], refresh["lost"]
+        ok = by_mode["refresh"][0] >= TARGET_SHARE
+        refreshes = [
+            r for r in result["runs"] if r["writers"] == int(writers) and r["mode"] == "refresh"
+        ]
+        gave_up = sum(r["gave_up"] for r in refreshes)
+        lost = sum(r["lost"] for r in refreshes)
         verdict = "met" if ok and not gave_up and not lost else "MISSED"
         print(f"  {writers} writers: {line} -> {verdict} (gave up {gave_up}, lost {lost})")
 
