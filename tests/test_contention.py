@@ -234,11 +234,11 @@ async def test_a_writer_whose_turn_ended_queues_behind_the_waiting() -> None:
     assert turns.waiting(KEY, place)
     turns.taken(KEY, place, lost=False)
     # A's next append (same session object, next event) goes after B, not before it.
-    assert turns.owed(KEY)
+    assert turns.in_line(KEY)
     await _in_line(turns, A_NEXT, order)
     await waiting
     assert order == ["b1", "a2"]
-    assert not turns.owed(KEY)
+    assert not turns.in_line(KEY)
 
 
 async def test_a_writer_that_leaves_the_line_lets_the_others_move_up() -> None:
@@ -254,7 +254,7 @@ async def test_a_writer_that_leaves_the_line_lets_the_others_move_up() -> None:
     turns.taken(KEY, place, lost=False)
     await asyncio.wait_for(staying, 1)
     assert order == ["c1"]
-    assert not turns.owed(KEY)
+    assert not turns.in_line(KEY)
 
 
 async def test_a_lost_writer_that_never_retries_holds_the_line_for_grace_only() -> None:
@@ -263,5 +263,5 @@ async def test_a_lost_writer_that_never_retries_holds_the_line_for_grace_only() 
     started = time.monotonic()
     await asyncio.wait_for(_in_line(turns, B, order), 1)
     assert order == ["b1"]
-    assert not turns.owed(KEY)
+    assert not turns.in_line(KEY)
     assert time.monotonic() - started >= _turns.GRACE * 0.9

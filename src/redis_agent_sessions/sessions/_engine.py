@@ -283,10 +283,10 @@ class SessionEngine(Generic[S, E]):
         shortfalls: list[str] = []
         writer = (id(session), event.id)
         turns = self._turns
-        # No coroutine when nobody is owed a turn: the uncontended append stays lean.
+        # No coroutine when nobody is in line: the uncontended append stays lean.
         place = (
             None
-            if turns is None or not turns.owed(keys.meta)
+            if turns is None or not turns.in_line(keys.meta)
             else await turns.take(keys.meta, writer)
         )
         position = (keys.meta, revision or 0, events[-1].id if events else "")

@@ -93,7 +93,7 @@ class Turns:
                 if line is not None and line.pop(queued, None) is not None:
                     self._moved(key)
 
-    def owed(self, key: str) -> bool:
+    def in_line(self, key: str) -> bool:
         """Whether any writer of session ``key`` is in line (else :meth:`take` would
         return None at once)."""
         return key in self._line
