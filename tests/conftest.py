@@ -15,11 +15,13 @@ Tests inspect and corrupt data through ``redis_client`` (an admin); services are
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import fakeredis
 import pytest
+from hypothesis import settings
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
@@ -30,6 +32,14 @@ from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 
 CACHE_BYTES = 64 << 20
+
+# CI (HYPOTHESIS_PROFILE=ci, set by .ci/run) draws the same examples on every run, seeded
+# from each test's source, and keeps no example database: a red CI means a change broke
+# something, not that this run drew an unlucky example. Local runs keep exploring new ones
+# (and replay the failures saved in .hypothesis/).
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "explore"))
 
 
 @pytest.fixture(params=["nocache", "cache"])
