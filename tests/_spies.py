@@ -9,9 +9,9 @@ from typing import Any
 
 @contextmanager
 def decoded(service: Any, method: str = "decode") -> Iterator[list[int]]:
-    """The number of events each call of the engine's ``method`` (``decode``: stream entries;
+    """The number of events each call of the engine's reads' ``method`` (``decode``: stream entries;
     ``decode_raws``: stored JSON) parsed, while inside."""
-    engine = service._engine
+    engine = service._engine.reads
     counts: list[int] = []
     original = getattr(engine, method)
 

@@ -362,7 +362,7 @@ async def snapshot_of_failing_slot(client: Any, service: RedisSessionService) ->
     in a second step, so when the app's slot refuses, the user-slot part has landed (its app
     write waits in the outbox) and the app's slot is what stays untouched."""
     everything = await snapshot(client)
-    if not service._engine.cluster:
+    if service._engine.layout.name != "cluster":
         return everything
     return {k: v for k, v in everything.items() if k.startswith(b"ras:{" + APP.encode() + b"}")}
 

@@ -28,19 +28,19 @@ from test_sessions import APP, USER, delta_event, fresh
 @contextmanager
 def reads(service: Any) -> Iterator[list[int]]:
     """Counts the session reads (snapshots) ``service`` makes."""
-    engine = service._engine
+    reads = service._engine.reads
     calls: list[int] = []
-    original = engine.snapshot
+    original = reads.snapshot
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return await original(*args, **kwargs)
 
-    engine.snapshot = counted
+    reads.snapshot = counted
     try:
         yield calls
     finally:
-        del engine.snapshot
+        del reads.snapshot
 
 
 async def _lost_race(service: RedisSessionService) -> tuple[Session, Session]:
@@ -67,7 +67,7 @@ async def test_a_refusal_carries_what_the_refresh_needs(service: RedisSessionSer
     assert counts == [2]  # only the two events it lacked
     # The catch-up rides on the refusal on a single node; a cluster's app state is in
     # another slot, so there the refresh reads (once).
-    assert snapshots == ([1] if service._engine.cluster else [])
+    assert snapshots == ([1] if service._engine.layout.name == "cluster" else [])
     await service.append_event(held, delta_event({"n": 4}))  # the retry is accepted
     assert (await fresh(service, s.id)).state["n"] == 4
 
@@ -121,7 +121,7 @@ async def test_adk_refusal_carries_the_catch_up_too(worker_client: Any) -> None:
     assert second.events == []
     with reads(adk_service) as snapshots:
         await adk_service.refresh(second)
-    assert snapshots == ([1] if adk_service._engine.cluster else [])
+    assert snapshots == ([1] if adk_service._engine.layout.name == "cluster" else [])
     assert [e.author for e in second.events] == ["first"]
     await adk_service.append_event(second, _adk_event("second"))
 
@@ -165,21 +165,21 @@ async def _race(
 @contextmanager
 def refusals(service: Any) -> Iterator[list[int]]:
     """Collects the status of every append the server refused as stale (-2)."""
-    engine = service._engine
+    runner = service._engine.ctx.runner
     refused: list[int] = []
-    original = engine._run
+    original = runner.run
 
     async def counted(script: Any, *args: Any, **kwargs: Any) -> Any:
         reply = await original(script, *args, **kwargs)
-        if script is engine._append and reply[0] == -2:
+        if script is runner.append and reply[0] == -2:
             refused.append(-2)
         return reply
 
-    engine._run = counted
+    runner.run = counted  # type: ignore[method-assign]
     try:
         yield refused
     finally:
-        del engine._run
+        del runner.run
 
 
 async def test_writers_of_one_worker_take_turns(service: RedisSessionService) -> None:
@@ -202,7 +202,7 @@ async def test_writers_of_one_worker_take_turns(service: RedisSessionService) ->
     # turns, in a tight loop the writer whose append won sends its next one first and
     # wins again: a loser then fails 10 tries and more.)
     assert max(tries) <= 2 * WRITERS, sorted(tries)[-10:]
-    if service._engine._outbox is None:
+    if service._engine.layout.name == "single":
         # Only the first race reaches the server: after it the writers go one at a time,
         # each refreshed by the previous append's reply before it sends. (When the writer
         # whose turn ended sent its next append ahead of the waiting one, about half of

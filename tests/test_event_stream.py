@@ -58,7 +58,7 @@ async def test_pages_cover_every_event_once_in_either_order(service: RedisSessio
 async def test_a_page_reads_only_its_events(service: RedisSessionService) -> None:
     await session_with(service, 300)
     decoded: list[int] = []
-    codec = service._engine._codec
+    codec = service._engine.ctx.codec
     original = codec.decode_events
 
     def counting(raws: Any) -> Any:

@@ -77,7 +77,7 @@ async def test_appends_survive_a_script_cache_flush(
 ) -> None:
     s = await service.create_session(app_name=APP, user_id=USER)
     await service.append_event(s, Event(actions=EventActions(state_delta={"n": 1})))
-    sha = service._engine._append.sha
+    sha = service._engine.ctx.runner.append.sha
     assert await redis_client.script_exists(sha) == [True]
     await redis_client.script_flush()
     assert await redis_client.script_exists(sha) == [False]
@@ -219,7 +219,7 @@ class CountingClient:
 
 async def test_round_trips_do_not_grow_with_history(redis_client: Any) -> None:
     counting = CountingClient(redis_client)
-    cluster = RedisSessionService(redis_client)._engine.cluster
+    cluster = RedisSessionService(redis_client)._engine.layout.name == "cluster"
     config = SessionServiceConfig(cluster=cluster)
     service = RedisSessionService(counting, config=config)  # type: ignore[arg-type]
     s = await service.create_session(app_name=APP, user_id=USER)
@@ -304,7 +304,7 @@ async def test_cluster_reads_by_pipeline_or_script_agree(
     """The cluster layout reads a session optimistically (pipelined, metadata checked before
     and after) and falls back to a read-only script; both give the same session."""
     service = RedisSessionService(redis_client, config=SessionServiceConfig(cluster=True))
-    service._engine.optimistic_reads = optimistic_reads
+    service._engine.layout.optimistic_reads = optimistic_reads  # type: ignore[attr-defined]
     s = await service.create_session(app_name=APP, user_id=USER, state={"app:a": 0, "user:u": 0})
     for i in range(1, 6):
         delta = {"k": i, "user:u": i, "app:a": i}

@@ -56,7 +56,7 @@ async def test_plain_clients_skip_redis_py_packing(
     )
     # The slot-checking fakeredis overrides execute_command: its checks still see every
     # script, as a cluster client does.
-    assert calls == ([] if plain else [service._engine._append.sha])
+    assert calls == ([] if plain else [service._engine.ctx.runner.append.sha])
 
 
 async def test_a_client_overriding_execute_command_sees_every_script() -> None:

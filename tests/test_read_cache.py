@@ -61,7 +61,7 @@ def pair(make_service: Any) -> tuple[RedisSessionService, RedisSessionService]:
 @pytest.mark.parametrize("optimistic_reads", [3, 0])
 async def test_warm_read_decodes_only_new_events(pair: Any, optimistic_reads: int) -> None:
     cached, other = pair
-    cached._engine.optimistic_reads = optimistic_reads
+    cached._engine.layout.optimistic_reads = optimistic_reads  # type: ignore[attr-defined]
     s = await _session(other, 5)
     with decoded(cached, "decode_raws") as counts:
         first = await get(cached, s.id)

@@ -25,7 +25,7 @@ async def walk(service: RedisSessionService, page_size: int, **kw: Any) -> list[
 
 
 def cluster(service: RedisSessionService) -> bool:
-    return service._engine.cluster
+    return service._engine.layout.name == "cluster"
 
 
 async def seed(service: RedisSessionService, n: int = 7) -> list[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from functools import cache
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar
@@ -37,12 +37,13 @@ DENIED = -4
 
 @cache
 def lua_source(name: str) -> str:
-    """The text of ``lua/<name>.lua`` inside this package, after the ACL prelude
-    (``lua/_permitted.lua``), which every script calls before its first command."""
+    """The text of ``lua/<name>.lua`` inside this package, after the libraries every script
+    may call: the ACL prelude (``lua/_permitted.lua``), which every script calls before its
+    first command, and the layout argument's reader (``lua/_layout.lua``)."""
     lua = resources.files(__package__).joinpath("lua")
-    return lua.joinpath("_permitted.lua").read_text("utf-8") + lua.joinpath(
-        f"{name}.lua"
-    ).read_text("utf-8")
+    return "".join(
+        lua.joinpath(f"{part}.lua").read_text("utf-8") for part in ("_permitted", "_layout", name)
+    )
 
 
 def register(client: Any, name: str) -> AsyncScript:
@@ -93,7 +94,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def typed_permissions(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+def typed_permissions(
+    method: Callable[P, Coroutine[Any, Any, R]],
+) -> Callable[P, Coroutine[Any, Any, R]]:
     """``method`` with Redis's NOPERM replies raised as PermissionDeniedError."""
 
     @functools.wraps(method)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from google.adk.sessions import Session
 
     from redis_agent_sessions.keys import SessionKeys
-    from redis_agent_sessions.sessions._engine import SessionEngine
+    from redis_agent_sessions.sessions._reads import Reads
 
 __all__ = ["CompactedReads", "read_compacted", "read_hints"]
 
@@ -166,13 +166,13 @@ _EXTENSIONS = 6
 
 
 async def read_compacted(
-    engine: SessionEngine[Session, Event],
+    reads: Reads[Session, Event],
     keys: SessionKeys,
     compaction: EventsCompactionConfig | None,
 ) -> tuple[Session | None, bool]:
     """The compacted session (or None when there is none) and whether it is compacted;
     ``(None, False)`` also when it must be read in full."""
-    redis = engine._redis
+    redis = reads.client
     pipe = redis.pipeline(transaction=False)
     pipe.hmget(keys.meta, "full_reads", "create_time")
     pipe.zrange(keys.compactions, 0, -1)
@@ -199,7 +199,7 @@ async def read_compacted(
     pipe.hget(keys.meta, "create_time")
     # The tail comes with the state, at one instant; what is older never changes, unless
     # the session was deleted and created again in between (then create_time differs).
-    found = await engine.snapshot(keys, None, str(tail))
+    found = await reads.snapshot(keys, None, str(tail))
     *parts, created_again = await _scripts.execute(pipe, [keys.events, keys.events, keys.meta])
     if found is None:
         return None, True
@@ -208,7 +208,7 @@ async def read_compacted(
         return None, False
     before = parts.pop() if sliding and tail > 0 else []
     events: dict[tuple[int, int], Event] = {}
-    _add(engine, keys, events, [*(e for p in parts for e in p), *tail_entries, *before])
+    _add(reads, keys, events, [*(e for p in parts for e in p), *tail_entries, *before])
     # The tail and what was read just before it are one run of consecutive entries.
     first = min((stream_id(text(e[0])) for e in before), default=(tail, 0))
     for _ in range(_EXTENSIONS):
@@ -217,7 +217,7 @@ async def read_compacted(
         if _orphan_responses(listed):
             return None, False
         if not sliding or _window_in_tail(listed, bisect_left(order, first), compaction):
-            return engine.build_session(stored, listed), True
+            return reads.build_session(stored, listed), True
         if len(before) < look_back:
             return None, False  # the run already starts at the session's first entry
         look_back *= 2
@@ -227,13 +227,13 @@ async def read_compacted(
         before, created_again = await _scripts.execute(pipe, [keys.events, keys.meta])
         if created_again != created:
             return None, False
-        _add(engine, keys, events, before)
+        _add(reads, keys, events, before)
         first = min((stream_id(text(e[0])) for e in before), default=first)
     return None, False
 
 
 def _add(
-    engine: SessionEngine[Session, Event],
+    reads: Reads[Session, Event],
     keys: SessionKeys,
     events: dict[tuple[int, int], Event],
     entries: list[Any],
@@ -244,7 +244,7 @@ def _add(
         entry_id = stream_id(text(entry[0]))
         if entry_id not in events:
             new[entry_id] = entry
-    events.update(zip(new, engine.decode(keys.events, list(new.values())), strict=True))
+    events.update(zip(new, reads.decode(keys.events, list(new.values())), strict=True))
 
 
 def _previous(entry_id: tuple[int, int]) -> str:

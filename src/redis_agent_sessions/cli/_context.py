@@ -105,7 +105,8 @@ class Context:
 
     @property
     def cluster(self) -> bool:
-        return self.engine.cluster
+        """Whether the sessions use the cluster layout (no app-wide by-update index)."""
+        return self.engine.layout.name == "cluster"
 
     def print_json(self, value: Any) -> None:
         """One JSON document (or line) on stdout, exactly as given."""

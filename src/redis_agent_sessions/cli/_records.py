@@ -25,7 +25,8 @@ from redis_agent_sessions.errors import (
 )
 from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.models import Event, Session
-from redis_agent_sessions.sessions._engine import SessionEngine, raw_events
+from redis_agent_sessions.sessions._engine import SessionEngine
+from redis_agent_sessions.sessions._replies import raw_events
 from redis_agent_sessions.state import split_state_delta
 
 __all__ = ["dump", "import_record", "read_record", "validate"]
@@ -45,10 +46,10 @@ async def read_record(
     *,
     last: int | None = None,
 ) -> dict[str, Any] | None:
-    """One session as a record, read at one instant (``SessionEngine.snapshot``); None when
+    """One session as a record, read at one instant (``Reads.snapshot``); None when
     there is no such session. ``last`` keeps only the newest N events."""
     keys = engine.keys.session(app_name, user_id, session_id)
-    found = await engine.snapshot(keys, last, "-")
+    found = await engine.reads.snapshot(keys, last, "-")
     if found is None:
         return None
     stored, meta, entries = found.stored, found.meta, found.entries
@@ -110,7 +111,7 @@ def validate(engine: SessionEngine[Any, Any], record: object) -> list[Any]:
         # Only an append moves last_update_time: a session without events has none other.
         raise InvalidInputError("a session without events must have last_update_time = create_time")
     try:
-        events = engine._codec.decode_events([orjson.dumps(e) for e in raw_events])
+        events = engine.ctx.codec.decode_events([orjson.dumps(e) for e in raw_events])
     except ValueError as exc:
         raise InvalidInputError(f"bad event: {str(exc).splitlines()[0]}") from None
     seen: set[str] = set()
@@ -142,9 +143,9 @@ async def import_record(
         **{f"app:{k}": v for k, v in scoped.get("app", {}).items()},
     }
     if replace:
-        await engine.delete_session(app_name=app, user_id=user, session_id=sid)
+        await engine.writes.delete_session(app_name=app, user_id=user, session_id=sid)
     try:
-        await engine.create_session(
+        await engine.writes.create_session(
             app_name=app,
             user_id=user,
             session_id=sid,
@@ -159,8 +160,8 @@ async def import_record(
             (event, orjson.dumps(raw)) for event, raw in zip(events, record["events"], strict=True)
         ]
         # The last event leaves last_update_time as it was (ADK's may differ from it).
-        await engine.append_exported(keys, sid, stored, float(record["last_update_time"]))
+        await engine.writes.append_exported(keys, sid, stored, float(record["last_update_time"]))
     except BaseException:
-        await engine.delete_session(app_name=app, user_id=user, session_id=sid)
+        await engine.writes.delete_session(app_name=app, user_id=user, session_id=sid)
         raise
     return True

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from datetime import timedelta
-from typing import Any, Literal
-
-from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
-from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.models import Event, GetSessionConfig, ListSessionsResponse, Session
-from redis_agent_sessions.sessions._engine import SessionEngine
-from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
 from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec, private
+from redis_agent_sessions.sessions._service import SessionServiceBase
 
 __all__ = ["RedisSessionService"]
 
@@ -30,196 +23,23 @@ class _Codec(PydanticCodec[Session, Event]):
         session._revision = revision
 
 
-class RedisSessionService(ClientOwner):
+class RedisSessionService(
+    SessionServiceBase[Session, Event, GetSessionConfig, ListSessionsResponse]
+):
     """Sessions, events and scoped state stored in Redis, shared by every worker.
 
     Args:
         client: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster`` client
             (the key layout follows); it stays open when this service closes.
-        config: key prefix, TTL, stale-writer policy and size limit.
+        config: key prefix, TTL, stale-writer policy, size limit, write concern and read
+            cache.
+
+    Ids are taken as given: an empty or space-padded app name, user id or session id is
+    an InvalidInputError, so that an id always names exactly what the caller wrote.
     """
 
-    def __init__(self, client: AnyRedis, *, config: SessionServiceConfig | None = None) -> None:
-        self._engine: SessionEngine[Session, Event] = SessionEngine(client, _Codec(), config)
-        self._client = client
-        self._owns_client = False
+    def _codec(self) -> _Codec:
+        return _Codec()
 
-    @property
-    def config(self) -> SessionServiceConfig:
-        return self._engine.config
-
-    async def create_session(
-        self,
-        *,
-        app_name: str,
-        user_id: str,
-        state: Mapping[str, Any] | None = None,
-        session_id: str | None = None,
-        ttl: int | str | timedelta | None = None,
-    ) -> Session:
-        """Create a session; ``app:``/``user:`` keys of ``state`` go to the shared scopes.
-
-        ``ttl`` gives this session its own sliding expiry, refreshed by each append, in
-        place of ``config.ttl_seconds``: seconds (``0`` = never expires), a ``timedelta``,
-        or text such as ``"3600s"``.
-
-        Raises:
-            AlreadyExistsError: the id is taken (nothing is written).
-        """
-        return await self._engine.create_session(
-            app_name=app_name, user_id=user_id, state=state, session_id=session_id, ttl=ttl
-        )
-
-    async def get_session(
-        self,
-        *,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        config: GetSessionConfig | None = None,
-    ) -> Session | None:
-        """The session with merged state and its events (in append order), or None."""
-        return await self._engine.get_session(
-            app_name=app_name, user_id=user_id, session_id=session_id, config=config
-        )
-
-    async def list_sessions(
-        self, *, app_name: str, user_id: str | None = None
-    ) -> ListSessionsResponse:
-        """Sessions of one user, or of every user when ``user_id`` is None; oldest first."""
-        sessions = await self._engine.list_sessions(app_name=app_name, user_id=user_id)
+    def _list_response(self, sessions: list[Session]) -> ListSessionsResponse:
         return ListSessionsResponse(sessions=sessions)
-
-    async def list_sessions_page(
-        self,
-        *,
-        app_name: str,
-        user_id: str | None = None,
-        page_size: int = 100,
-        page_token: str | None = None,
-        order_by: Literal["updated", "created"] = "updated",
-        newest_first: bool = True,
-    ) -> SessionsPage[Session]:
-        """One page of sessions (merged state, no events), read from an index in O(page):
-        of every user of the app (``user_id=None``) or of one user, by last update
-        (``order_by="updated"``, moved by every append) or by creation, newest first by
-        default; at most ``page_size`` (1 to 1,000), continued by passing
-        ``next_page_token`` back. Sessions that expired are skipped (and dropped from the
-        indexes). On a Redis Cluster, app-wide pages are by creation only.
-        """
-        return await self._engine.listing.page(
-            app_name=app_name,
-            user_id=user_id,
-            page_size=page_size,
-            page_token=page_token,
-            order_by=order_by,
-            newest_first=newest_first,
-        )
-
-    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """Delete a session and its events; user and app state stay. Missing: no-op."""
-        await self._engine.delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
-
-    async def append_event(self, session: Session, event: Event) -> Event:
-        """Store ``event`` and apply its state delta, atomically, in one round trip.
-
-        Partial events are returned untouched. ``temp:`` keys reach ``session.state``
-        only. Re-appending a stored event id is a no-op that returns the event.
-
-        Raises:
-            SessionNotFoundError: the session does not exist (any more).
-            StaleSessionError: another writer appended since ``session`` was read
-                (under the default ``reject`` policy); nothing was written.
-        """
-        return await self._engine.append_event(session, event)
-
-    async def refresh(self, session: Session) -> Session:
-        """Bring ``session`` (a copy read or created earlier) up to date in place, and
-        return it: one round trip reads only the events appended after its newest one,
-        which are added to ``session.events``, and the current state, which replaces
-        ``session.state`` (``temp:`` keys go, as in any read). The cost grows with what the
-        copy lacks, not with the history. A copy that cannot be vouched for (built by hand,
-        or one whose newest event was rewritten, or a session deleted and created again)
-        is read whole instead, its ``events`` list refilled.
-
-        The retry for StaleSessionError::
-
-            try:
-                await service.append_event(session, event)
-            except StaleSessionError:
-                await service.refresh(session)  # now holds what the other writer added
-                await service.append_event(session, event)
-
-        Raises:
-            SessionNotFoundError: the session does not exist (any more); ``session`` is
-                left as it was.
-        """
-        return await self._engine.refresh(session)
-
-    async def list_events(
-        self,
-        *,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        limit: int = 100,
-        newest_first: bool = False,
-        page_token: str | None = None,
-    ) -> EventsPage[Event]:
-        """One page of a session's events, oldest first (or newest first), at most ``limit``
-        (1 to 10,000); pass ``next_page_token`` back for the next page. O(limit) whatever
-        the history.
-
-        Raises:
-            SessionNotFoundError: no such session.
-        """
-        return await self._engine.events.page(
-            app_name,
-            user_id,
-            session_id,
-            limit=limit,
-            newest_first=newest_first,
-            page_token=page_token,
-        )
-
-    def watch(
-        self,
-        *,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        after_event_id: str | None = None,
-        from_beginning: bool = False,
-        block_ms: int = 5000,
-    ) -> AsyncIterator[Event]:
-        """Follow a session live: ``async for event in service.watch(...)`` yields each event
-        any worker appends, in order, blocking in Redis (``XREAD BLOCK``) in between.
-
-        Starts after the newest event at the first iteration, after ``after_event_id``
-        (resume after the last event seen, e.g. after a disconnect: nothing lost, nothing
-        twice), or at the first event with ``from_beginning``. Connection drops are retried
-        from the same position. Ends when the session is deleted or expires; stop it by
-        breaking out of the loop or cancelling the task. ``block_ms`` is how long one read
-        blocks before re-checking that the session exists (keep it below the client's
-        ``socket_timeout``).
-
-        Raises:
-            SessionNotFoundError: (at the first iteration) no such session.
-            InvalidInputError: ``after_event_id`` is not an event of this session.
-        """
-        return self._engine.events.watch(
-            app_name,
-            user_id,
-            session_id,
-            after_event_id=after_event_id,
-            from_beginning=from_beginning,
-            block_ms=block_ms,
-        )
-
-    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        """User-scope state, keys without the ``user:`` prefix."""
-        return await self._engine.get_user_state(app_name=app_name, user_id=user_id)
-
-    async def get_app_state(self, *, app_name: str) -> dict[str, Any]:
-        """App-scope state, keys without the ``app:`` prefix."""
-        return await self._engine.get_app_state(app_name=app_name)

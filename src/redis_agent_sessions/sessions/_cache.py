@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from redis_agent_sessions._redis.codec import meta_field
 
 if TYPE_CHECKING:
-    from redis_agent_sessions.sessions._engine import Snapshot
+    from redis_agent_sessions.sessions._types import Snapshot
 
 __all__ = ["MEMORY_PER_JSON_BYTE", "Cached", "ReadCache", "fits"]
 

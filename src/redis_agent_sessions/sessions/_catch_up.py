@@ -23,7 +23,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from redis_agent_sessions.sessions._engine import Snapshot
+    from redis_agent_sessions.sessions._types import Snapshot
 
 __all__ = ["SECONDS", "CatchUps", "Position"]
 

@@ -39,11 +39,13 @@ class EventStream(Generic[E]):
         keys: KeySpace,
         decode: Callable[[str, list[Any]], list[E]],
         ready: Callable[[], Awaitable[None]],
+        not_found: type[SessionNotFoundError] = SessionNotFoundError,
     ) -> None:
         self._redis = client
         self._keys = keys
         self._decode = decode
         self._ready = ready
+        self._not_found = not_found
 
     def _session(self, app_name: str, user_id: str, session_id: str) -> SessionKeys:
         return self._keys.session(
@@ -82,7 +84,7 @@ class EventStream(Generic[E]):
             pipe.xrange(keys.events, f"({after}" if after else "-", "+", count=limit + 1)
         exists, entries = await _scripts.execute(pipe, [keys.meta, keys.events])
         if not exists:
-            raise SessionNotFoundError(f"Session {session_id} not found.")
+            raise self._not_found(f"Session {session_id} not found.")
         more = len(entries) > limit
         entries = entries[:limit]
         token = write_token(scope, [text(entries[-1][0])]) if more else None
@@ -127,7 +129,7 @@ class EventStream(Generic[E]):
         replies = await _scripts.execute(pipe, [keys.meta, keys.events, keys.event_ids])
         created = replies[0]
         if created is None:
-            raise SessionNotFoundError(f"Session {session_id} not found.")
+            raise self._not_found(f"Session {session_id} not found.")
         # A concrete position, never "$": after a reconnect, "$" would skip what was
         # appended while the connection was down.
         position = "0-0"

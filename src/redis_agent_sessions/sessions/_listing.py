@@ -13,28 +13,98 @@ page is filled from further entries instead.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal
 
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions._redis.codec import check_id, decode_hash, text
 from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.keys import split_app_member
+from redis_agent_sessions.sessions._context import Context
 from redis_agent_sessions.sessions._pages import SessionsPage, read_token, write_token
-
-if TYPE_CHECKING:
-    from redis_agent_sessions.sessions._engine import SessionEngine
+from redis_agent_sessions.sessions._replies import pairs as as_dict
+from redis_agent_sessions.sessions._replies import stored_session
+from redis_agent_sessions.sessions._types import E, S, StoredSession
+from redis_agent_sessions.state import merge_state
 
 __all__ = ["SessionLister"]
 
-S = TypeVar("S")
 OrderBy = Literal["updated", "created"]
 MAX_PAGE = 1000
 
 
-class SessionLister(Generic[S]):
-    """``list_sessions_page`` of one engine."""
+class SessionLister(Generic[S, E]):
+    """``list_sessions`` and ``list_sessions_page`` of one service, and loading sessions
+    (merged state, no events) by (user, session) pairs, for both and for the CLI."""
 
-    def __init__(self, engine: SessionEngine[Any, Any]) -> None:
-        self._engine = engine
+    def __init__(self, ctx: Context[S, E]) -> None:
+        self._ctx = ctx
+
+    async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> list[S]:
+        await self._ctx.ready()
+        check_id("app_name", app_name)
+        if user_id is not None:
+            check_id("user_id", user_id)
+        app_key = self._ctx.keys.app_state(app_name)
+        index = (
+            self._ctx.keys.app_sessions(app_name)
+            if user_id is None
+            else self._ctx.keys.user_sessions(app_name, user_id)
+        )
+        pipe = self._ctx.client.pipeline(transaction=False)
+        pipe.zrange(index, 0, -1)
+        pipe.hgetall(app_key)
+        members, app_raw = await _scripts.execute(pipe, [index, app_key])
+        pairs = [self._pair(app_name, user_id, m) for m in members]
+        found, gone = await self.load_sessions(app_name, pairs, app_raw)
+        if gone:
+            await self._ctx.layout.prune(app_name, gone)
+        stored = sorted(
+            (st for st in found if st is not None),
+            key=lambda st: (st.last_update_time, st.user_id, st.id),
+        )
+        return [self._ctx.codec.build_session(st, []) for st in stored]
+
+    @staticmethod
+    def _pair(app_name: str, user_id: str | None, member: Any) -> tuple[str, str]:
+        """(user, session) of a member of the app-wide index, or of ``user_id``'s."""
+        return split_app_member(text(member)) if user_id is None else (user_id, text(member))
+
+    async def load_sessions(
+        self, app_name: str, pairs: list[tuple[str, str]], app_raw: Any
+    ) -> tuple[list[StoredSession | None], list[tuple[str, str]]]:
+        """Sessions (merged state, no events) for (user, session) pairs, in their order: one
+        round trip, plus the apply of any pending app writes on a cluster. A session that
+        is gone (expired, deleted) is None in the list and named in the second one."""
+        if not pairs:
+            return [], []
+        app_key = self._ctx.keys.app_state(app_name)
+        users = sorted({u for u, _ in pairs})
+        session_keys = [self._ctx.keys.session(app_name, u, s) for u, s in pairs]
+        user_keys = {u: self._ctx.keys.session(app_name, u, "-") for u in users}
+        read_keys = [k for sk in session_keys for k in (sk.meta, sk.state)]
+        read_keys += [user_keys[u].user_state for u in users]
+        replies, app_raw = await self._ctx.layout.read_sessions(
+            app_name, read_keys, users, user_keys, app_raw
+        )
+        n = 2 * len(pairs)
+        user_states = {
+            u: decode_hash(user_keys[u].user_state, raw)
+            for u, raw in zip(users, replies[n : n + len(users)], strict=True)
+        }
+        app_state = decode_hash(app_key, app_raw)
+        found: list[StoredSession | None] = []
+        gone: list[tuple[str, str]] = []
+        for (u, s), keys, meta, state in zip(
+            pairs, session_keys, replies[0:n:2], replies[1:n:2], strict=True
+        ):
+            if not meta:
+                gone.append((u, s))
+                found.append(None)
+                continue
+            stored = stored_session(keys.meta, meta if isinstance(meta, dict) else as_dict(meta))
+            stored.state = merge_state(decode_hash(keys.state, state), user_states[u], app_state)
+            found.append(stored)
+        return found, gone
 
     async def page(
         self,
@@ -46,7 +116,6 @@ class SessionLister(Generic[S]):
         order_by: OrderBy,
         newest_first: bool,
     ) -> SessionsPage[S]:
-        engine = self._engine
         check_id("app_name", app_name)
         if user_id is not None:
             check_id("user_id", user_id)
@@ -58,14 +127,14 @@ class SessionLister(Generic[S]):
             raise InvalidInputError(f"page_size must be an int from 1 to {MAX_PAGE}: {page_size!r}")
         if order_by not in ("updated", "created"):
             raise InvalidInputError(f"order_by must be 'updated' or 'created': {order_by!r}")
-        if user_id is None and order_by == "updated" and engine.cluster:
+        if user_id is None and order_by == "updated" and not self._ctx.layout.app_wide_by_update:
             raise InvalidInputError(
                 "on a Redis Cluster, an app's sessions across users are listed by creation "
                 "(order_by='created'); one user's can be listed by update (an app-wide "
                 "by-update index would make every append write to the app's slot)"
             )
-        await engine._connected()
-        keys = engine.keys
+        await self._ctx.ready()
+        keys = self._ctx.keys
         index = {
             (True, "created"): keys.app_sessions(app_name),
             (True, "updated"): keys.app_updated(app_name),
@@ -87,7 +156,7 @@ class SessionLister(Generic[S]):
             offset = 0
             entries: list[tuple[bytes, float]] = []
             while True:
-                pipe = engine._redis.pipeline(transaction=False)
+                pipe = self._ctx.client.pipeline(transaction=False)
                 pipe.execute_command(
                     "ZRANGE",
                     index,
@@ -109,8 +178,8 @@ class SessionLister(Generic[S]):
                 # Only a run of equal scores at the cursor gets here: read on past it.
                 offset += len(scored)
             batch, rest = entries[:need], entries[need:]
-            pairs = [engine._pair(app_name, user_id, member) for member, _ in batch]
-            stored, missing = await engine.load_sessions(app_name, pairs, app_raw)
+            wanted = [self._pair(app_name, user_id, member) for member, _ in batch]
+            stored, missing = await self.load_sessions(app_name, wanted, app_raw)
             gone += missing
             found += [(st, sc, m) for st, (m, sc) in zip(stored, batch, strict=True) if st]
             more = bool(rest)
@@ -119,12 +188,12 @@ class SessionLister(Generic[S]):
             member, score = batch[-1]
             cursor = (score, member)
         if gone:
-            await engine.prune_index(app_name, gone)
+            await self._ctx.layout.prune(app_name, gone)
         token = None
         if more and found:
             _, score, member = found[-1]
             token = write_token(scope, [repr(score), text(member)])
-        sessions = [engine._codec.build_session(st, []) for st, _, _ in found]
+        sessions = [self._ctx.codec.build_session(st, []) for st, _, _ in found]
         return SessionsPage(sessions, token)
 
 

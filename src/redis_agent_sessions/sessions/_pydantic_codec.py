@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from redis_agent_sessions.errors import InvalidInputError
-from redis_agent_sessions.sessions._engine import StoredSession
+from redis_agent_sessions.sessions._types import ErrorTypes, StoredSession
 
 __all__ = ["PydanticCodec", "private"]
 
@@ -28,7 +28,9 @@ class PydanticCodec(Generic[S, E]):
         session_type: type[S],
         event_type: type[E],
         config_type: type[BaseModel],
+        errors: ErrorTypes | None = None,
     ) -> None:
+        self.errors = errors or ErrorTypes()
         self._session_type = session_type
         self._event_type = event_type
         self._config_type = config_type

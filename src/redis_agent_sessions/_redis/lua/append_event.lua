@@ -1,7 +1,7 @@
 -- Appends one event and applies its state delta to every scope, as one atomic step.
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash         KEYS[5] user state hash
--- KEYS[6] app state hash, or (cluster layout, ARGV[9] set) the user's app outbox stream
+-- KEYS[6] app state hash, or (cluster layout) the user's app outbox stream
 -- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see ARGV[12])
 -- KEYS[9] app sessions-by-update zset (single node only)
 -- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
@@ -11,8 +11,8 @@
 -- ARGV[7] last_update_time (float text)
 -- ARGV[8] ttl seconds (0 = keep forever), unless the session's metadata has its own 'ttl'
 --         (given at create time), which wins
--- ARGV[9] '' = single-node layout; else the cluster layout, and this is the lowest outbox
---         id that may not be applied yet: older entries are dropped, newer ones returned
+-- ARGV[9] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
+--         that may not be applied yet: older entries are dropped, newer ones returned
 -- ARGV[10] session id (its member in the user's index)
 -- ARGV[11] its member in the app-wide index ('<user>:<session>', escaped)
 -- ARGV[12] '' or, for an event carrying a compaction summary, '<start> <end>' (its range of
@@ -38,7 +38,7 @@
 --         dropping applied outbox entries; status 2 re-writes the revision as it is, so
 --         that a WAIT after a retry covers the original write, which a retry that wrote
 --         nothing would not: WAIT counts the connection's own writes).
---         outbox (cluster layout only): the entries from ARGV[9] on, as XRANGE returns
+--         outbox (cluster layout only): the entries from the layout's id on, as XRANGE returns
 --         them, for the caller to apply to the app's slot; app fields are recorded there
 --         as "app:<field>" -> JSON.
 --         catch-up (single-node layout, ARGV[1] set, at most ARGV[14] events behind, reads
@@ -51,7 +51,7 @@
 -- Nothing may fail after the first write (Redis does not roll scripts back), so every key
 -- written after it is known to have the right type first. The reads below check KEYS[1]
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
-local cluster = ARGV[9] ~= ''
+local cluster, unapplied = layout(ARGV[9])
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
     'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
   or (ARGV[16] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
@@ -92,12 +92,12 @@ if ARGV[12] ~= '' then
   local t = redis.call('TYPE', KEYS[8])['ok']
   if t ~= 'none' and t ~= 'zset' then return {-3, KEYS[8], t} end
 end
--- Entries before ARGV[9] were applied to the app's slot (the caller read that there).
+-- Entries before the layout's id were applied to the app's slot (the caller read that there).
 -- A user who never wrote an app key has no outbox: nothing to trim or report.
 local function outbox()
   if not has_outbox then return {} end
-  redis.call('XTRIM', KEYS[6], 'MINID', ARGV[9])
-  return redis.call('XRANGE', KEYS[6], ARGV[9], '+')
+  redis.call('XTRIM', KEYS[6], 'MINID', unapplied)
+  return redis.call('XRANGE', KEYS[6], unapplied, '+')
 end
 local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms', 'ttl', 'full_reads')
 if meta['err'] then return {-3, KEYS[1], 'not a hash'} end

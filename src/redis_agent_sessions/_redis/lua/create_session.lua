@@ -5,12 +5,12 @@
 -- KEYS[7] user sessions-by-update zset
 -- KEYS[8] app state hash         KEYS[9] app sessions zset    KEYS[10] app sessions-by-update
 -- KEYS[11] the apps zset (member: the escaped app name, scored by its first creation time)
---   (cluster layout, ARGV[7] set: KEYS[8] is the user's app outbox stream, no KEYS[9..11]:
+--   (cluster layout: KEYS[8] is the user's app outbox stream, no KEYS[9..11]:
 --   the caller adds the app to the apps zset, which lives in no app's slot, itself)
 -- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
--- ARGV[7] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
---         that may not be applied yet (see append_event.lua)
+-- ARGV[7] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
+--         that may not be applied yet: older entries are dropped, newer ones returned
 -- ARGV[8] '1' = ARGV[5] is this session's own ttl, kept in its metadata for every append to
 --         refresh ('' = the service default, which appends pass themselves)
 -- The session indexes are scored by creation time, the -by-update ones by last update
@@ -18,12 +18,12 @@
 -- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs in order,
 --   then (single-node layout) the app's member in the apps zset
 -- returns {1, user state as field/value list, app state as field/value list} when created
---         ({1, user state, outbox entries from ARGV[7] on} in the cluster layout, where the
+--         ({1, user state, outbox entries from the layout's id on} in the cluster layout, where the
 --         app index entry and app fields are recorded in the outbox for the caller to apply),
---         {0} when the session exists ({0, outbox entries from ARGV[7] on} in the cluster
+--         {0} when the session exists ({0, outbox entries from the layout's id on} in the cluster
 --         layout), {-3, key, found type} when a key has a foreign type, {-4, command, key}
 --         when the ACL user may not run a command it needs (nothing written)
-local cluster = ARGV[7] ~= ''
+local cluster, unapplied = layout(ARGV[7])
 local refused = denied_each('TYPE', KEYS)
   or denied('EXISTS', KEYS[1], 'DEL', KEYS[2], 'DEL', KEYS[3], 'DEL', KEYS[4], 'HSET', KEYS[1],
     'HSET', KEYS[2], 'HSET', KEYS[5], 'ZADD', KEYS[6], 'ZADD', KEYS[7], 'HGETALL', KEYS[5])
@@ -43,7 +43,7 @@ for i, want in ipairs(expected) do
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   -- A retried create whose app step failed must still finish it.
-  if cluster then return {0, redis.call('XRANGE', KEYS[8], ARGV[7], '+')} end
+  if cluster then return {0, redis.call('XRANGE', KEYS[8], unapplied, '+')} end
   return {0}
 end
 
@@ -86,8 +86,8 @@ if ttl > 0 then
   redis.call('EXPIRE', KEYS[2], ttl)
 end
 if cluster then
-  redis.call('XTRIM', KEYS[8], 'MINID', ARGV[7])
-  return {1, redis.call('HGETALL', KEYS[5]), redis.call('XRANGE', KEYS[8], ARGV[7], '+')}
+  redis.call('XTRIM', KEYS[8], 'MINID', unapplied)
+  return {1, redis.call('HGETALL', KEYS[5]), redis.call('XRANGE', KEYS[8], unapplied, '+')}
 end
 redis.call('ZADD', KEYS[9], ARGV[4], ARGV[6])
 redis.call('ZADD', KEYS[10], ARGV[4], ARGV[6])

@@ -1,18 +1,18 @@
 -- Deletes a session, its events and its index entries; user and app state stay.
 -- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash      KEYS[5] user sessions zset   KEYS[6] app sessions zset, or
---   (cluster layout, ARGV[3] set) the user's app outbox stream
+--   (cluster layout) the user's app outbox stream
 -- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see append_event.lua)
 -- KEYS[9] app sessions-by-update zset (single node only)
 -- ARGV[1] session id   ARGV[2] member in the app sessions zset
--- ARGV[3] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
---         that may not be applied yet (see append_event.lua)
+-- ARGV[3] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
+--         that may not be applied yet: older entries are dropped, newer ones returned
 -- returns {n, outbox}: n = 1 when something was deleted, 0 when there was nothing; outbox
---         (cluster layout) = entries from ARGV[3] on, the app index removal among them, for
+--         (cluster layout) = entries from the layout's id on, the app index removal among them, for
 --         the caller to apply; {-3, key, found type} when an index has a foreign type
 --         (nothing deleted), {-4, command, key} when the ACL user may not run a command it
 --         needs (nothing deleted)
-local cluster = ARGV[3] ~= ''
+local cluster, unapplied = layout(ARGV[3])
 local refused = denied('TYPE', KEYS[5], 'TYPE', KEYS[6], 'DEL', KEYS[1], 'DEL', KEYS[2],
     'DEL', KEYS[3], 'DEL', KEYS[4], 'DEL', KEYS[8], 'ZREM', KEYS[5], 'TYPE', KEYS[7],
     'ZREM', KEYS[7])
@@ -36,5 +36,5 @@ end
 -- The app index is in another slot: its removal is applied from the outbox, after any
 -- earlier entry of this user (a create of the same id) in order.
 if n > 0 then redis.call('XADD', KEYS[6], '*', 'index_rem', ARGV[2]) end
-redis.call('XTRIM', KEYS[6], 'MINID', ARGV[3])
-return {n > 0 and 1 or 0, redis.call('XRANGE', KEYS[6], ARGV[3], '+')}
+redis.call('XTRIM', KEYS[6], 'MINID', unapplied)
+return {n > 0 and 1 or 0, redis.call('XRANGE', KEYS[6], unapplied, '+')}

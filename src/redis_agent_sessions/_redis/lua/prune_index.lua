@@ -1,17 +1,17 @@
 -- Drops index entries of sessions that no longer exist (expired by TTL or deleted by hand).
 -- Each session is re-checked here, so one re-created since the caller looked is kept.
--- KEYS[1] app sessions zset, or (cluster layout, ARGV[1] set) the user's app outbox stream;
+-- KEYS[1] app sessions zset, or (cluster layout) the user's app outbox stream;
 --   KEYS[2] the app sessions-by-update zset (single node; in the cluster layout, the user's
 --   sessions-by-update zset, unused here: every session names its own);
 --   then for each session: its meta hash, its user sessions zset and its user
 --   sessions-by-update zset (all of one user in the cluster layout)
--- ARGV[1] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
---         that may not be applied yet (see append_event.lua)
+-- ARGV[1] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
+--         that may not be applied yet: older entries are dropped, newer ones returned
 -- ARGV[2..] for each session, in the same order: its session id and its app sessions member
 -- returns {dropped, outbox}: the number of sessions dropped from the indexes, and (cluster
---         layout) the outbox entries from ARGV[1] on, app index removals among them;
+--         layout) the outbox entries from the layout's id on, app index removals among them;
 --         {-4, command, key} when the ACL user may not run a command it needs (nothing written)
-local cluster = ARGV[1] ~= ''
+local cluster, unapplied = layout(ARGV[1])
 local refused = nil
 for i = 3, #KEYS, 3 do
   refused = refused or denied('EXISTS', KEYS[i], 'ZREM', KEYS[i + 1], 'ZREM', KEYS[i + 2])
@@ -41,5 +41,5 @@ for i = 0, (#KEYS - 2) / 3 - 1 do
   end
 end
 if not cluster then return {dropped, {}} end
-redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
-return {dropped, redis.call('XRANGE', KEYS[1], ARGV[1], '+')}
+redis.call('XTRIM', KEYS[1], 'MINID', unapplied)
+return {dropped, redis.call('XRANGE', KEYS[1], unapplied, '+')}

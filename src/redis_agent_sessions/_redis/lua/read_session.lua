@@ -3,14 +3,14 @@
 -- read-only, and a script rather than MULTI, which redis-py's cluster client runs slowly.
 -- (Lua copies every entry into tables and back: ~2.5x a pipeline for 1,000 events.)
 -- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] user state hash
--- KEYS[4] events stream       KEYS[5] app state hash, or (cluster layout, ARGV[4] set) the
+-- KEYS[4] events stream       KEYS[5] app state hash, or (cluster layout) the
 --   user's app outbox stream
 -- ARGV[1] 'all' (XRANGE from ARGV[2]), 'recent' (the newest ARGV[3] events from ARGV[2] on)
 --         or 'none' (no events)
 -- ARGV[2] first stream id ('-' = from the start)   ARGV[3] count for 'recent'
 -- KEYS[6] (optional) event ids hash: a read that brings a copy up to date also checks it
--- ARGV[4] '' = single-node layout; else the cluster layout, and this is the lowest outbox id
---         that may not be applied yet
+-- ARGV[4] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
+--         that may not be applied yet: the outbox is read from there
 -- ARGV[5] (with KEYS[6]) id of the newest event the copy has ('' = none)
 -- returns {meta, session state, user state, app state or outbox entries, events} (hashes
 --         as field/value lists, events newest first for 'recent'; {} when there is no
@@ -18,9 +18,10 @@
 --         not stored) and the stream's first entry ({} when none); {-3, key, error} when a
 --         key has a foreign type, or {-4, command, key} when the ACL user may not run a
 --         command it needs
+local cluster, unapplied = layout(ARGV[4])
 local checked = KEYS[6] ~= nil
 local refused = denied('HGETALL', KEYS[1], 'HGETALL', KEYS[2], 'HGETALL', KEYS[3],
-  ARGV[4] ~= '' and 'XRANGE' or 'HGETALL', KEYS[5],
+  cluster and 'XRANGE' or 'HGETALL', KEYS[5],
   ARGV[1] == 'recent' and 'XREVRANGE' or 'XRANGE', KEYS[4])
   or (checked and denied('HGET', KEYS[6], 'XRANGE', KEYS[4]))
 if refused then return refused end
@@ -37,8 +38,8 @@ local meta = read('HGETALL', KEYS[1])
 if bad then return bad end
 if #meta == 0 then return {} end
 local shared = {}
-if ARGV[4] ~= '' then
-  shared = read('XRANGE', KEYS[5], ARGV[4], '+')
+if cluster then
+  shared = read('XRANGE', KEYS[5], unapplied, '+')
 else
   shared = read('HGETALL', KEYS[5])
 end

@@ -1,0 +1,68 @@
+"""What a client talks to, decided once per service: one Redis node, or a Redis Cluster.
+
+Two things follow from it, and nothing else in the package asks: the key layout (on a
+cluster every script and transaction stays in one hash slot, so app-scope writes take a
+second step; see :mod:`redis_agent_sessions.sessions._layout`), and how commands that name
+no key (``MODULE LIST``, ``FT.*``) are routed. The two can differ: a test client that checks
+slots uses the cluster layout but is one node to route to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+
+from redis_agent_sessions._redis import lifecycle as _lifecycle
+from redis_agent_sessions.errors import InvalidInputError
+
+__all__ = ["Topology"]
+
+
+class Topology:
+    """The deployment behind one client, as the services use it."""
+
+    def __init__(self, client: Any, *, cluster: bool | None = None) -> None:
+        detected = _lifecycle.is_cluster_client(client)
+        if cluster is False and detected:
+            raise InvalidInputError("cluster=False, but the client is a RedisCluster")
+        self.client = client
+        self.cluster = detected or bool(cluster)
+        """The cluster key layout: every script touches one slot."""
+        self._cluster_client = isinstance(client, RedisCluster)
+        self._fresh = self._cluster_client
+        self._initializing: asyncio.Lock | None = None
+
+    async def ready(self) -> None:
+        """Initialize a fresh cluster client once: redis-py 8.1's RedisCluster fails when its
+        very first commands run concurrently (redis-py issue #3032)."""
+        if not self._fresh:
+            return
+        if self._initializing is None:
+            self._initializing = asyncio.Lock()
+        async with self._initializing:
+            if self._fresh:
+                await self.client.initialize()
+                self._fresh = False
+
+    async def any_node(self, *command: Any) -> Any:
+        """Run a command that names no key on one node (every node of a deployment loads
+        the same modules). A node, not the RANDOM flag, which redis-py 8.1 honours only on
+        the first call."""
+        if self._cluster_client:
+            node = self.client.get_default_node()
+            return await self.client.execute_command(*command, target_nodes=node)
+        return await self.client.execute_command(*command)
+
+    async def at_key(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Run commands that name no key (``FT.*``: an index name is no key) on the node that
+        holds ``key``, in one round trip; replies in order, errors raised."""
+        if not self._cluster_client:
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute())
+        node = self.client.get_node_from_key(key)
+        calls = (self.client.execute_command(*c, target_nodes=node) for c in commands)
+        return list(await asyncio.gather(*calls))

@@ -1,0 +1,202 @@
+"""The cluster layout: each script stays in its user's slot; app writes are a second step."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.topology import Topology
+from redis_agent_sessions.keys import KeySpace, SessionKeys, escape
+from redis_agent_sessions.sessions._layout import Layout
+from redis_agent_sessions.sessions._outbox import AppOutbox
+from redis_agent_sessions.sessions._replies import pairs
+from redis_agent_sessions.sessions._runner import ScriptRunner
+
+__all__ = ["ClusterLayout"]
+
+
+class ClusterLayout(Layout):
+    """A Redis Cluster: a session's and its user's keys share a slot, the app's keys have
+    their own. App-scope writes go through the user's outbox (:mod:`._outbox`)."""
+
+    name = "cluster"
+    app_wide_by_update = False
+    """An app-wide by-update index would make every append write to the app's slot."""
+
+    optimistic_reads = 3
+    """Pipelined snapshot attempts before a read falls back to a script."""
+
+    def __init__(self, topology: Topology, keys: KeySpace, runner: ScriptRunner) -> None:
+        super().__init__(topology, keys, runner)
+        self.outbox = AppOutbox(topology.client)
+
+    def mode(self, keys: SessionKeys) -> str:
+        return f"cluster:{self._first_unapplied(keys)}"
+
+    def _first_unapplied(self, keys: SessionKeys) -> str:
+        """The lowest outbox id of this user that may not be applied yet, as far as this
+        worker knows: older entries are dropped by the next script, newer ones returned."""
+        return self.outbox.first_unapplied(keys.app_applied, keys.user_member)
+
+    def _create_app_keys(self, keys: SessionKeys) -> list[str]:
+        return [keys.app_outbox]
+
+    def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
+        return keys.app_outbox
+
+    def _app_updated(self, keys: SessionKeys) -> list[str]:
+        return []
+
+    async def created(
+        self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
+    ) -> Any:
+        # The apps index lives in no app's slot: a separate, idempotent step, which a
+        # retried create (finding the session) finishes too.
+        await self.client.zadd(self.keys.apps(), {escape(app_name): now}, nx=True)
+        if reply[0] == 0:
+            if reply[1]:
+                await self._apply(keys, reply[1], want_state=False)
+            return None
+        return await self._apply(keys, reply[2], want_state=True, shortfalls=shortfalls)
+
+    async def settle(
+        self, keys: SessionKeys, outbox: Any, shortfalls: list[str] | None = None
+    ) -> None:
+        # The user-slot step is done; if this one fails the caller retries, and the retry
+        # (finding its write done) finishes the apply.
+        if outbox:
+            await self._apply(keys, outbox, want_state=False, shortfalls=shortfalls)
+
+    async def snapshot(
+        self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
+    ) -> tuple[list[Any], Any]:
+        """The user-slot snapshot [meta, state, user state, outbox, events] (and with
+        ``anchor``, its event_ids value and the first entry) and the app state, in one
+        round trip to both slots' nodes.
+
+        MULTI on redis-py's cluster client runs in threads (~25x a pipeline), so the user's
+        slot is read optimistically: metadata before and after the rest, kept only if it
+        did not change (every append, create and delete changes it). After
+        ``optimistic_reads`` misses under heavy writing, a read-only script takes the
+        snapshot instead. This user's app writes that are not applied yet (a worker died
+        between the two steps) are applied now, so a user always reads their own writes.
+        """
+        first = self._first_unapplied(keys)
+        read_keys = [keys.meta, keys.state, keys.user_state, keys.events, keys.app_outbox]
+        checked = [keys.event_ids, keys.events] if anchor is not None else []
+        reply: list[Any] = []
+        outbox: Any = []
+        for _ in range(self.optimistic_reads):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(keys.meta)
+            pipe.hgetall(keys.state)
+            pipe.hgetall(keys.user_state)
+            if count is None:
+                pipe.xrange(keys.events, start, "+")
+            else:
+                pipe.xrevrange(keys.events, "+", start, count=max(count, 1))
+            pipe.xrange(keys.app_outbox, first, "+")
+            if anchor is not None:
+                pipe.hget(keys.event_ids, anchor)
+                pipe.xrange(keys.events, "-", "+", count=1)
+            pipe.hgetall(keys.meta)
+            pipe.hgetall(keys.app_state)
+            pipe.hget(keys.app_applied, keys.user_member)
+            replies = await _scripts.execute(
+                pipe, [*read_keys, *checked, keys.meta, keys.app_state, keys.app_applied]
+            )
+            meta, state, user, events, outbox = replies[:5]
+            again, app_raw, applied = replies[-3:]
+            if meta == again:
+                reply = [meta, state, user, outbox, events, *replies[5:-3]] if meta else []
+                break
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(keys.app_state)
+            pipe.hget(keys.app_applied, keys.user_member)
+            mode = "all" if count is None else "recent" if count else "none"
+            args = [mode, start, count or 0, f"cluster:{first}"]
+            if anchor is not None:
+                args.append(anchor)
+            script = self.runner.run(self.runner.read, [*read_keys, *checked[:1]], args, [])
+            flat, (app_raw, applied) = await asyncio.gather(
+                script, _scripts.execute(pipe, [keys.app_state, keys.app_applied])
+            )
+            reply = [pairs(flat[0]), *flat[1:]] if flat else []
+            if not flat:
+                return [], app_raw
+        # The outbox was read even for a missing session: a user's pending writes (say, the
+        # index removal of a delete whose app step failed) are finished by any read.
+        if reply:
+            outbox = reply[3]
+        return reply, await self._finish_pending(keys, outbox, applied, app_raw)
+
+    async def read_sessions(
+        self,
+        app_name: str,
+        read_keys: list[str],
+        users: list[str],
+        user_keys: dict[str, SessionKeys],
+        app_raw: Any,
+    ) -> tuple[list[Any], Any]:
+        """The hashes, then each user's outbox entries and the app's applied-outbox record
+        of each user, in one pipeline (a page spans slots); then any of those users' app
+        writes still pending are applied, so that the app state shown includes them."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in read_keys:
+            pipe.hgetall(key)
+        for u in users:
+            pipe.xrange(user_keys[u].app_outbox, self._first_unapplied(user_keys[u]), "+")
+        applied_key = self.keys.app_applied(app_name)
+        pipe.hmget(applied_key, [user_keys[u].user_member for u in users])
+        outbox_keys = [user_keys[u].app_outbox for u in users]
+        replies = await _scripts.execute(pipe, [*read_keys, *outbox_keys, applied_key])
+        n = len(read_keys)
+        outboxes = replies[n : n + len(users)]
+        for u, outbox, applied in zip(users, outboxes, replies[-1], strict=True):
+            app_raw = await self._finish_pending(user_keys[u], outbox, applied, app_raw)
+        return replies[:n], app_raw
+
+    def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+        # One script per user: each touches only that user's slot.
+        by_user: dict[str, list[tuple[str, str]]] = {}
+        for u, s in gone:
+            by_user.setdefault(u, []).append((u, s))
+        return list(by_user.values())
+
+    def _prune_keys(self, first: SessionKeys) -> list[str]:
+        return [first.app_outbox, first.user_updated]
+
+    async def _finish_pending(
+        self, keys: SessionKeys, outbox: Any, applied: bytes | str | None, app_raw: Any
+    ) -> Any:
+        """The app state to show a reader of this user: ``app_raw`` as read, or, when the
+        user's ``outbox`` (an XRANGE reply) holds entries after ``applied`` (the app's
+        record for the user), the state after applying them now."""
+        self.outbox.learn(keys.app_applied, keys.user_member, applied)
+        pending = AppOutbox.pending(AppOutbox.entries(outbox), applied)
+        if not pending:
+            return app_raw
+        return await self._apply(keys, pending, want_state=True)
+
+    async def _apply(
+        self,
+        keys: SessionKeys,
+        raw_entries: Any,
+        *,
+        want_state: bool,
+        shortfalls: list[str] | None = None,
+    ) -> Any:
+        """Apply a user's outbox entries (an XRANGE reply, or parsed) in the app's slot."""
+        return await self.outbox.apply(
+            app_state=keys.app_state,
+            app_versions=keys.app_versions,
+            app_sessions=keys.app_sessions,
+            app_applied=keys.app_applied,
+            user_member=keys.user_member,
+            entries=AppOutbox.entries(raw_entries),
+            want_state=want_state,
+            concern=self.runner.concern,
+            shortfalls=shortfalls,
+        )

@@ -1,0 +1,43 @@
+"""What the parts of the session engine share: one service's client, models, settings,
+script runner, layout and per-worker memory (read cache, catch-ups, turns)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic
+
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.sessions._cache import ReadCache
+from redis_agent_sessions.sessions._catch_up import CatchUps
+from redis_agent_sessions.sessions._layout import Layout
+from redis_agent_sessions.sessions._runner import ScriptRunner
+from redis_agent_sessions.sessions._turns import Turns
+from redis_agent_sessions.sessions._types import E, ModelCodec, S
+
+__all__ = ["Context"]
+
+
+@dataclass(eq=False)
+class Context(Generic[S, E]):
+    """One service's engine, as its parts see it."""
+
+    client: Any
+    codec: ModelCodec[S, E]
+    config: SessionServiceConfig
+    keys: KeySpace
+    runner: ScriptRunner
+    layout: Layout
+    cache: ReadCache[E] | None
+    """Decoded events of sessions read recently (``read_cache_bytes``), or None."""
+    catch_ups: CatchUps
+    """What stale appends' refusals carried, for the refreshes that follow them."""
+    turns: Turns | None
+    """Turns of this worker's writers on a session (``reject`` policy only)."""
+
+    async def ready(self, *, write: bool = False) -> None:
+        """Before an operation: the client is initialized, and before a write, the server
+        can confirm writes as the write concern asks."""
+        await self.layout.ready()
+        if write:
+            await self.runner.check_server()

@@ -1,0 +1,164 @@
+"""Where the session keys live and how an operation reaches them: the topology seam.
+
+A service picks its layout once, when it is built (:func:`choose_layout`), and every part
+of the engine asks the layout instead of testing the topology:
+
+- :class:`~._single_node.SingleNode`: one node holds every key, so one script writes a
+  session, its user's and its app's keys together, and a read is one transaction.
+- :class:`~._cluster.ClusterLayout`: every script and transaction stays in one hash slot.
+  A session's keys and its user's share a slot, the app's keys are in another; app-scope
+  writes are recorded in the user's outbox and applied to the app's slot as a second,
+  idempotent step (:mod:`._outbox`).
+
+The scripts learn the layout from one argument, :meth:`Layout.mode`: ``single``, or
+``cluster:<id>`` with the lowest outbox id that may not be applied yet (``_layout.lua``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Literal
+
+from redis_agent_sessions._redis.topology import Topology
+from redis_agent_sessions.keys import KeySpace, SessionKeys
+from redis_agent_sessions.sessions._runner import ScriptRunner
+
+__all__ = ["Layout"]
+
+
+class Layout(ABC):
+    """Everything about a session operation that depends on the topology."""
+
+    name: Literal["single", "cluster"]
+    app_wide_by_update = True
+    """Whether the app-wide by-update index (``sessions_updated``) is kept."""
+
+    def __init__(self, topology: Topology, keys: KeySpace, runner: ScriptRunner) -> None:
+        self.topology = topology
+        self.keys = keys
+        self.runner = runner
+        self.client = topology.client
+
+    async def ready(self) -> None:
+        """Before a client's first command (see :meth:`Topology.ready`)."""
+        await self.topology.ready()
+
+    @abstractmethod
+    def mode(self, keys: SessionKeys) -> str:
+        """The scripts' layout argument for an operation on ``keys``' session."""
+
+    # -- the keys each write script touches ----------------------------------------------
+
+    def create_keys(self, keys: SessionKeys, app_name: str) -> tuple[list[str], list[Any]]:
+        """create_session.lua's KEYS, and the ARGV that follow the state fields."""
+        return [
+            keys.meta,
+            keys.state,
+            keys.events,
+            keys.event_ids,
+            keys.user_state,
+            keys.user_sessions,
+            keys.user_updated,
+            *self._create_app_keys(keys),
+        ], self._create_tail(app_name)
+
+    def append_keys(self, keys: SessionKeys) -> list[str]:
+        """append_event.lua's KEYS."""
+        return [
+            keys.meta,
+            keys.state,
+            keys.events,
+            keys.event_ids,
+            keys.user_state,
+            self._app_writes(keys, keys.app_state),
+            keys.user_updated,
+            keys.compactions,
+            *self._app_updated(keys),
+        ]
+
+    def delete_keys(self, keys: SessionKeys) -> list[str]:
+        """delete_session.lua's KEYS."""
+        return [
+            keys.meta,
+            keys.state,
+            keys.events,
+            keys.event_ids,
+            keys.user_sessions,
+            self._app_writes(keys, keys.app_sessions),
+            keys.user_updated,
+            keys.compactions,
+            *self._app_updated(keys),
+        ]
+
+    @abstractmethod
+    def _create_app_keys(self, keys: SessionKeys) -> list[str]: ...
+
+    def _create_tail(self, app_name: str) -> list[Any]:
+        return []
+
+    @abstractmethod
+    def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
+        """Where a user-slot script writes what goes to ``app_key``."""
+
+    @abstractmethod
+    def _app_updated(self, keys: SessionKeys) -> list[str]: ...
+
+    # -- after a write ----------------------------------------------------------------------
+
+    @abstractmethod
+    async def created(
+        self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
+    ) -> Any:
+        """The app step of a create (``reply`` is create_session.lua's): the app state hash
+        as the new session sees it, or None when the session existed already."""
+
+    @abstractmethod
+    async def settle(
+        self, keys: SessionKeys, outbox: Any, shortfalls: list[str] | None = None
+    ) -> None:
+        """The app step of an append, import, delete or prune: apply the ``outbox`` entries
+        its script returned (none on a single node)."""
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @abstractmethod
+    async def snapshot(
+        self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
+    ) -> tuple[list[Any], Any]:
+        """One session at one instant: ``([meta, state, user state, -, entries, *checks],
+        app state)`` as replies, ``([], app state)`` when there is no session. ``checks``
+        (with ``anchor``): its event_ids value and the stream's first entry."""
+
+    @abstractmethod
+    async def read_sessions(
+        self,
+        app_name: str,
+        read_keys: list[str],
+        users: list[str],
+        user_keys: dict[str, SessionKeys],
+        app_raw: Any,
+    ) -> tuple[list[Any], Any]:
+        """The hashes of ``read_keys`` (sessions' meta and state, then ``users``' state), and
+        the app state to show with them (``app_raw``, or after pending app writes)."""
+
+    # -- the indexes ---------------------------------------------------------------------
+
+    async def prune(self, app_name: str, gone: list[tuple[str, str]]) -> None:
+        """Drop index entries of (user, session) pairs found gone (each re-checked in the
+        script)."""
+        for group in self._prune_groups(gone):
+            first = self.keys.session(app_name, group[0][0], group[0][1])
+            keys = self._prune_keys(first)
+            args: list[str] = [self.mode(first)]
+            for u, s in group:
+                sk = self.keys.session(app_name, u, s)
+                keys += (sk.meta, sk.user_sessions, sk.user_updated)
+                args += (s, sk.app_member)
+            reply = await self.runner.run(self.runner.prune, keys, args, [])
+            await self.settle(first, reply[1])
+
+    @abstractmethod
+    def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]: ...
+
+    @abstractmethod
+    def _prune_keys(self, first: SessionKeys) -> list[str]: ...

@@ -1,0 +1,93 @@
+"""The scripts' reply format: status codes, and the checks that turn replies into errors.
+
+What each script returns is written in its ``.lua`` header; this module is the Python side
+of those headers, shared by every part of the engine and both layouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from redis_agent_sessions._redis.codec import event_ms, text
+from redis_agent_sessions.errors import CorruptDataError
+from redis_agent_sessions.sessions._types import ErrorTypes, StoredSession
+
+__all__ = [
+    "DUPLICATE",
+    "NOT_FOUND",
+    "OK",
+    "STALE",
+    "WRONG_TYPE",
+    "appended",
+    "first_id",
+    "pairs",
+    "raw_events",
+    "stored_bytes",
+    "stored_session",
+    "typed",
+]
+
+OK, DUPLICATE, NOT_FOUND, STALE, WRONG_TYPE = 1, 2, -1, -2, -3
+_EVENT_FIELD = (b"event", "event")
+
+
+def typed(reply: Any) -> Any:
+    """A script's reply, or its report of a key holding a foreign type raised."""
+    if isinstance(reply, list) and reply and reply[0] == WRONG_TYPE:
+        raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
+    return reply
+
+
+def appended(reply: Any, session_id: str, errors: ErrorTypes) -> None:
+    """append_event.lua's refusals raised: no such session, or a stale writer."""
+    if reply[0] == NOT_FOUND:
+        raise errors.not_found(f"Session {session_id} not found.")
+    if reply[0] == STALE:
+        raise errors.stale()
+
+
+def raw_events(key: str, entries: list[Any]) -> list[bytes | str]:
+    """The stored event JSON of stream ``entries`` (as XRANGE returns them, parsed into
+    dicts or left flat), in order."""
+    raws = []
+    for stream_id, fields in entries:
+        if isinstance(fields, dict):
+            raw = fields.get(b"event", fields.get("event"))
+        else:
+            raw = fields[1] if len(fields) == 2 and fields[0] in _EVENT_FIELD else None
+        if raw is None:
+            raise CorruptDataError(key, f"entry {text(stream_id)} has no 'event' field")
+        raws.append(raw)
+    return raws
+
+
+def stored_session(key: str, meta: Mapping[Any, Any]) -> StoredSession:
+    """A session's metadata hash (``key``) as read, before its state is merged in."""
+    m = {text(k): text(v) for k, v in meta.items()}
+    try:
+        return StoredSession(
+            m["id"],
+            m["app_name"],
+            m["user_id"],
+            {},
+            float(m["last_update_time"]),
+            int(m["rev"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise CorruptDataError(key, f"session metadata is missing or bad: {exc!r}") from exc
+
+
+def stored_bytes(fields: list[list[bytes | str]]) -> int:
+    """Bytes of the state fields and values a write stores (field names are UTF-8 text)."""
+    return sum(len(v.encode() if isinstance(v, str) else v) for f in fields for v in f)
+
+
+def pairs(flat: list[Any]) -> dict[Any, Any]:
+    """A flat field/value reply (a script's HGETALL) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def first_id(after: float | None) -> str:
+    """The first stream id an ``after_timestamp`` read can need (ids are event-time ms)."""
+    return "-" if after is None else str(event_ms(after))

@@ -1,0 +1,84 @@
+"""The one way the session engine runs its scripts: registered on the client, sized, and
+confirmed as the write concern asks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from redis_agent_sessions._redis import concern as _concern
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.concern import WriteConcern
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import CorruptDataError, PayloadTooLargeError, WriteConcernError
+from redis_agent_sessions.sessions._replies import typed
+
+__all__ = ["ScriptRunner"]
+
+
+class ScriptRunner:
+    """The session scripts of one client, and how a write is checked and confirmed."""
+
+    def __init__(self, client: Any, config: SessionServiceConfig) -> None:
+        self.client = client
+        self.config = config
+        self.concern = WriteConcern.of(config)
+        self.read = _scripts.register(client, "read_session")
+        self.create = _scripts.register(client, "create_session")
+        self.append = _scripts.register(client, "append_event")
+        self.delete = _scripts.register(client, "delete_session")
+        self.prune = _scripts.register(client, "prune_index")
+        self.read_hashes = _scripts.register(client, "read_hashes")
+
+    async def run(
+        self,
+        script: Any,
+        keys: list[str],
+        args: list[Any],
+        fields: list[list[bytes | str]],
+        shortfalls: list[str] | None = None,
+        tail: Sequence[Any] = (),
+    ) -> Any:
+        """Run a script; with a write concern and ``shortfalls`` (a write operation), wait
+        for it in the same round trip and add any shortfall to ``shortfalls``. ``fields``
+        (per scope) go after ``args`` with their counts first, then ``tail``."""
+        counts = [len(f) // 2 for f in fields] if fields else []
+        flat = [v for f in fields for v in f]
+        argv = [*args, *counts, *flat, *tail]
+        try:
+            reply = await _concern.run(self.concern, script, keys, argv, shortfalls)
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                raise CorruptDataError(
+                    keys[0], f"a key of this session has a foreign type: {exc}"
+                ) from exc
+            raise
+        return typed(reply)
+
+    async def run_many(
+        self, script: Any, calls: list[tuple[list[str], list[Any]]], shortfalls: list[str]
+    ) -> list[Any]:
+        """``script`` once per (keys, args) call, pipelined in one round trip."""
+        replies = await _concern.run_many(self.concern, script, calls, shortfalls)
+        return [typed(reply) for reply in replies]
+
+    async def check_server(self) -> None:
+        """Before the first write: the server can confirm writes as the concern asks."""
+        if self.concern is not None:
+            await self.concern.check_server(self.client)
+
+    def check_size(self, what: str, size: int) -> None:
+        if size > self.config.max_payload_bytes:
+            raise PayloadTooLargeError(what, size, self.config.max_payload_bytes)
+
+    def confirmed(self, operation: str, shortfalls: list[str]) -> None:
+        """Raise WriteConcernError when a write that landed was not confirmed as asked."""
+        if shortfalls:
+            raise WriteConcernError(
+                f"{operation} landed on the primary, but write_concern="
+                f"{self.config.write_concern!r} was not met: {'; '.join(shortfalls)}. It may "
+                "be lost if the primary fails before its replicas have it; retrying is safe.",
+                written=True,
+            )

@@ -1,0 +1,320 @@
+"""Writing sessions: create, append (with its checks, the ``temp:`` split, turns and
+catch-ups, and the caller's copy updated), the import path, and delete. Each is one script
+in the session's slot, then the layout's app step (:meth:`Layout.settle`)."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic
+
+from redis_agent_sessions._redis.codec import (
+    check_id,
+    decode_hash,
+    encode_fields,
+    event_ms,
+    session_ttl,
+    text,
+)
+from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, StaleSessionError
+from redis_agent_sessions.keys import SessionKeys
+from redis_agent_sessions.sessions._catch_up import Position
+from redis_agent_sessions.sessions._context import Context
+from redis_agent_sessions.sessions._reads import Reads
+from redis_agent_sessions.sessions._replies import (
+    DUPLICATE,
+    OK,
+    STALE,
+    appended,
+    pairs,
+    stored_bytes,
+)
+from redis_agent_sessions.sessions._types import UNKNOWN, E, S, StoredSession
+from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
+
+__all__ = ["Writes"]
+
+_SCOPES = ("session", "user", "app")
+
+
+class Writes(Generic[S, E]):
+    """The write operations of one service."""
+
+    catch_up_events = 100
+    """A stale append's refusal carries what the copy lacks when it is at most this many
+    events behind (single-node layout), for the refresh that follows (:mod:`._catch_up`)."""
+
+    def __init__(self, ctx: Context[S, E], reads: Reads[S, E]) -> None:
+        self._ctx = ctx
+        self._codec = ctx.codec
+        self._runner = ctx.runner
+        self.reads = reads
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        ttl: object = None,
+        create_time: float | None = None,
+    ) -> S:
+        """``create_time`` (default: now) is for imports, which keep the original's."""
+        await self._ctx.ready(write=True)
+        own_ttl = session_ttl(ttl)
+        check_id("app_name", app_name)
+        check_id("user_id", user_id)
+        sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
+        if state is not None and not isinstance(state, Mapping):
+            raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
+        scoped = split_state_delta(state or {})
+        fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
+        self._runner.check_size("initial state", stored_bytes(fields))
+        now = time.time() if create_time is None else create_time
+        keys = self._ctx.keys.session(app_name, user_id, sid)
+        layout = self._ctx.layout
+        script_keys, tail = layout.create_keys(keys, app_name)
+        shortfalls: list[str] = []
+        reply = await self._runner.run(
+            self._runner.create,
+            script_keys,
+            [
+                sid,
+                app_name,
+                user_id,
+                repr(now),
+                (self._ctx.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
+                keys.app_member,
+                layout.mode(keys),
+                "" if own_ttl is None else "1",
+            ],
+            fields,
+            shortfalls,
+            tail=tail,
+        )
+        app_raw = await layout.created(keys, app_name, now, reply, shortfalls)
+        if reply[0] == 0:
+            raise self._codec.errors.already_exists(f"Session with id {sid} already exists.")
+        user_state = decode_hash(keys.user_state, reply[1])
+        self._runner.confirmed("create_session", shortfalls)
+        app_state = decode_hash(keys.app_state, app_raw)
+        stored = StoredSession(
+            sid, app_name, user_id, merge_state(scoped.session, user_state, app_state), now, 0
+        )
+        return self._codec.build_session(stored, [])
+
+    async def append_event(self, session: S, event: E) -> E:
+        await self._ctx.ready(write=True)
+        if not self._codec.is_session(session):
+            raise InvalidInputError(f"not a session: {type(session).__name__}")
+        if not self._codec.is_event(event):
+            raise InvalidInputError(f"not an event: {type(event).__name__}")
+        if event.partial:
+            return event
+        check_id("event id", event.id)
+        # A session built by hand has not been through create_session's checks.
+        check_id("app_name", session.app_name)
+        check_id("user_id", session.user_id)
+        check_id("session id", session.id)
+        timestamp = event.timestamp
+        if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
+            raise InvalidInputError(f"event timestamp must be a finite number: {timestamp}")
+        delta = event.actions.state_delta
+        if not isinstance(delta, Mapping):
+            raise InvalidInputError(f"state_delta must be a mapping, got {type(delta).__name__}")
+        temp = {k: v for k, v in delta.items() if isinstance(k, str) and k.startswith(TEMP_PREFIX)}
+        stored_delta = {k: v for k, v in delta.items() if k not in temp} if temp else dict(delta)
+        fields = [
+            encode_fields(part, scope)
+            for part, scope in zip(split_state_delta(stored_delta), _SCOPES, strict=True)
+        ]
+        revision = self._codec.revision(session)
+        events = self._codec.events_of(session)
+        keys = self._ctx.keys.session(session.app_name, session.user_id, session.id)
+        # temp: values live only in the caller's objects, never in the stored event; on
+        # failure the caller gets its event back as it was, ready to retry.
+        event.actions.state_delta = stored_delta
+        shortfalls: list[str] = []
+        writer = (id(session), event.id)
+        turns = self._ctx.turns
+        # No coroutine when nobody is in line: the uncontended append stays lean.
+        place = (
+            None
+            if turns is None or not turns.in_line(keys.meta)
+            else await turns.take(keys.meta, writer)
+        )
+        position = (keys.meta, revision or 0, events[-1].id if events else "")
+        lost = False
+        try:
+            raw_event = self._encode_event(event, stored_bytes(fields))
+            if revision is not None and self._ctx.catch_ups.get(position) is not None:
+                # An append of this worker replaced this copy's revision moments ago, and
+                # its reply told what the copy lacks: a refusal needs no round trip.
+                raise self._codec.errors.stale()
+            script_keys, args = self._append_call(
+                keys,
+                session.id,
+                revision,
+                position[2],
+                event.id,
+                raw_event,
+                timestamp,
+                timestamp,
+                self._codec.read_hints(event),
+                catch_up=turns is not None and turns.waiting(keys.meta, place),
+            )
+            reply = await self._runner.run(
+                self._runner.append, script_keys, args, fields, shortfalls
+            )
+            if len(reply) > 4 or (reply[0] == STALE and len(reply) > 2):
+                self._hold_catch_up(keys, position, reply[-1])
+            elif reply[0] in (OK, DUPLICATE, STALE):
+                self._ctx.catch_ups.seen(keys.meta, int(reply[1]))
+            appended(reply, session.id, self._codec.errors)
+            # The event is stored; if the app step fails the caller retries, and the retry
+            # (a duplicate) finishes it.
+            await self._ctx.layout.settle(keys, reply[3], shortfalls)
+            # Before the caller's copy takes the event: its retry (a duplicate) waits again.
+            self._runner.confirmed("append_event", shortfalls)
+        except StaleSessionError:
+            lost = True
+            if turns is not None and place is None:
+                turns.owe(keys.meta, writer)
+            event.actions.state_delta = delta
+            raise
+        except BaseException:
+            event.actions.state_delta = delta
+            raise
+        finally:
+            if place is not None:
+                assert turns is not None
+                turns.taken(keys.meta, place, lost=lost)
+        new_revision = int(reply[1])
+        # A duplicate whose revision follows the caller's is a retry after a lost reply:
+        # the caller has not seen its own event yet.
+        if reply[0] == OK or revision == new_revision - 1:
+            session.state.update(temp)
+            session.state.update(stored_delta)
+            events.append(event)
+            session.last_update_time = timestamp
+            if revision is None or new_revision != revision + 1:
+                # A merged stale write (or an unknown copy): the copy may lack events
+                # others appended before it. It no longer claims a revision, so refresh
+                # reads it whole rather than trusting its last event.
+                new_revision = UNKNOWN if self._ctx.config.stale_policy == "merge" else new_revision
+            self._codec.set_revision(session, new_revision)
+        return event
+
+    def _hold_catch_up(self, keys: SessionKeys, position: Position, reply: list[Any]) -> None:
+        meta, state, user_state, app_state, anchor, entries = reply
+        try:
+            found = self.reads.found(keys, pairs(meta), (state, user_state, app_state), entries)
+        except CorruptDataError:
+            return  # the refresh reads, and reports it
+        found.anchor = text(anchor) if anchor else None
+        self._ctx.catch_ups.put(position, found)
+
+    def _append_call(
+        self,
+        keys: SessionKeys,
+        session_id: str,
+        revision: int | None,
+        last_event_id: str,
+        event_id: str,
+        raw_event: bytes,
+        timestamp: float,
+        update_time: float,
+        hints: tuple[str, str],
+        *,
+        catch_up: bool = False,
+    ) -> tuple[list[str], list[Any]]:
+        """append_event.lua's KEYS and ARGV up to (not including) the state fields."""
+        script_keys = self._ctx.layout.append_keys(keys)
+        args = [
+            "" if revision is None else revision,
+            last_event_id,
+            self._ctx.config.stale_policy,
+            event_id,
+            raw_event,
+            event_ms(timestamp),
+            repr(float(update_time)),
+            self._ctx.config.ttl_seconds or 0,
+            self._ctx.layout.mode(keys),
+            session_id,
+            keys.app_member,
+            *hints,
+            self.catch_up_events if self._ctx.config.stale_policy == "reject" else 0,
+            "1" if catch_up else "",
+        ]
+        return script_keys, args
+
+    async def append_exported(
+        self,
+        keys: SessionKeys,
+        session_id: str,
+        events: Sequence[tuple[E, bytes]],
+        update_time: float,
+    ) -> None:
+        """Store a new session's imported events exactly as exported (each event's JSON as
+        given), in order, without applying their state deltas: an import writes each
+        scope's state whole, as it was when exported. One round trip: a pipeline of the
+        append script, each call checking the revision the one before it made, so a gap
+        stops the rest. ``update_time`` is the session's last_update_time after the last."""
+        if not events:
+            return
+        calls = []
+        for revision, (event, raw) in enumerate(events):
+            self._runner.check_size("event", len(raw))
+            script_keys, args = self._append_call(
+                keys,
+                session_id,
+                revision,
+                events[revision - 1][0].id if revision else "",
+                event.id,
+                raw,
+                event.timestamp,
+                update_time if revision == len(events) - 1 else event.timestamp,
+                self._codec.read_hints(event),
+            )
+            calls.append((script_keys, [*args, 0, 0, 0]))  # no state fields in any scope
+        shortfalls: list[str] = []
+        replies = await self._runner.run_many(self._runner.append, calls, shortfalls)
+        for reply in replies:
+            appended(reply, session_id, self._codec.errors)
+        await self._ctx.layout.settle(keys, replies[-1][3], shortfalls)
+        self._runner.confirmed("append_event", shortfalls)
+
+    def _encode_event(self, event: E, state_bytes: int) -> bytes:
+        try:
+            raw = self._codec.encode_event(event)
+        except Exception as exc:
+            raise InvalidInputError(f"event cannot be encoded as JSON: {exc}") from exc
+        # The delta is stored twice, in the event and in the state hashes: both count.
+        self._runner.check_size("event with its state changes", len(raw) + state_bytes)
+        return raw
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        await self._ctx.ready(write=True)
+        keys = self._ctx.keys.session(
+            check_id("app_name", app_name),
+            check_id("user_id", user_id),
+            check_id("session_id", session_id),
+        )
+        shortfalls: list[str] = []
+        layout = self._ctx.layout
+        reply = await self._runner.run(
+            self._runner.delete,
+            layout.delete_keys(keys),
+            [session_id, keys.app_member, layout.mode(keys)],
+            [],
+            shortfalls,
+        )
+        if self._ctx.cache is not None:
+            self._ctx.cache.drop(keys.meta)
+        self._ctx.catch_ups.drop(keys.meta)
+        await layout.settle(keys, reply[1], shortfalls)
+        if reply[0] == 1:  # a retry that finds nothing to delete has nothing to confirm
+            self._runner.confirmed("delete_session", shortfalls)
