@@ -6,16 +6,15 @@ first (equal times: larger id first), at most ``limit``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
 
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._store import owner_tag
@@ -41,18 +40,15 @@ _SCHEMA = (
 )
 
 
-async def has_search_module(client: Any) -> bool:
+async def has_search_module(topology: Topology) -> bool:
     """Whether ``MODULE LIST`` shows RediSearch 2.x or later.
 
     Raises PermissionDeniedError when the user may not run ``MODULE LIST``: guessing "no" there
     would let this worker use another backend than workers that may.
     """
-    # A cluster client cannot route a keyless command: ask one node (all load the same).
-    # A node, not the RANDOM flag, which redis-py 8.1 honours only on the first call.
-    cluster = isinstance(client, RedisCluster)
-    options = {"target_nodes": client.get_default_node()} if cluster else {}
     try:
-        modules = await client.execute_command("MODULE", "LIST", **options)
+        # A keyless command: one node answers for all (they load the same modules).
+        modules = await topology.any_node("MODULE", "LIST")
     except ResponseError as exc:
         if isinstance(exc, NoPermissionError) or "NOPERM" in str(exc).upper():
             raise PermissionDeniedError(
@@ -82,13 +78,14 @@ def _escape_term(word: str) -> str:
 
 class IndexSearch:
     """Queries RediSearch: one index covering every app and user under the key prefix, or
-    on a cluster (``per_user``) one index per (app, user), which lives on, and is asked on,
-    the shard holding that user's entries (the search module indexes each shard apart)."""
+    on a cluster one index per (app, user), which lives on, and is asked on, the shard
+    holding that user's entries (the search module indexes each shard apart)."""
 
-    def __init__(self, client: Any, keys: KeySpace, *, per_user: bool = False) -> None:
-        self._redis = client
+    def __init__(self, topology: Topology, keys: KeySpace) -> None:
+        self._redis = topology.client
+        self._topology = topology
         self._keys = keys
-        self._per_user = per_user
+        self._per_user = topology.cluster
         self._ready: set[tuple[str, str]] = set()
         self.windows = _WINDOWS
 
@@ -104,16 +101,13 @@ class IndexSearch:
 
     async def _run(self, app: str, user: str, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Run search commands where the (app, user)'s index lives, in one round trip."""
-        if not isinstance(self._redis, RedisCluster):
-            pipe = self._redis.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            return list(await pipe.execute())
-        # The cluster client cannot route FT.* (an index name is no key): send them to the
-        # node owning the user's slot.
-        node = self._redis.get_node_from_key(self._keys.memory_entries(app, user))
-        calls = (self._redis.execute_command(*c, target_nodes=node) for c in commands)
-        return list(await asyncio.gather(*calls))
+        return await self._topology.at_key(self._keys.memory_entries(app, user), commands)
+
+    async def prepare(self) -> None:
+        """Before the backend is recorded: make the shared index, which proves this client
+        can use the module. (Per-user indexes are made at each user's first write.)"""
+        if not self._per_user:
+            await self.ensure_index()
 
     async def ensure_index(self, app: str = "", user: str = "") -> None:
         """Create the index (of ``app``/``user`` when per user) unless it exists; an

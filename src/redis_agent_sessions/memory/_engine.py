@@ -1,0 +1,289 @@
+"""The memory store, on this package's models: entries kept in Redis hashes, found by the
+backend the first worker recorded (RediSearch, or postings kept by the write scripts).
+
+Two backends answer the same contract. With the RediSearch module (2.x) an index over
+the entry hashes does the matching; without it (plain Redis, fakeredis) the entries'
+words are kept in per-user postings maintained by the write scripts. Either way a query
+touches only one (app, user)'s entries and treats its text as data, never as syntax.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from redis.exceptions import NoPermissionError, ResponseError
+
+from redis_agent_sessions._redis.codec import check_id, check_sequence, text
+from redis_agent_sessions._redis.topology import Topology
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
+from redis_agent_sessions.memory._store import (
+    Doc,
+    MemoryStore,
+    batches,
+    iso_timestamp,
+    make_doc,
+    parse_iso,
+)
+from redis_agent_sessions.memory._text import query_words
+from redis_agent_sessions.models import Content, Event, Session
+
+__all__ = ["MemoryEngine"]
+
+_UNKNOWN_SESSION_ID = "__unknown_session_id__"
+"""Where ADK files events added without a session id."""
+_MAX_LIMIT = 1000
+
+
+class MemoryEngine:
+    """The memory operations of one service, on the core models."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        config: SessionServiceConfig,
+        backend: Backend,
+    ) -> None:
+        if backend not in ("auto", "search", "plain"):
+            raise InvalidInputError(f"backend must be 'auto', 'search' or 'plain': {backend!r}")
+        self.config = config
+        self._keys = KeySpace(self.config.key_prefix)
+        self._client = client
+        self._backend: Backend = backend
+        self._store: MemoryStore | None = None
+        self._search: IndexSearch | PlainSearch | None = None
+        self._lock = asyncio.Lock()
+        self._topology = Topology(client)
+
+    async def backend(self) -> Literal["search", "plain"]:
+        await self._ready()
+        return "search" if isinstance(self._search, IndexSearch) else "plain"
+
+    async def _ready(
+        self, app: str | None = None, user: str | None = None
+    ) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
+        """The store and search, choosing the backend on first call; with ``app`` and
+        ``user``, also ready for writes of that user (their index, on a cluster)."""
+        if self._store is None or self._search is None:
+            async with self._lock:
+                if self._store is None or self._search is None:
+                    await self._topology.ready()
+                    self._store, self._search = await self._open_backend()
+        if app is not None and user is not None and isinstance(self._search, IndexSearch):
+            await self._search.ensure_index(app, user)
+        return self._store, self._search
+
+    async def _open_backend(self) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
+        """The backend recorded in Redis, or when none is, this worker's choice, recorded
+        for every later worker (so workers that would detect differently, having other
+        permissions, never split). The search index is made before the choice is recorded:
+        a worker that cannot make it records nothing."""
+        key = self._keys.memory_backend()
+        recorded = await self._client.get(key)
+        chosen = self._backend if recorded is None else _backend_name(key, recorded)
+        if chosen == "auto":
+            chosen = "search" if await has_search_module(self._topology) else "plain"
+        if self._backend not in ("auto", chosen):
+            raise MemoryIndexError(
+                f"this service asks for the {self._backend!r} memory backend, but "
+                f"{key!r} records {chosen!r}, used by the other workers"
+            )
+        search: IndexSearch | PlainSearch = PlainSearch(self._client, self._keys)
+        if chosen == "search":
+            search = IndexSearch(self._topology, self._keys)
+            try:
+                await search.prepare()
+            except NoPermissionError:
+                raise  # a PermissionDeniedError naming what to grant
+            except ResponseError as exc:
+                raise MemoryIndexError(
+                    f"the memory backend is 'search' but this client cannot use "
+                    f"the search module: {exc}"
+                ) from exc
+        if recorded is None:
+            await self._client.set(key, chosen, nx=True)
+            again = await self._client.get(key)
+            if again is None:  # deleted at once by someone else: do not guess
+                raise MemoryIndexError(f"could not record the memory backend in {key!r}")
+            if _backend_name(key, again) != chosen:  # another worker recorded first
+                return await self._open_backend()
+        return MemoryStore(self._client, self._keys, postings=chosen == "plain"), search
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def add_session(self, session: Session) -> None:
+        # In bounded batches, tagged with one ingest id: the entries the session no longer
+        # has are removed only after the last batch is stored.
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"not a session: {type(session).__name__}")
+        app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
+        sid = check_id("session_id", session.id)
+        docs = self._event_docs(app, user, sid, session.events, {})
+        store, _ = await self._ready(app, user)
+        ingest = self._keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
+        parts = list(batches(docs)) or [[]]
+        stale: list[str] = []
+        for i, batch in enumerate(parts):
+            last = i == len(parts) - 1
+            stale = await store.put(
+                app, user, batch, mode="replace", session_id=sid, ingest=ingest, final=last
+            )
+        while stale:
+            await store.delete(app, user, stale, tombstone=False, only_session=sid, ingest=ingest)
+            stale = await store.put(
+                app, user, [], mode="replace", session_id=sid, ingest=ingest, final=True
+            )
+
+    async def add_events(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        events: Sequence[Event],
+        session_id: str | None = None,
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        sid = _UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
+        check_sequence("events", events)
+        docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
+        store, _ = await self._ready(app, user)
+        for batch in batches(docs):
+            await store.put(app, user, batch, mode="keep", session_id=sid)
+
+    async def add_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        memories: Sequence[MemoryEntry],
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        check_sequence("memories", memories)
+        shared = _metadata(custom_metadata)
+        docs: dict[str, Doc] = {}
+        for entry in memories:
+            if not isinstance(entry, MemoryEntry):
+                raise InvalidInputError(f"not a MemoryEntry: {type(entry).__name__}")
+            memory_id = str(uuid.uuid4()) if entry.id is None else check_id("memory id", entry.id)
+            if entry.timestamp is not None and not isinstance(entry.timestamp, str):
+                raise InvalidInputError("memory timestamp must be an ISO-8601 string")
+            ts = time.time() if entry.timestamp is None else parse_iso(entry.timestamp)
+            doc = make_doc(
+                app_name=app,
+                user_id=user,
+                memory_id=memory_id,
+                session_id="",
+                author=entry.author,
+                ts=ts,
+                iso=entry.timestamp,
+                text_=entry.content.text,
+                content_json=_content_json(entry.content),
+                meta={**shared, **_metadata(entry.custom_metadata)},
+            )
+            if doc is not None:
+                docs[memory_id] = doc
+        store, _ = await self._ready(app, user)
+        for batch in batches(list(docs.values())):
+            await store.put(app, user, batch, mode="explicit", session_id=None)
+
+    async def delete(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        if memory_id is not None:
+            check_id("memory_id", memory_id)
+        store, _ = await self._ready()
+        if memory_id is None:
+            await store.delete_all(app, user)
+        else:
+            await store.delete(app, user, [memory_id], tombstone=True)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def search(
+        self, *, app_name: str, user_id: str, query: str, limit: int = 10
+    ) -> SearchMemoryResponse:
+        app, user = check_id("app_name", app_name), check_id("user_id", user_id)
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidInputError(f"limit must be a non-negative int, got {limit!r}")
+        words = query_words(query)
+        if not words or limit == 0:
+            return SearchMemoryResponse()
+        store, search = await self._ready()
+        ids = await search.search(app, user, words, min(limit, _MAX_LIMIT))
+        entries = await store.fetch(app, user, ids)
+        return SearchMemoryResponse(
+            memories=[
+                MemoryEntry(
+                    content=Content.model_validate(e.content),
+                    custom_metadata=e.meta,
+                    id=e.id,
+                    author=e.author,
+                    timestamp=e.timestamp,
+                )
+                for e in entries
+            ]
+        )
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _event_docs(
+        self, app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any]
+    ) -> list[Doc]:
+        docs: dict[str, Doc] = {}
+        for event in events:
+            if not isinstance(event, Event):
+                raise InvalidInputError(f"not an event: {type(event).__name__}")
+            if event.content is None or not event.content.parts:
+                continue
+            check_id("event id", event.id)
+            ts = event.timestamp
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts:
+                raise InvalidInputError(f"event timestamp must be a number: {ts!r}")
+            doc = make_doc(
+                app_name=app,
+                user_id=user,
+                memory_id=event.id,
+                session_id=sid,
+                author=event.author,
+                ts=float(ts),
+                iso=iso_timestamp(ts),
+                text_=event.content.text,
+                content_json=_content_json(event.content),
+                meta=meta,
+            )
+            if doc is not None:
+                docs.setdefault(event.id, doc)
+        return list(docs.values())
+
+
+def _backend_name(key: str, raw: bytes | str) -> Literal["search", "plain"]:
+    name = text(raw)
+    if name not in ("search", "plain"):
+        raise CorruptDataError(key, f"not a memory backend name: {name!r}")
+    return "search" if name == "search" else "plain"
+
+
+def _metadata(value: Mapping[str, object] | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"custom_metadata must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _content_json(content: Content) -> bytes:
+    try:
+        return content.__pydantic_serializer__.to_json(content, exclude_none=True)
+    except Exception as exc:
+        raise InvalidInputError(f"content cannot be encoded as JSON: {exc}") from exc

@@ -1,0 +1,173 @@
+"""The public memory API, written once: the core service and the google-adk drop-in bind it
+to their own models (``SessionT``, ``EventT``, ``EntryT`` memory entries, ``ResponseT``
+search results) through four conversions; the store itself works on the core models."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, Literal, TypeVar
+
+from typing_extensions import Self
+
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner, open_memory_url
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.memory._engine import MemoryEngine
+from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.models import Event, Session
+
+__all__ = ["MemoryServiceBase"]
+
+SessionT = TypeVar("SessionT")
+EventT = TypeVar("EventT")
+EntryT = TypeVar("EntryT")
+ResponseT = TypeVar("ResponseT")
+
+
+class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT]):
+    """Memory entries in Redis, searchable by keyword, shared by every worker.
+
+    ASCII words match whole words, results rank by distinct query words matched then newest
+    first, at most ``limit`` (10) entries, scoped to one (app, user).
+
+    Args:
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
+            this service closes.
+        config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
+        backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``: search
+            when ``MODULE LIST`` shows the module at version 2.0 or later. The first worker
+            records its choice in Redis (``<prefix>:mem:backend``); every later one uses
+            the recorded backend, or raises MemoryIndexError when it asks for the other
+            one or cannot use it, so workers never split between backends.
+    """
+
+    def __init__(
+        self,
+        client: AnyRedis,
+        *,
+        config: SessionServiceConfig | None = None,
+        backend: Backend = "auto",
+    ) -> None:
+        self._memory = MemoryEngine(
+            client, config=config or SessionServiceConfig(), backend=backend
+        )
+        self._client = client
+        self._owns_client = False
+
+    @abstractmethod
+    def _session(self, session: SessionT) -> Session:
+        """``session`` as the core model (its events are what memory keeps)."""
+
+    @abstractmethod
+    def _events(self, events: Sequence[EventT]) -> Sequence[Event]: ...
+
+    @abstractmethod
+    def _entries(self, memories: Sequence[EntryT]) -> Sequence[MemoryEntry]: ...
+
+    @abstractmethod
+    def _response(self, found: SearchMemoryResponse) -> ResponseT: ...
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        config: SessionServiceConfig | None = None,
+        backend: Backend = "auto",
+        cluster: bool = False,
+        **redis_kwargs: Any,
+    ) -> Self:
+        """A service with its own client, closed by :meth:`aclose`; the URL's query may
+        carry settings, as for the session service's ``from_url``, and ``memory_backend``."""
+        client, config, backend = open_memory_url(url, config, backend, cluster, **redis_kwargs)
+        service = cls(client, config=config, backend=backend)
+        service._owns_client = True
+        return service
+
+    @property
+    def config(self) -> SessionServiceConfig:
+        return self._memory.config
+
+    @_scripts.typed_permissions
+    async def backend(self) -> Literal["search", "plain"]:
+        """The backend in use, detecting it on first call under ``auto``."""
+        return await self._memory.backend()
+
+    @_scripts.typed_permissions
+    async def add_session_to_memory(self, session: SessionT) -> None:
+        """Index the session's events that carry text, replacing what it contributed before.
+
+        Large sessions go in bounded batches; entries it no longer has are removed only
+        after every batch is stored, so a failed call leaves the previous entries in place.
+        Ids removed with :meth:`delete_memory` are not brought back.
+        """
+        await self._memory.add_session(self._session(session))
+
+    @_scripts.typed_permissions
+    async def add_events_to_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        events: Sequence[EventT],
+        session_id: str | None = None,
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Add events incrementally: ids already stored or deleted are skipped.
+
+        ``custom_metadata`` is stored on every entry added (ADK's in-memory service
+        ignores it).
+        """
+        await self._memory.add_events(
+            app_name=app_name,
+            user_id=user_id,
+            events=self._events(events),
+            session_id=session_id,
+            custom_metadata=custom_metadata,
+        )
+
+    @_scripts.typed_permissions
+    async def add_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        memories: Sequence[EntryT],
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Store explicit entries; an entry's id (a new uuid when None) replaces any entry
+        with that id, even a deleted one. Its metadata overrides ``custom_metadata``."""
+        await self._memory.add_memory(
+            app_name=app_name,
+            user_id=user_id,
+            memories=self._entries(memories),
+            custom_metadata=custom_metadata,
+        )
+
+    @_scripts.typed_permissions
+    async def delete_memory(
+        self, *, app_name: str, user_id: str, memory_id: str | None = None
+    ) -> None:
+        """Delete one entry, or every entry of the user when ``memory_id`` is None
+        (ADK's in-memory service does nothing then).
+
+        Deleted ids are remembered: re-adding their session does not bring them back.
+        """
+        await self._memory.delete(app_name=app_name, user_id=user_id, memory_id=memory_id)
+
+    @_scripts.typed_permissions
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str, limit: int = 10
+    ) -> ResponseT:
+        """Entries containing query words: most distinct words matched first, then newest.
+
+        ASCII words match whole words; other words (e.g. CJK) also match inside longer
+        runs of text. An empty or all-punctuation query finds nothing. ``limit`` is ours
+        (ADK's API has none); ADK callers get the default, 10, the same cap as ADK's
+        in-memory service.
+        """
+        found = await self._memory.search(
+            app_name=app_name, user_id=user_id, query=query, limit=limit
+        )
+        return self._response(found)
