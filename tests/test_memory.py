@@ -380,7 +380,7 @@ async def test_backends_agree_on_random_queries(
     await client.flushdb()
     search = RedisMemoryService(client, backend="search")
     if windows is not None:
-        _, index = await search._ready()
+        _, index = await search._memory._ready()
         index.windows = windows  # type: ignore[union-attr]
     try:
         for service in (plain, search):

@@ -129,4 +129,4 @@ def test_a_services_yaml_in_the_agents_dir_is_the_one_file_recipe(tmp_path: Path
         "redis://h/0?memory_backend=plain", agents_dir=str(tmp_path)
     )
     assert isinstance(memory, adk.RedisMemoryService)
-    assert memory._core._backend == "plain"
+    assert memory._memory._backend == "plain"
