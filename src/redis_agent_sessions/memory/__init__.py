@@ -19,18 +19,7 @@ __all__ = ["Backend", "MemoryEntry", "RedisMemoryService", "SearchMemoryResponse
 
 class RedisMemoryService(MemoryServiceBase[Session, Event, MemoryEntry, SearchMemoryResponse]):
     """Memory entries in Redis, searchable by keyword, shared by every worker, taking and
-    returning this package's models.
-
-    Args:
-        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
-            this service closes.
-        config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
-        backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``: search
-            when ``MODULE LIST`` shows the module at version 2.0 or later. The first worker
-            records its choice in Redis (``<prefix>:mem:backend``); every later one uses
-            the recorded backend, or raises MemoryIndexError when it asks for the other
-            one or cannot use it, so workers never split between backends.
-    """
+    returning this package's models (see :class:`MemoryServiceBase` for the arguments)."""
 
     def _session(self, session: Session) -> Session:
         return session
