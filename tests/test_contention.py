@@ -58,7 +58,12 @@ async def _lost_race(service: RedisSessionService) -> tuple[Session, Session]:
     return s, held
 
 
-async def test_a_refusal_carries_what_the_refresh_needs(service: RedisSessionService) -> None:
+async def test_a_refusal_carries_what_the_refresh_needs(
+    service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whether the catch-up is used is under test, not when it lapses (test_a_late_refresh_
+    # reads): a runner stalled past 0.1 s before the refresh must not make it read.
+    monkeypatch.setattr(_catch_up, "SECONDS", 60.0)
     s, held = await _lost_race(service)
     with reads(service) as snapshots, decoded(service) as counts:
         await service.refresh(held)
@@ -106,7 +111,10 @@ async def test_merge_policy_asks_for_no_catch_up(make_service: Any) -> None:
     assert len(service._engine.catch_ups) == 0
 
 
-async def test_adk_refusal_carries_the_catch_up_too(worker_client: Any) -> None:
+async def test_adk_refusal_carries_the_catch_up_too(
+    worker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_catch_up, "SECONDS", 60.0)  # as above: the lapse is tested apart
     adk_service = AdkService(worker_client)
     s = await adk_service.create_session(app_name=APP, user_id=USER)
     first = await adk_service.get_session(app_name=APP, user_id=USER, session_id=s.id)
@@ -182,7 +190,12 @@ def refusals(service: Any) -> Iterator[list[int]]:
         del runner.run
 
 
-async def test_writers_of_one_worker_take_turns(service: RedisSessionService) -> None:
+async def test_writers_of_one_worker_take_turns(
+    service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fairness is under test, not expiry (test_a_lost_writer_that_never_retries_...): a
+    # refresh slowed past 10 ms by a loaded runner must not cost the writer its place.
+    monkeypatch.setattr(_turns, "GRACE", 1.0)
     with refusals(service) as refused:
         s, copies, tries = await _race(service, WRITERS)
     stored = await fresh(service, s.id)
@@ -224,7 +237,10 @@ async def _in_line(turns: _turns.Turns, writer: _turns.Writer, order: list[str])
         turns.taken(KEY, place, lost=False)
 
 
-async def test_a_writer_whose_turn_ended_queues_behind_the_waiting() -> None:
+async def test_a_writer_whose_turn_ended_queues_behind_the_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_turns, "GRACE", 60.0)  # the order is under test, not the expiry
     turns, order = _turns.Turns(), []
     turns.owe(KEY, A)
     waiting = asyncio.create_task(_in_line(turns, B, order))
@@ -241,7 +257,10 @@ async def test_a_writer_whose_turn_ended_queues_behind_the_waiting() -> None:
     assert not turns.in_line(KEY)
 
 
-async def test_a_writer_that_leaves_the_line_lets_the_others_move_up() -> None:
+async def test_a_writer_that_leaves_the_line_lets_the_others_move_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_turns, "GRACE", 60.0)  # the order is under test, not the expiry
     turns, order = _turns.Turns(), []
     turns.owe(KEY, A)
     place = await turns.take(KEY, A)
@@ -259,8 +278,8 @@ async def test_a_writer_that_leaves_the_line_lets_the_others_move_up() -> None:
 
 async def test_a_lost_writer_that_never_retries_holds_the_line_for_grace_only() -> None:
     turns, order = _turns.Turns(), []
+    started = time.monotonic()  # before the place is held: a stall between can only add
     turns.owe(KEY, A)
-    started = time.monotonic()
     await asyncio.wait_for(_in_line(turns, B, order), 1)
     assert order == ["b1"]
     assert not turns.in_line(KEY)

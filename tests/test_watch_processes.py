@@ -65,6 +65,7 @@ async def spawn(started: list[asyncio.subprocess.Process], *args: Any) -> Any:
         sys.executable,
         str(WRITER),
         *map(str, args),
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -73,15 +74,35 @@ async def spawn(started: list[asyncio.subprocess.Process], *args: Any) -> Any:
 
 
 async def finished(proc: asyncio.subprocess.Process) -> dict[str, Any]:
-    """What the helper printed, once it exited 0."""
+    """What the helper printed last, once it exited 0 (a writer waiting at its barrier or
+    hold goes on: its stdin closes)."""
+    if proc.stdin is not None:
+        proc.stdin.close()
     out, err = await asyncio.wait_for(proc.communicate(), DEADLINE)
     assert proc.returncode == 0, err.decode()
-    result: dict[str, Any] = json.loads(out)
+    result: dict[str, Any] = json.loads(out.splitlines()[-1])
     return result
 
 
-def writer_args(url: str, prefix: str, name: str, n: int, seed: int, *flags: str) -> list[Any]:
-    return ["write", url, prefix, APP, USER, SID, name, n, seed, *flags]
+async def signalled(proc: asyncio.subprocess.Process, line: str) -> None:
+    """Wait until a writer prints ``line`` (``ready``, ``held``): it then waits for :func:`go`."""
+    assert proc.stdout is not None
+    got = await asyncio.wait_for(proc.stdout.readline(), DEADLINE)
+    assert got.decode().strip() == line, (got, proc.returncode)
+
+
+async def go(*procs: asyncio.subprocess.Process) -> None:
+    """Let writers waiting at a barrier or hold go on."""
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+
+
+def writer_args(
+    url: str, prefix: str, name: str, n: int, seed: int, *flags: str, hold: int | None = None
+) -> list[Any]:
+    return ["write", url, prefix, APP, USER, SID, name, n, seed, *([hold] if hold else []), *flags]
 
 
 # -- servers, prefixes, observation ----------------------------------------------------------
@@ -261,12 +282,21 @@ async def watched_two_writers_with_kills(
     try:
         # The watcher is blocked in XREAD before any writer starts.
         await wait_blocked(kill_admin, watcher_name, task)
+        # A barrier and a hold, not how fast processes start, make the two writers append
+        # concurrently and still be appending at every kill: each stops after ``hold``
+        # events (together enough for the last kill) until the kills are done.
+        hold = max(kill_after) // 2 + 5
+        assert hold < n
         writers = [
-            await spawn(processes, *writer_args(url, prefix, f"w{k}", n, k, *flags)) for k in (1, 2)
+            await spawn(processes, *writer_args(url, prefix, f"w{k}", n, k, *flags, hold=hold))
+            for k in (1, 2)
         ]
+        for writer in writers:
+            await signalled(writer, "ready")
+        await go(*writers)
         for threshold in kill_after:
             await until(lambda t=threshold: len(seen) >= t, f"{threshold} events", task)
-            assert any(w.returncode is None for w in writers), "writers done before the kill"
+            assert all(w.returncode is None for w in writers), "a writer ended before the kill"
             old, killed = await kill_blocked(kill_admin, watcher_name, task)
             assert killed >= 1, f"CLIENT KILL closed nothing of {old}"
             await reconnected(kill_admin, watcher_name, old, task)
@@ -349,12 +379,17 @@ async def test_a_new_watcher_resumes_after_the_last_event_the_old_one_saw(
     service = RedisSessionService(admin, config=config)
     await service.create_session(**IDS)
     old_watcher = await spawn(processes, "watch", url, prefix, APP, USER, SID, first_part)
-    writer = await spawn(processes, *writer_args(url, prefix, "w1", n, 7))
+    # The writer stops mid-way (after ``hold`` events) until the old watcher is gone, so
+    # the new one must resume from where the old stopped, with more still to come.
+    hold = 20
+    writer = await spawn(processes, *writer_args(url, prefix, "w1", n, 7, hold=hold))
+    await signalled(writer, "ready")
+    await go(writer)
     first = (await finished(old_watcher))["ids"]
+    await signalled(writer, "held")
     # No watcher runs now, and the writer is still appending.
-    stored_when_stopped = len(await stored_ids(service))
+    assert len(await stored_ids(service)) == hold
     assert writer.returncode is None
-    assert stored_when_stopped < n
     written = (await finished(writer))["ids"]
     stored = await stored_ids(service)
     assert stored == written

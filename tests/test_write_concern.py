@@ -62,6 +62,9 @@ async def r8() -> AsyncIterator[tuple[Redis, Redis]]:
 
 
 def service(client: Any, **config: Any) -> RedisSessionService:
+    # Correctness, not latency: a write that must be confirmed gets 10 s (an fsync on a
+    # shared CI disk can take longer than the default 1 s); tests of a shortfall pass theirs.
+    config.setdefault("write_timeout_ms", 10_000)
     return RedisSessionService(client, config=SessionServiceConfig(**config))
 
 

@@ -1,15 +1,18 @@
 """Run by tests/test_watch_processes.py in its own OS process: appends events to one session
 (``write``) or watches one (``watch``), and prints what it did as one JSON object.
 
-    python watch_writer.py write URL PREFIX APP USER SID NAME N SEED [--cluster] [--adk]
+    python watch_writer.py write URL PREFIX APP USER SID NAME N SEED [HOLD] [--cluster] [--adk]
     python watch_writer.py watch URL PREFIX APP USER SID N [--cluster]
 
-``write`` appends N events authored ``NAME-0`` .. ``NAME-<N-1>`` under the ``merge`` stale
-policy (another process appends to the same session at the same time), sleeping a random
-5-25 ms before each, and prints ``{"ids": [...], "events": [<event JSON>, ...]}`` in the
-order they landed. ``watch`` follows the session from its beginning, stops after N events and
-prints ``{"ids": [...]}``. Kept apart from the test module so that the process imports only
-this and the library.
+``write`` prints ``ready`` once connected and waits for a line on stdin (the test's barrier,
+so that writers start together however long each took to start), then appends N events
+authored ``NAME-0`` .. ``NAME-<N-1>`` under the ``merge`` stale policy (another process
+appends to the same session at the same time), sleeping a random 5-25 ms before each. With
+HOLD it prints ``held`` after HOLD events and waits for another line (the test acts while
+the writer is known to be mid-way). Its last line is ``{"ids": [...], "events": [<event
+JSON>, ...]}``, in the order they landed. ``watch`` follows the session from its beginning,
+stops after N events and prints ``{"ids": [...]}``. Kept apart from the test module so that
+the process imports only this and the library.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ async def write(
     name: str,
     n: int,
     seed: int,
+    hold: int | None,
     cluster: bool,
     adk: bool,
 ) -> dict[str, Any]:
@@ -50,7 +54,10 @@ async def write(
     async with service:
         session = await service.get_session(**ids)
         assert session is not None, "the test creates the session before starting writers"
+        _signal("ready")
         for i in range(n):
+            if i == hold:
+                _signal("held")
             await asyncio.sleep(rng.uniform(0.005, 0.025))
             delta = {f"{name}:last": i, "shared": f"{name}-{i}"}
             if adk:
@@ -79,6 +86,12 @@ async def watch(url: str, prefix: str, ids: dict[str, str], n: int, cluster: boo
     return seen
 
 
+def _signal(line: str) -> None:
+    """Tell the test ``line``, and wait for its answer (a line, or stdin closed)."""
+    print(line, flush=True)
+    sys.stdin.readline()
+
+
 def main(argv: list[str]) -> None:
     flags = {a for a in argv if a.startswith("--")}
     args = [a for a in argv if not a.startswith("--")]
@@ -86,9 +99,10 @@ def main(argv: list[str]) -> None:
     ids = {"app_name": app, "user_id": user, "session_id": sid}
     cluster = "--cluster" in flags
     if mode == "write":
-        name, n, seed = rest
+        name, n, seed, *hold = rest
+        held = int(hold[0]) if hold else None
         result = asyncio.run(
-            write(url, prefix, ids, name, int(n), int(seed), cluster, "--adk" in flags)
+            write(url, prefix, ids, name, int(n), int(seed), held, cluster, "--adk" in flags)
         )
     elif mode == "watch":
         [n] = rest
