@@ -31,20 +31,21 @@ class Topology:
         self.cluster = detected or bool(cluster)
         """The cluster key layout: every script touches one slot."""
         self._cluster_client = isinstance(client, RedisCluster)
-        self._fresh = self._cluster_client
+        self.fresh = self._cluster_client
+        """Whether :meth:`ready` has work to do (checked first: it runs before every call)."""
         self._initializing: asyncio.Lock | None = None
 
     async def ready(self) -> None:
         """Initialize a fresh cluster client once: redis-py 8.1's RedisCluster fails when its
         very first commands run concurrently (redis-py issue #3032)."""
-        if not self._fresh:
+        if not self.fresh:
             return
         if self._initializing is None:
             self._initializing = asyncio.Lock()
         async with self._initializing:
-            if self._fresh:
+            if self.fresh:
                 await self.client.initialize()
-                self._fresh = False
+                self.fresh = False
 
     async def any_node(self, *command: Any) -> Any:
         """Run a command that names no key on one node (every node of a deployment loads

@@ -38,6 +38,8 @@ class Context(Generic[S, E]):
     async def ready(self, *, write: bool = False) -> None:
         """Before an operation: the client is initialized, and before a write, the server
         can confirm writes as the write concern asks."""
-        await self.layout.ready()
-        if write:
+        # Two checks, no awaits, on the path of every call once the client is ready.
+        if self.layout.topology.fresh:
+            await self.layout.ready()
+        if write and self.runner.concern is not None:
             await self.runner.check_server()
