@@ -52,10 +52,7 @@ class Layout(ABC):
     def create_keys(self, keys: SessionKeys, app_name: str) -> tuple[list[str], list[Any]]:
         """create_session.lua's KEYS, and the ARGV that follow the state fields."""
         return [
-            keys.meta,
-            keys.state,
-            keys.events,
-            keys.event_ids,
+            *_own(keys),
             keys.user_state,
             keys.user_sessions,
             keys.user_updated,
@@ -65,30 +62,24 @@ class Layout(ABC):
     def append_keys(self, keys: SessionKeys) -> list[str]:
         """append_event.lua's KEYS."""
         return [
-            keys.meta,
-            keys.state,
-            keys.events,
-            keys.event_ids,
+            *_own(keys),
             keys.user_state,
             self._app_writes(keys, keys.app_state),
-            keys.user_updated,
-            keys.compactions,
-            *self._app_updated(keys),
+            *self._closing(keys),
         ]
 
     def delete_keys(self, keys: SessionKeys) -> list[str]:
         """delete_session.lua's KEYS."""
         return [
-            keys.meta,
-            keys.state,
-            keys.events,
-            keys.event_ids,
+            *_own(keys),
             keys.user_sessions,
             self._app_writes(keys, keys.app_sessions),
-            keys.user_updated,
-            keys.compactions,
-            *self._app_updated(keys),
+            *self._closing(keys),
         ]
+
+    def _closing(self, keys: SessionKeys) -> list[str]:
+        """The KEYS after the first six of append and delete (KEYS[7..])."""
+        return [keys.user_updated, keys.compactions, *self._app_updated(keys)]
 
     @abstractmethod
     def _create_app_keys(self, keys: SessionKeys) -> list[str]: ...
@@ -162,3 +153,8 @@ class Layout(ABC):
 
     @abstractmethod
     def _prune_keys(self, first: SessionKeys) -> list[str]: ...
+
+
+def _own(keys: SessionKeys) -> list[str]:
+    """The session's own keys, KEYS[1..4] of every write script."""
+    return [keys.meta, keys.state, keys.events, keys.event_ids]
