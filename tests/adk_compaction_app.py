@@ -2,7 +2,7 @@
 
 Imported by tests/test_adk_compacted_reads.py, which plays one conversation on several
 session services and compares what the model was sent, and by
-scripts/bench_adk_turns.py, which times Runner turns on long sessions.
+benchmarks/adk_turns.py, which times Runner turns on long sessions.
 
 Nothing calls a network: the model answers from its request alone (every third turn it
 calls a tool first), reports a prompt token count that grows with the request (so

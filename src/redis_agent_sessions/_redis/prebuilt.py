@@ -1,7 +1,7 @@
 """EVALSHA with the command packed by hiredis, in C, instead of by redis-py, in Python.
 
 redis.asyncio packs every argument in Python: for append_event's ~33 arguments that
-costs 55-65 us per append more than ``hiredis.pack_command`` (scripts/bench.py, the
+costs 55-65 us per append more than ``hiredis.pack_command`` (benchmarks/append.py, the
 "redis-py packing" row, interleaved). So on a plain ``redis.asyncio.Redis`` with hiredis
 installed, a script call packs its command itself and sends it on a pooled connection, with
 the connection's own retry policy, as ``execute_command`` would. Everything else (no

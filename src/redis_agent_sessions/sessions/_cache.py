@@ -27,7 +27,7 @@ E = TypeVar("E")
 
 MEMORY_PER_JSON_BYTE = 12
 """Python memory of decoded events per byte of their stored JSON, rounded up from what
-``scripts/bench.py`` measures (about 9 for this package's events, 12 for ADK's)."""
+``benchmarks/reads.py`` measures (about 9 for this package's events, 12 for ADK's)."""
 
 
 @dataclass(frozen=True, slots=True)

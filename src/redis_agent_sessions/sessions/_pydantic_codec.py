@@ -73,7 +73,7 @@ class PydanticCodec(Generic[S, E]):
     def decode_events(self, raws: Sequence[bytes | str]) -> list[E]:
         # One pydantic call per event: 0.83-0.91x the time of one call on the whole batch
         # as a JSON array, whose parsed tree outgrows the CPU caches, for 1,000 core events
-        # and 0.93-1.00x for ADK's (scripts/bench_reads.py, interleaved). Not orjson + dicts:
+        # and 0.93-1.00x for ADK's (benchmarks/cpu.py, pyperf). Not orjson + dicts:
         # orjson reads integers beyond 64 bits as floats; pydantic keeps them exact.
         validate = self._validator.validate_json
         return [validate(raw) for raw in raws]

@@ -1,18 +1,17 @@
 """Benchmark of the operator CLI's ``export`` and ``import`` (not a test): throughput as an
 operator sees it, each command run as its own ``python -m redis_agent_sessions`` process.
 
-Usage::
+Usage (from the repository root)::
 
-    .venv/bin/python scripts/bench_transfer.py            # 10,000 sessions x 50 events
-    .venv/bin/python scripts/bench_transfer.py --quick    # 1,000 sessions x 50 events
-    .venv/bin/python scripts/bench_transfer.py --json     # only the JSON result on stdout
-    .venv/bin/python scripts/bench_transfer.py --profile-import   # + cProfile of one import
-    .venv/bin/python scripts/bench_transfer.py --url redis://127.0.0.1:6379/0
+    .venv/bin/python -m benchmarks.transfer            # 10,000 sessions x 50 events
+    .venv/bin/python -m benchmarks.transfer --quick    # 1,000 sessions x 50 events
+    .venv/bin/python -m benchmarks.transfer --json -   # only the JSON result on stdout
+    .venv/bin/python -m benchmarks.transfer --profile-import   # + cProfile of one import
+    .venv/bin/python -m benchmarks.transfer --url redis://127.0.0.1:6379/0
 
-It starts a throwaway ``redis-server`` (from PATH) on a free loopback port in a temporary
-directory (``throwaway_redis`` of scripts/bench.py) and always stops it. With ``--url`` it
-writes only keys under random prefixes and deletes them at the end. The export files go to
-a temporary directory, removed at the end.
+It starts a throwaway Redis 7 and always stops it. With ``--url`` it writes only keys under
+random prefixes and deletes them at the end. The export files go to a temporary directory,
+removed at the end.
 
 Seeding (untimed): 10,000 sessions of one app over 1,000 users (``--quick``: 1,000 over
 100), each created by the real ``create_session`` with a small state (session and ``user:``
@@ -43,12 +42,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import io
 import json
 import os
-import platform
-import pstats
-import statistics
 import sys
 import tempfile
 import time
@@ -58,27 +53,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from redis.asyncio import Redis
-from redis.asyncio.connection import DefaultParser
 
-# scripts/bench.py, next to this file (on sys.path when this runs as a script): the server,
-# the commandstats helpers, the prefix cleanup and the table.
-from bench import Table, command_stats, delete_prefix, run_on_server, stats_delta
-from redis_agent_sessions import (
-    Content,
-    Event,
-    EventActions,
-    Part,
-    RedisSessionService,
-    Session,
-    SessionServiceConfig,
-)
+from benchmarks.harness import report, servers
+from benchmarks.harness.timing import median_of
+from benchmarks.harness.workloads import make_transfer_event, user_name
+from redis_agent_sessions import RedisSessionService, Session, SessionServiceConfig
 
 APP = "bench_transfer"
 CHUNK = 64  # sessions seeded concurrently (the pool allows 100)
 PROFILE_SESSIONS = 1_000
 CLI = [sys.executable, "-m", "redis_agent_sessions"]
+
+progress = report.Progress("transfer")
 
 
 @dataclass(frozen=True)
@@ -94,72 +81,17 @@ FULL = Plan("full", 10_000, 50, 1_000, 3)
 QUICK = Plan("quick", 1_000, 50, 100, 3)
 
 
-def progress(message: str) -> None:
-    print(f"[bench_transfer] {message}", file=sys.stderr, flush=True)
-
-
 # -- seeding ---------------------------------------------------------------------------------
-
-_USER_LINES = (
-    "I need a flight from Lisbon to Berlin next Tuesday morning, one adult, economy please. "
-    "Aisle seat if possible, and one checked bag of about 20 kg; the 08:40 departure works.",
-    "Can you also check whether there is a later return on Friday evening? Please use the card "
-    "ending in 4421 and send the confirmation to my work address, not the personal one.",
-)
-_AGENT_LINES = (
-    "I found three nonstop options: TP 552 at 08:40 (EUR 129), LH 1167 at 11:05 (EUR 164) and "
-    "TP 556 at 17:20 (EUR 118). All include a cabin bag; a checked bag costs EUR 35 extra.",
-    "Seat 14C (aisle) is held on TP 552 and one checked bag is added, total now EUR 164. On "
-    "Friday the latest return is TP 557 at 20:55 from Berlin, arriving 23:10, fare EUR 141.",
-)
-
-
-def make_event(session_no: int, turn: int) -> Event:
-    """One turn: ~200 characters of text; every 5th turn also a tool call and its result."""
-    by_user = turn % 2 == 0
-    lines = _USER_LINES if by_user else _AGENT_LINES
-    text = f"[{session_no}/{turn}] {lines[(turn // 2) % len(lines)]}"
-    parts = [Part(text=text)]
-    if turn % 5 == 4:
-        call_id = f"call-{session_no}-{turn}"
-        args = {"origin": "LIS", "destination": "BER", "date": "2025-06-10", "adults": 1}
-        parts += [
-            Part(function_call={"id": call_id, "name": "search_flights", "args": args}),
-            Part(
-                function_response={
-                    "id": call_id,
-                    "name": "search_flights",
-                    "response": {
-                        "flights": [
-                            {"flight": "TP552", "departs": "08:40", "fare": 129.0},
-                            {"flight": "LH1167", "departs": "11:05", "fare": 164.0},
-                        ]
-                    },
-                }
-            ),
-        ]
-    delta: dict[str, Any] = {
-        "booking_step": ("search", "select", "extras", "pay")[turn % 4],
-        "turn": turn,
-    }
-    if turn % 10 == 0:
-        delta["user:last_seen"] = time.time()
-    return Event(
-        invocation_id=f"inv-{session_no}-{turn // 2}",
-        author="user" if by_user else "booking_agent",
-        content=Content(role="user" if by_user else "model", parts=parts),
-        actions=EventActions(state_delta=delta),
-    )
 
 
 async def seed_one(service: RedisSessionService, plan: Plan, number: int) -> None:
     session: Session = await service.create_session(
         app_name=APP,
-        user_id=f"user-{number % plan.users:04d}",
+        user_id=user_name(number, plan.users),
         state={"topic": "flights", "booking_step": "start", "user:name": f"Traveller {number}"},
     )
     for turn in range(plan.events):
-        await service.append_event(session, make_event(number, turn))
+        await service.append_event(session, make_transfer_event(number, turn))
 
 
 async def seed(service: RedisSessionService, plan: Plan) -> dict[str, float]:
@@ -257,9 +189,9 @@ def summary(runs: list[CliRun]) -> dict[str, Any]:
     return {
         "runs": len(runs),
         "seconds": [round(r.seconds, 3) for r in runs],
-        "median_s": statistics.median(r.seconds for r in runs),
-        "sessions_per_s": statistics.median(r.sessions_per_s for r in runs),
-        "events_per_s": statistics.median(r.events_per_s for r in runs),
+        "median_s": median_of([r.seconds for r in runs]),
+        "sessions_per_s": median_of([r.sessions_per_s for r in runs]),
+        "events_per_s": median_of([r.events_per_s for r in runs]),
         "file_mb": runs[0].bytes / 1e6,
         "sessions": runs[0].sessions,
         "events": runs[0].events,
@@ -278,7 +210,7 @@ async def profile_import(
         for _, line in zip(range(PROFILE_SESSIONS), f, strict=False):
             out.write(line)
     stats_file = folder / "import.pstats"
-    before = await command_stats(client)
+    before = await servers.command_stats(client)
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -302,15 +234,12 @@ async def profile_import(
     seconds = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"the profiled import failed: {err.decode(errors='replace')}")
-    server = stats_delta(before, await command_stats(client))
-    await delete_prefix(client, prefix)
-    texts = {}
-    for order in ("tottime", "cumulative"):
-        buffer = io.StringIO()
-        pstats.Stats(str(stats_file), stream=buffer).strip_dirs().sort_stats(order).print_stats(top)
-        lines = buffer.getvalue().splitlines()
-        start = next(i for i, line in enumerate(lines) if "ncalls" in line)
-        texts[order] = "\n".join(lines[start:]).rstrip()
+    server = servers.stats_delta(before, await servers.command_stats(client))
+    await servers.delete_prefix(client, prefix)
+    texts = {
+        order: report.cprofile_text(str(stats_file), "", top, order)
+        for order in ("tottime", "cumulative")
+    }
     return {
         "sessions": PROFILE_SESSIONS,
         "wall_s_under_cprofile": seconds,
@@ -336,7 +265,12 @@ async def run(url: str, owned: bool, plan: Plan, profile: bool = False) -> dict[
     try:
         with tempfile.TemporaryDirectory(prefix="ras-bench-transfer-") as tmp:
             folder = Path(tmp)
-            info = await client.info("server")
+            env = report.environment(
+                {"redis": await servers.server_version(client)},
+                url=url,
+                own_server=owned,
+                plan=asdict(plan),
+            )
             service = RedisSessionService(client, config=SessionServiceConfig(key_prefix=source))
             progress(f"seeding {plan.sessions:,} sessions x {plan.events} events")
             seeding = await seed(service, plan)
@@ -344,6 +278,7 @@ async def run(url: str, owned: bool, plan: Plan, profile: bool = False) -> dict[
                 f"seeded in {seeding['seconds']:.1f} s ({seeding['calls_per_s']:,.0f} calls/s)"
             )
             memory = await client.info("memory")
+            env["redis_used_memory_after_seeding"] = memory.get("used_memory_human")
             baseline = []
             for _ in range(3):
                 seconds, _ = await cli(
@@ -372,7 +307,7 @@ async def run(url: str, owned: bool, plan: Plan, profile: bool = False) -> dict[
                 reexports.append(await export(url, imports[n], again, plan))
                 identical &= sha256(again) == reference
                 again.unlink()
-                await delete_prefix(client, imports[n])
+                await servers.delete_prefix(client, imports[n])
                 progress(
                     f"round {n + 1}: export {exports[-1].seconds:.1f} s, import "
                     f"{imported[-1].seconds:.1f} s, re-export {reexports[-1].seconds:.1f} s"
@@ -385,22 +320,12 @@ async def run(url: str, owned: bool, plan: Plan, profile: bool = False) -> dict[
     finally:
         if not owned:
             for prefix in (source, *imports):
-                await delete_prefix(client, prefix)
+                await servers.delete_prefix(client, prefix)
         await client.aclose()
     return {
-        "environment": {
-            "python": platform.python_version(),
-            "redis_py": redis.__version__,
-            "parser": DefaultParser.__name__,
-            "redis_server": info.get("redis_version"),
-            "redis_used_memory_after_seeding": memory.get("used_memory_human"),
-            "url": url,
-            "own_server": owned,
-            "cpus": os.cpu_count(),
-            "plan": asdict(plan),
-        },
+        "environment": env,
         "seeding": seeding,
-        "cli_baseline_ls_s": statistics.median(baseline),
+        "cli_baseline_ls_s": median_of(baseline),
         "export": summary(exports),
         "import": summary(imported),
         "reexport": summary(reexports),
@@ -410,15 +335,16 @@ async def run(url: str, owned: bool, plan: Plan, profile: bool = False) -> dict[
     }
 
 
-def report(result: dict[str, Any]) -> str:
+def render(result: dict[str, Any]) -> str:
     env = result["environment"]
     plan = env["plan"]
     where = "own throwaway server" if env["own_server"] else "given --url"
     seeding = result["seeding"]
     out = [
-        f"redis-agent-sessions export/import benchmark ({plan['name']} run)",
-        f"python {env['python']}, redis-py {env['redis_py']} ({env['parser']}), "
-        f"redis-server {env['redis_server']} at {env['url']} ({where}), {env['cpus']} CPUs",
+        *report.environment_lines(
+            f"redis-agent-sessions export/import benchmark ({plan['name']} run)", env
+        ),
+        f"server {env['url']} ({where})",
         f"{plan['sessions']:,} sessions x {plan['events']} events over {plan['users']:,} users "
         f"(redis used_memory {env['redis_used_memory_after_seeding']}); seeded in "
         f"{seeding['seconds']:.1f} s ({seeding['calls_per_s']:,.0f} create/append calls/s)",
@@ -426,7 +352,7 @@ def report(result: dict[str, Any]) -> str:
         f"(start + connect + one read) takes {result['cli_baseline_ls_s']:.2f} s",
         "",
     ]
-    table = Table(("command", "wall s", "sessions/s", "events/s", "file MB", "runs (s)"))
+    table = report.Table(("command", "wall s", "sessions/s", "events/s", "file MB", "runs (s)"))
     for key, label in (
         ("export", "export APP -o FILE"),
         ("import", "import FILE (fresh prefix)"),
@@ -450,7 +376,7 @@ def report(result: dict[str, Any]) -> str:
     ]
     prof = result["import_profile"]
     if prof:
-        server = Table(("server commands over the profiled import", "calls", "ms"))
+        server = report.Table(("server commands over the profiled import", "calls", "ms"))
         for cmd, v in list(prof["server_commands"].items())[:10]:
             server.add(cmd, f"{v['calls']:,}", f"{v['usec'] / 1e3:,.0f}")
         out += [
@@ -466,14 +392,21 @@ def report(result: dict[str, Any]) -> str:
             "cProfile, by cumulative time:",
             prof["by_cumulative_time"],
         ]
+    out += ["", f"wall time {env['wall_seconds']} s", ""]
+    compact = dict(result)
+    if compact["import_profile"]:
+        compact["import_profile"] = {
+            k: v
+            for k, v in compact["import_profile"].items()
+            if k not in ("by_own_time", "by_cumulative_time")
+        }
+    out.append(json.dumps(compact, indent=2))
     return "\n".join(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", help="use this Redis instead of starting a throwaway one")
-    parser.add_argument("--quick", action="store_true", help="1,000 sessions x 50 events")
-    parser.add_argument("--json", action="store_true", help="print only the result as JSON")
+    report.add_flags(parser, url=True, quick="1,000 sessions x 50 events")
     parser.add_argument(
         "--profile-import",
         action="store_true",
@@ -481,26 +414,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-
-    async def go(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
-        return await run(url, owned, plan, profile=args.profile_import)
-
-    result = run_on_server(go, args.url, plan)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(report(result))
-        print(f"\nwall time {result['environment']['wall_seconds']} s\n")
-        compact = dict(result)
-        if compact["import_profile"]:
-            compact["import_profile"] = {
-                k: v
-                for k, v in compact["import_profile"].items()
-                if k not in ("by_own_time", "by_cumulative_time")
-            }
-        print(json.dumps(compact, indent=2))
+    started = time.perf_counter()
+    with servers.redis_url(args.url) as (url, owned):
+        result = asyncio.run(run(url, owned, plan, profile=args.profile_import))
+    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    report.emit(result, render, args.json)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,18 +1,18 @@
 """Benchmark of the Redis Cluster layout (not a test): one node vs a 3-primary cluster.
 
-Usage::
+Usage (from the repository root)::
 
-    .venv/bin/python scripts/bench_cluster.py            # full run, ~2 minutes
-    .venv/bin/python scripts/bench_cluster.py --quick    # smoke run, well under a minute
-    .venv/bin/python scripts/bench_cluster.py --single-url redis://127.0.0.1:6379/0 \\
+    .venv/bin/python -m benchmarks.cluster            # full run, ~2 minutes
+    .venv/bin/python -m benchmarks.cluster --quick    # smoke run, well under a minute
+    .venv/bin/python -m benchmarks.cluster --single-url redis://127.0.0.1:6379/0 \\
         --cluster-url redis://127.0.0.1:7000
 
-Without the URLs it starts its own throwaway servers on free loopback ports (redis-server
-and redis-cli from PATH): one plain node, and three cluster-enabled nodes joined by
-``redis-cli --cluster create`` (3 primaries, no replicas); it stops exactly those, also on
-an error, Ctrl-C or SIGTERM. With a URL it uses that server instead, writes only keys under
-a random prefix and deletes them at the end (the CPU figures then include whatever else that
-server is doing).
+Without the URLs it starts its own throwaway servers on free loopback ports
+(``benchmarks.harness.servers``: a Redis 7 node, and three cluster-enabled Redis 7 nodes
+joined by ``redis-cli --cluster create``, 3 primaries, no replicas); it stops exactly those,
+also on an error, Ctrl-C or SIGTERM. With a URL it uses that server instead, writes only
+keys under a random prefix and deletes them at the end (the CPU figures then include
+whatever else that server is doing).
 
 Everything is measured in one run, alternating between the targets (appends in short
 blocks, gets call by call) so that drift (CPU frequency, other load) hits them alike:
@@ -31,7 +31,8 @@ blocks, gets call by call) so that drift (CPU frequency, other load) hits them a
 Latencies come from ``time.perf_counter_ns`` around each awaited call, with the garbage
 collector run and its survivors frozen before each round (it stays enabled while timing).
 Ratios are of p50s over all rounds; "per-round IQR" is the spread of the same ratio taken
-round by round, a guide to how much a verdict near its target can be trusted.
+round by round (percentiles 25 and 75, ``benchmarks.harness.timing.percentile``), a guide
+to how much a verdict near its target can be trusted.
 """
 
 from __future__ import annotations
@@ -40,38 +41,35 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
-import platform
 import queue
-import shutil
-import signal
-import socket
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import DefaultParser
 
-# scripts/bench.py, next to this file (on sys.path when this runs as a script): the turn
-# builder (text content and state delta of a booking conversation), statistics and tables.
-from bench import Stats, Table, make_event, settled_gc, stop_process, summarize, wait_for_ping
+from benchmarks.harness import report, servers
+from benchmarks.harness.report import Table, sign, us
+from benchmarks.harness.timing import (
+    Stats,
+    alternate,
+    median_of,
+    percentile,
+    settled_gc,
+    summarize,
+    timed,
+    timed_appends,
+)
+from benchmarks.harness.workloads import initial_state, make_kind_turn
 from redis_agent_sessions import (
-    Content,
     Event,
-    EventActions,
     GetSessionConfig,
-    Part,
     RedisSessionService,
     Session,
     SessionServiceConfig,
@@ -131,139 +129,10 @@ class Plan:
 FULL = Plan("full", 24, 120, 150, 5, 60, 300, 6000, (2, 4), ("user", "app"), 3, 2.0)
 QUICK = Plan("quick", 3, 20, 40, 2, 10, 20, 400, (2,), ("user", "app"), 1, 0.3)
 
-
-_STARTED = time.perf_counter()
-
-
-def progress(message: str) -> None:
-    elapsed = time.perf_counter() - _STARTED
-    print(f"[bench_cluster {elapsed:5.1f} s] {message}", file=sys.stderr, flush=True)
+progress = report.Progress("cluster")
 
 
 # -- servers ---------------------------------------------------------------------------------
-
-
-def free_ports(count: int, *, bus: bool) -> list[int]:
-    """``count`` distinct free loopback ports; with ``bus``, each port + 10000 is free too.
-
-    All are held open until every one is picked, so no two are the same.
-    """
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        while len(ports) < count and len(held) < 2000:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(sock)
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-            if bus:
-                if port + 10000 > 65535:
-                    continue
-                other = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                held.append(other)
-                try:
-                    other.bind(("127.0.0.1", port + 10000))
-                except OSError:
-                    continue
-            ports.append(port)
-    finally:
-        for sock in held:
-            sock.close()
-    if len(ports) < count:
-        sys.exit("no free loopback ports")
-    return ports
-
-
-def redis_server_command(port: int, workdir: str, *extra: str) -> list[str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        sys.exit("redis-server is not on PATH; install it or pass --single-url/--cluster-url")
-    return [
-        exe,
-        *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
-        *("--dir", workdir, "--logfile", os.path.join(workdir, "redis.log")),
-        *extra,
-    ]
-
-
-@contextmanager
-def throwaway_node(tmp: str) -> Iterator[str]:
-    """A plain redis-server of our own, stopped (by its pid) on the way out."""
-    for attempt in range(3):
-        workdir = os.path.join(tmp, f"single-{attempt}")
-        os.mkdir(workdir)
-        [port] = free_ports(1, bus=False)
-        proc = subprocess.Popen(
-            redis_server_command(port, workdir),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            if wait_for_ping(proc, port):
-                yield f"redis://127.0.0.1:{port}/0"
-                return
-        finally:
-            stop_process(proc)
-    sys.exit("could not start redis-server on a free loopback port")
-
-
-@contextmanager
-def throwaway_cluster(tmp: str) -> Iterator[str]:
-    """Three cluster-enabled redis-servers of our own, joined as 3 primaries; stopped on exit."""
-    cli = shutil.which("redis-cli")
-    if cli is None:
-        sys.exit("redis-cli is not on PATH; install it or pass --cluster-url")
-    for attempt in range(3):
-        ports = free_ports(3, bus=True)
-        procs: list[subprocess.Popen[bytes]] = []
-        try:
-            for i, port in enumerate(ports):
-                workdir = os.path.join(tmp, f"cluster-{attempt}-{i}")
-                os.mkdir(workdir)
-                command = redis_server_command(
-                    port,
-                    workdir,
-                    *("--cluster-enabled", "yes", "--cluster-node-timeout", "5000"),
-                    *("--cluster-config-file", os.path.join(workdir, "nodes.conf")),
-                )
-                procs.append(
-                    subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                )
-            if not all(wait_for_ping(proc, port) for proc, port in zip(procs, ports, strict=True)):
-                continue  # a port was taken meanwhile: the finally below stops the rest
-            created = subprocess.run(
-                [
-                    *(cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)),
-                    *("--cluster-replicas", "0", "--cluster-yes"),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            if created.returncode != 0:
-                sys.exit(f"redis-cli --cluster create failed:\n{created.stdout}{created.stderr}")
-            wait_cluster_ok(ports, procs)
-            yield f"redis://127.0.0.1:{ports[0]}"
-            return
-        finally:
-            for proc in procs:
-                stop_process(proc)
-    sys.exit("could not start a 3-node cluster on free loopback ports")
-
-
-def wait_cluster_ok(ports: Sequence[int], procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + 30
-    for port, proc in zip(ports, procs, strict=True):
-        with redis.Redis(host="127.0.0.1", port=port, decode_responses=True) as probe:
-            while True:
-                if proc.poll() is not None:
-                    sys.exit(f"cluster node on port {port} exited")
-                if "cluster_state:ok" in str(probe.execute_command("CLUSTER", "INFO")):
-                    break
-                if time.monotonic() > deadline:
-                    sys.exit(f"cluster node on port {port} not cluster_state:ok after 30 s")
-                time.sleep(0.05)
 
 
 def node_addresses(url: str, *, cluster: bool) -> list[tuple[str, int]]:
@@ -283,64 +152,7 @@ def slot_owner(url: str, key: str) -> tuple[str, int]:
         return node.host, int(node.port)
 
 
-def delete_prefix(nodes: Sequence[tuple[str, int]], db_url: str | None, prefix: str) -> None:
-    """Unlink our keys on each node, one key per command (a cluster refuses cross-slot)."""
-    for host, port in nodes:
-        client = redis.Redis.from_url(db_url) if db_url else redis.Redis(host=host, port=port)
-        with client:
-            pipe = client.pipeline(transaction=False)
-            for key in client.scan_iter(match=f"{prefix}*", count=1000):
-                pipe.unlink(key)
-                if len(pipe) >= 500:
-                    pipe.execute()
-            pipe.execute()
-
-
 # -- workload --------------------------------------------------------------------------------
-
-_FUNCTION_ARGS = {
-    "origin": "LIS",
-    "destination": "BER",
-    "date": "2025-06-03",
-    "cabin": "economy",
-    "passengers": 1,
-}
-
-
-def state_delta(turn: int, kind: str) -> dict[str, Any]:
-    delta: dict[str, Any] = {
-        "booking_step": ("search", "select", "extras", "pay")[turn % 4],
-        "turn": turn,
-        "itinerary": {"from": "LIS", "to": "BER", "flight": "TP552", "fare": 129.0},
-    }
-    if kind == "user":
-        delta["user:last_seen"] = time.time()
-        delta["user:preferred_seat"] = "aisle"
-    elif kind == "app":
-        delta["app:fares_checked_at"] = time.time()
-        delta["app:fare_cache_version"] = turn
-    return delta
-
-
-def make_turn(turn: int, kind: str, invocation: str) -> Event:
-    """One realistic turn (bench.py's text; agent turns add a function call) with ``kind``'s
-    state delta."""
-    base = make_event(turn, invocation)
-    assert base.content is not None
-    parts = list(base.content.parts or [])
-    if base.author != "user":
-        call = {"id": f"call-{turn}", "name": "search_flights", "args": _FUNCTION_ARGS}
-        parts.append(Part.model_validate({"function_call": call}))
-    return Event(
-        invocation_id=invocation,
-        author=base.author,
-        content=Content(role=base.content.role, parts=parts),
-        actions=EventActions(state_delta=state_delta(turn, kind)),
-    )
-
-
-def initial_state() -> dict[str, Any]:
-    return {"booking_step": "start", "user:name": "Ravi", "app:fare_currency": "EUR"}
 
 
 async def new_sessions(
@@ -368,27 +180,9 @@ class Turns:
         out = []
         for _ in range(count):
             session = self.sessions[self.turn % len(self.sessions)]
-            out.append((session, make_turn(self.turn, self.kind, self.invocation)))
+            out.append((session, make_kind_turn(self.turn, self.kind, self.invocation)))
             self.turn += 1
         return out
-
-
-async def timed(call: Callable[[], Awaitable[Any]], count: int, samples: list[int]) -> None:
-    clock = time.perf_counter_ns
-    for _ in range(count):
-        start = clock()
-        await call()
-        samples.append(clock() - start)
-
-
-async def timed_appends(
-    service: RedisSessionService, pairs: Sequence[tuple[Session, Event]], samples: list[int]
-) -> None:
-    clock = time.perf_counter_ns
-    for session, event in pairs:
-        start = clock()
-        await service.append_event(session, event)
-        samples.append(clock() - start)
 
 
 # -- phases 1 and 2: latency, one process ----------------------------------------------------
@@ -406,28 +200,8 @@ class Latency:
     round_ratios: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     def add_round(self, series: str, samples: dict[str, list[int]]) -> None:
-        ratio = statistics.median(samples["cluster"]) / statistics.median(samples["single"])
+        ratio = median_of(samples["cluster"]) / median_of(samples["single"])
         self.round_ratios[series].append(ratio)
-
-
-async def command_stats(nodes: Sequence[Redis]) -> dict[str, tuple[int, int]]:
-    """INFO commandstats summed over ``nodes``: command -> (calls, usec)."""
-    out: dict[str, tuple[int, int]] = {}
-    for node in nodes:
-        info = await node.info("commandstats")
-        for key, value in info.items():
-            if isinstance(value, dict):
-                name = key.removeprefix("cmdstat_")
-                calls, usec = out.get(name, (0, 0))
-                out[name] = (calls + int(value["calls"]), usec + int(value["usec"]))
-    return out
-
-
-def alternate(items: Sequence[str], round_no: int) -> list[str]:
-    """``items`` rotated by the round, and reversed every other round."""
-    k = round_no % len(items)
-    rotated = [*items[k:], *items[:k]]
-    return rotated if round_no % 2 == 0 else rotated[::-1]
 
 
 async def latency_phases(
@@ -515,9 +289,9 @@ async def append_phase(
                 await timed(raw_calls[op], plan.raw_block, raw_samples[op])
             this_round: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
             for target, kind, pairs in blocks:
-                before = await command_stats(stat_nodes[target])
+                before = await servers.command_stats(*stat_nodes[target])
                 await timed_appends(services[target], pairs, this_round[kind][target])
-                after = await command_stats(stat_nodes[target])
+                after = await servers.command_stats(*stat_nodes[target])
                 work = result.work.setdefault((target, kind), defaultdict(lambda: [0, 0]))
                 for cmd, (calls, usec) in after.items():
                     calls0, usec0 = before.get(cmd, (0, 0))
@@ -549,7 +323,7 @@ async def get_phase(result: Latency, services: dict[str, RedisSessionService], p
         [session] = await new_sessions(service, ["get-user"])
         invocation = str(uuid.uuid4())
         for turn in range(GET_SESSION_EVENTS):
-            event = make_turn(turn, KINDS[turn % len(KINDS)], invocation)
+            event = make_kind_turn(turn, KINDS[turn % len(KINDS)], invocation)
             await service.append_event(session, event)
         session.events.clear()  # the copy is not needed any more; keeps the heap small
         targets[target] = service, session
@@ -867,10 +641,6 @@ def one_cpu_run(
 # -- report ----------------------------------------------------------------------------------
 
 
-def us(value: float) -> str:
-    return f"{value:,.1f}"
-
-
 def verdict(value: float, target: float) -> str:
     return "met" if value <= target else "MISSED"
 
@@ -920,7 +690,7 @@ def latency_report(lat: Latency) -> list[str]:
         values = lat.round_ratios[series]
         if len(values) < 2:
             return "-"
-        q1, _, q3 = statistics.quantiles(values, n=4)
+        q1, q3 = percentile(values, 25), percentile(values, 75)
         return f"{q1:.2f}-{q3:.2f}"
 
     for kind in KINDS:
@@ -997,10 +767,6 @@ def latency_report(lat: Latency) -> list[str]:
     return out
 
 
-def sign(value: float) -> str:
-    return f"{value:+,.1f}"
-
-
 def cells(s: Stats) -> tuple[str, ...]:
     return (str(s.n), us(s.p50_us), us(s.p99_us), us(s.mean_us))
 
@@ -1017,7 +783,7 @@ def cpu_report(
         groups[run.processes, run.kind, run.target].append(run)
 
     def med(values: Sequence[float]) -> float:
-        return statistics.median(values)
+        return median_of(values)
 
     shards = nodes["cluster"]
     names = {n: f"shard {i + 1}{'*' if n == app_node else ''}" for i, n in enumerate(shards)}
@@ -1094,13 +860,13 @@ def implication(
     lines = [f"What this implies for a real 3-machine cluster (K={k} figures):"]
     for kind in plan.cpu_kinds:
         one_runs, many_runs = groups[k, kind, "single"], groups[k, kind, "cluster"]
-        one = statistics.median(sum(r.server_us.values()) for r in one_runs)
-        one_script = statistics.median(sum(r.script_us.values()) for r in one_runs)
-        shard = {n: statistics.median(r.server_us[n] for r in many_runs) for n in shards}
-        script = sum(statistics.median(r.script_us[n] for r in many_runs) for n in shards)
+        one = median_of([sum(r.server_us.values()) for r in one_runs])
+        one_script = median_of([sum(r.script_us.values()) for r in one_runs])
+        shard = {n: median_of([r.server_us[n] for r in many_runs]) for n in shards}
+        script = sum(median_of([r.script_us[n] for r in many_runs]) for n in shards)
         busiest = max(shard, key=lambda n: shard[n])
         total = sum(shard.values())
-        client = statistics.median(r.client_us for r in many_runs)
+        client = median_of([r.client_us for r in many_runs])
         owner = " (the app's shard)" if kind == "app" and busiest == app_node else ""
         lines.append(
             f"- {KIND_LABELS[kind]}: 1 node uses {us(one)} us of server CPU per append, a "
@@ -1127,34 +893,27 @@ def implication(
 # -- main ------------------------------------------------------------------------------------
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # runs the context managers that stop our servers
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--single-url", help="use this Redis node instead of starting one")
     parser.add_argument("--cluster-url", help="use this Redis Cluster (any node's URL)")
-    parser.add_argument("--quick", action="store_true", help="small smoke run")
+    report.add_flags(parser, quick="small smoke run")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    signal.signal(signal.SIGTERM, _terminate)
     started = time.perf_counter()
-    load_before = os.getloadavg()[0]
     base = f"ras-benchc-{uuid.uuid4().hex[:8]}"
     prefixes = {t: f"{base}-{t}" for t in TARGETS}
     with ExitStack() as stack:
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ras-bench-cluster-"))
         if args.single_url:
             single_url = args.single_url
         else:
             progress("starting a redis-server")
-            single_url = stack.enter_context(throwaway_node(tmp))
+            single_url = stack.enter_context(servers.redis7(name="single")).url
         if args.cluster_url:
             cluster_url = args.cluster_url
         else:
             progress("starting a 3-primary cluster")
-            cluster_url = stack.enter_context(throwaway_cluster(tmp))
+            cluster_url = stack.enter_context(servers.cluster()).url
         nodes = {
             "single": node_addresses(single_url, cluster=False),
             "cluster": node_addresses(cluster_url, cluster=True),
@@ -1164,34 +923,78 @@ def main(argv: Sequence[str] | None = None) -> int:
         app_node = slot_owner(cluster_url, KeySpace(prefixes["cluster"]).app_state(APP))
         with redis.Redis.from_url(single_url) as probe:
             server_info: dict[str, Any] = probe.info("server")
+        env = report.environment(
+            {"redis": str(server_info.get("redis_version"))},
+            plan=plan.name,
+            single_url=single_url,
+            cluster_url=cluster_url,
+            own_servers=not (args.single_url or args.cluster_url),
+        )
         latency = asyncio.run(latency_phases(single_url, cluster_url, prefixes, plan))
         urls = {"single": single_url, "cluster": cluster_url}
         runs, idle = cpu_phase(urls, prefixes, nodes, single_url, plan)
 
-    wall = time.perf_counter() - started
-    env = (
-        f"python {platform.python_version()}, redis-py {redis.__version__} "
-        f"({DefaultParser.__name__}), redis-server {server_info.get('redis_version')}, "
-        f"{os.cpu_count()} CPUs; single {single_url}, cluster {cluster_url} "
-        f"({len(nodes['cluster'])} primaries); "
-        + ("given URLs" if args.single_url or args.cluster_url else "own throwaway servers")
-        + f"; 1-min load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end"
+    env["wall_seconds"] = round(time.perf_counter() - started, 1)
+    env["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    where = "own throwaway servers" if env["own_servers"] else "given URLs"
+    text = "\n".join(
+        [
+            *report.environment_lines(
+                f"redis-agent-sessions cluster benchmark ({plan.name} run)", env
+            ),
+            f"single {single_url}, cluster {cluster_url} ({len(nodes['cluster'])} primaries); "
+            f"{where}; 1-min load average {env['loadavg_1m_end']:.2f} at end",
+            f"latency: {plan.rounds} rounds; per round and series {plan.append_block} appends / "
+            f"{plan.raw_block} raw calls in blocks (target order rotating), {plan.get_full_block} "
+            f"full + {plan.get_recent_block} recent gets alternating target call by call; gc "
+            "collected + frozen before each round",
+            "",
+            *latency_report(latency),
+            *cpu_report(runs, idle, nodes, app_node, plan),
+            "",
+            f"wall time {env['wall_seconds']} s",
+        ]
     )
-    out = [
-        f"redis-agent-sessions cluster benchmark ({plan.name} run)",
-        env,
-        f"latency: {plan.rounds} rounds; per round and series {plan.append_block} appends / "
-        f"{plan.raw_block} raw calls in blocks (target order rotating), {plan.get_full_block} "
-        f"full + {plan.get_recent_block} recent gets alternating target call by call; gc "
-        "collected + frozen before each round",
-        "",
-        *latency_report(latency),
-        *cpu_report(runs, idle, nodes, app_node, plan),
-        "",
-        f"wall time {wall:.1f} s",
-    ]
-    print("\n".join(out))
+    result = {
+        "environment": env,
+        "latency": latency_json(latency),
+        "cpu_runs": [cpu_run_json(r) for r in runs],
+        "idle_cpu_s_per_s": {f"{h}:{p}": v for (h, p), v in idle.items()},
+    }
+    report.emit(result, lambda _result: text, args.json)
     return 0
+
+
+def latency_json(lat: Latency) -> dict[str, Any]:
+    def flat(d: dict[Any, Any]) -> dict[str, Any]:
+        return {(k if isinstance(k, str) else " ".join(k)): v for k, v in d.items()}
+
+    return {
+        "appends": flat({k: vars(v) for k, v in lat.appends.items()}),
+        "raw": {k: vars(v) for k, v in lat.raw.items()},
+        "gets": flat({k: vars(v) for k, v in lat.gets.items()}),
+        "work": flat({k: dict(v) for k, v in lat.work.items()}),
+        "work_appends": flat(lat.work_appends),
+        "round_ratios": dict(lat.round_ratios),
+    }
+
+
+def cpu_run_json(run: CpuRun) -> dict[str, Any]:
+    def by_node(d: dict[tuple[str, int], float]) -> dict[str, float]:
+        return {f"{h}:{p}": v for (h, p), v in d.items()}
+
+    return {
+        "processes": run.processes,
+        "kind": run.kind,
+        "target": run.target,
+        "appends": run.appends,
+        "seconds": run.seconds,
+        "per_second": run.per_second,
+        "server_us": by_node(run.server_us),
+        "evalsha_share": by_node(run.evalsha_share),
+        "script_us": by_node(run.script_us),
+        "client_us": run.client_us,
+    }
 
 
 def cleanup(
@@ -1202,10 +1005,10 @@ def cleanup(
 ) -> None:
     """Delete our keys from servers we were given (our own servers simply go away)."""
     if args.single_url:
-        delete_prefix(nodes["single"], single_url, base)
+        servers.delete_prefix_on_nodes(nodes["single"], single_url, base)
     if args.cluster_url:
-        delete_prefix(nodes["cluster"], None, base)
+        servers.delete_prefix_on_nodes(nodes["cluster"], None, base)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,14 +1,14 @@
 """Benchmark of ADK Runner turns on long sessions (not a test): compacted reads vs full reads.
 
-Usage::
+Usage (from the repository root)::
 
-    .venv/bin/python scripts/bench_adk_turns.py            # 100 and 10,000 events, ~3 min
-    .venv/bin/python scripts/bench_adk_turns.py --quick    # 100 and 1,000 events, < 1 min
-    .venv/bin/python scripts/bench_adk_turns.py --json     # only the JSON result on stdout
+    .venv/bin/python -m benchmarks.adk_turns            # 100 and 10,000 events, ~3 min
+    .venv/bin/python -m benchmarks.adk_turns --quick    # 100 and 1,000 events, < 1 min
+    .venv/bin/python -m benchmarks.adk_turns --json -   # only the JSON result on stdout
 
-It starts a throwaway ``redis-server`` (``throwaway_redis`` of scripts/bench.py) and uses
-the scripted app of tests/adk_compaction_app.py: the app whose LLM requests
-tests/test_adk_compacted_reads.py proves identical with and without compacted reads.
+It starts a throwaway Redis 7 and uses the scripted app of tests/adk_compaction_app.py: the
+app whose LLM requests tests/test_adk_compacted_reads.py proves identical with and without
+compacted reads.
 
 Seeding: one conversation is played through a real Runner on our store, with compacted
 reads (so seeding stays fast), until it holds at least N events; its events are then
@@ -22,43 +22,41 @@ Timed: whole Runner turns (``run_async`` to its last event: the session read, th
 scripted model, every append, the compaction check and any summary it writes), one at a
 time, contenders interleaved turn by turn so that drift on a shared machine hits them
 alike, after warm-up turns. Every turn grows each session by the same events. Reported:
-median and p90 per contender and size, and the ratios the issue asks for.
+median and p90 (``benchmarks.harness.timing.percentile``) per contender and size, and the
+ratios the issue asks for.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
-import warnings
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-warnings.filterwarnings("ignore", message=r"\[EXPERIMENTAL\]")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from google.adk.sessions import BaseSessionService, DatabaseSessionService
+from redis.asyncio import Redis
 
-from google.adk.sessions import BaseSessionService, DatabaseSessionService  # noqa: E402
-from redis.asyncio import Redis  # noqa: E402
+from benchmarks.harness import internals, report, servers, timing
+from benchmarks.harness.workloads import adk_compaction_app
+from redis_agent_sessions.adk import RedisSessionService
 
-import adk_compaction_app as app  # noqa: E402  (tests/: the app the parity test proves)
-from bench import progress, throwaway_redis  # noqa: E402  (scripts/, next to this file)
-from redis_agent_sessions.adk import RedisSessionService  # noqa: E402
-
+app: Any = adk_compaction_app()
 CONTENDERS = ("redis, compacted", "redis, full", "sqlite")
 
+progress = report.Progress("adk_turns")
 
-async def seed(service: RedisSessionService, mode: app.Mode, size: int, sid: str) -> int:
+
+async def seed(service: RedisSessionService, mode: str, size: int, sid: str) -> int:
     """Play turns until the session holds ``size`` events; the next turn number."""
     conversation = app.Conversation(service, mode, compacted=True)
     await service.create_session(app_name=app.APP_NAME, user_id=app.USER_ID, session_id=sid)
-    stream = service._engine.keys.session(app.APP_NAME, app.USER_ID, sid).events
+    stream = internals.events_key(service, app.APP_NAME, app.USER_ID, sid)
+    client = internals.raw_client(service)
     n = 1
-    while await service._engine._redis.xlen(stream) < size:
+    while await client.xlen(stream) < size:
         await conversation.turn(sid, n)
         n += 1
         if n % 500 == 0:
@@ -78,7 +76,7 @@ async def copy(source: Any, target: BaseSessionService, sid: str) -> None:
 async def bench_size(
     redis_service: RedisSessionService,
     sqlite: DatabaseSessionService,
-    mode: app.Mode,
+    mode: str,
     size: int,
     turns: int,
     warmup: int,
@@ -111,7 +109,7 @@ async def bench_size(
                 samples[name].append(elapsed)
     for name, conversation in conversations.items():
         await conversation.close()
-        service, compacted = stores[name]
+        service, _compacted = stores[name]
         read = await service.get_session(
             app_name=app.APP_NAME,
             user_id=app.USER_ID,
@@ -126,8 +124,8 @@ async def bench_size(
         "turns": turns,
         "results": {
             name: {
-                "p50_ms": statistics.median(s),
-                "p90_ms": statistics.quantiles(s, n=10)[-1],
+                "p50_ms": timing.percentile(s, 50),
+                "p90_ms": timing.percentile(s, 90),
                 "events_read": read_sizes[name],
             }
             for name, s in samples.items()
@@ -135,24 +133,32 @@ async def bench_size(
     }
 
 
-async def run(sizes: list[int], modes: list[app.Mode], turns: int, warmup: int) -> dict[str, Any]:
-    with throwaway_redis() as url, tempfile.TemporaryDirectory() as tmp:
+async def run(
+    url: str, sizes: list[int], modes: list[str], turns: int, warmup: int
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
         client = Redis.from_url(url)
         redis_service = RedisSessionService(client)
         sqlite = DatabaseSessionService(f"sqlite+aiosqlite:///{os.path.join(tmp, 'adk.db')}")
         rows = []
         try:
+            env = report.environment({"redis": await servers.server_version(client)})
             for mode in modes:
                 for size in sizes:
                     rows.append(await bench_size(redis_service, sqlite, mode, size, turns, warmup))
         finally:
             await sqlite.close()
             await client.aclose()
-    return {"turns_per_case": turns, "warmup": warmup, "rows": rows}
+    return {"environment": env, "turns_per_case": turns, "warmup": warmup, "rows": rows}
 
 
-def report(result: dict[str, Any]) -> str:
-    lines = ["Runner turn time, median (p90) in ms; events read by the turn's get_session", ""]
+def render(result: dict[str, Any]) -> str:
+    lines = [
+        *report.environment_lines("redis-agent-sessions ADK Runner turns", result["environment"]),
+        "",
+        "Runner turn time, median (p90) in ms; events read by the turn's get_session",
+        "",
+    ]
     lines.append(f"| mode | events | {' | '.join(CONTENDERS)} |")
     lines.append("|---|---|" + "---|" * len(CONTENDERS))
     for row in result["rows"]:
@@ -162,7 +168,7 @@ def report(result: dict[str, Any]) -> str:
         ]
         lines.append(f"| {row['mode']} | {row['events']:,} | {' | '.join(cells)} |")
     lines.append("")
-    for mode in {row["mode"] for row in result["rows"]}:
+    for mode in dict.fromkeys(row["mode"] for row in result["rows"]):
         rows = [row for row in result["rows"] if row["mode"] == mode]
         small, large = rows[0]["results"], rows[-1]["results"]
         ours = large["redis, compacted"]["p50_ms"]
@@ -176,18 +182,19 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="100 and 1,000 events")
-    parser.add_argument("--json", action="store_true", help="only the JSON result on stdout")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    report.add_flags(parser, quick="100 and 1,000 events")
     parser.add_argument("--turns", type=int, default=15, help="timed turns per case")
     parser.add_argument("--modes", default="tokens,window", help="compaction modes to run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = [100, 1_000] if args.quick else [100, 10_000]
-    modes: list[app.Mode] = [m for m in args.modes.split(",") if m in app.MODES]  # type: ignore[misc]
-    result = asyncio.run(run(sizes, modes, args.turns, warmup=3))
-    print(json.dumps(result, indent=2) if args.json else report(result))
+    modes = [m for m in args.modes.split(",") if m in app.MODES]
+    with servers.redis7() as node:
+        result = asyncio.run(run(node.url, sizes, modes, args.turns, warmup=3))
+    report.emit(result, render, args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,11 +1,11 @@
 """Benchmark (not a test): several writers appending to ONE session under the reject policy.
 
-Usage::
+Usage (from the repository root)::
 
-    .venv/bin/python scripts/bench_contention.py            # ~3 minutes
-    .venv/bin/python scripts/bench_contention.py --quick    # smoke run
-    .venv/bin/python scripts/bench_contention.py --json
-    .venv/bin/python scripts/bench_contention.py --url redis://127.0.0.1:6379/0
+    .venv/bin/python -m benchmarks.contention            # ~3 minutes
+    .venv/bin/python -m benchmarks.contention --quick    # smoke run
+    .venv/bin/python -m benchmarks.contention --json out.json
+    .venv/bin/python -m benchmarks.contention --url redis://127.0.0.1:6379/0
 
 For 2, 4 and 8 concurrent writers (asyncio tasks of one process, one client, as in a worker
 serving several requests), each writer holds a session copy and appends realistic events
@@ -36,21 +36,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
-import statistics
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from redis.asyncio import Redis
 
-import redis_agent_sessions
-
-# scripts/bench.py, next to this file (on sys.path when this runs as a script).
-from bench import make_event, throwaway_redis
+from benchmarks.harness import report, servers
+from benchmarks.harness.timing import median_of
+from benchmarks.harness.workloads import make_event
 from redis_agent_sessions import (
     RedisSessionService,
     Session,
@@ -176,6 +173,12 @@ async def bench(url: str, seconds: float, history: int, rounds: int) -> dict[str
     modes = ["distinct", "reload", *(["reload+cache"] if has_cache() else []), "refresh"]
     runs: list[Run] = []
     try:
+        env = report.environment(
+            {"redis": await servers.server_version(client)},
+            seconds_per_run=seconds,
+            rounds=rounds,
+            history=history,
+        )
         for writers in WRITERS:
             for round_ in range(rounds):
                 for mode in ["alone", *modes]:
@@ -194,10 +197,9 @@ async def bench(url: str, seconds: float, history: int, rounds: int) -> dict[str
                           f"appends/s, {run.stale} stale, {run.gave_up} gave up, {run.lost} lost",
                           file=sys.stderr)  # fmt: skip
     finally:
-        async for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            await client.delete(key)
+        await servers.delete_prefix(client, prefix)
         await client.aclose()
-    return {"runs": [asdict(r) for r in runs], "ratios": ratios(runs)}
+    return {"environment": env, "runs": [asdict(r) for r in runs], "ratios": ratios(runs)}
 
 
 def ratios(runs: list[Run]) -> dict[str, dict[str, list[float]]]:
@@ -218,47 +220,22 @@ def ratios(runs: list[Run]) -> dict[str, dict[str, list[float]]]:
                 of_round["refresh"].per_second / of_round["alone"].per_second
             )
         out[str(writers)] = {
-            mode: [round(statistics.median(xs), 3), round(min(xs), 3), round(max(xs), 3)]
+            mode: [round(median_of(xs), 3), round(min(xs), 3), round(max(xs), 3)]
             for mode, xs in per_mode.items()
         }
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--url", help="a Redis to use (default: a throwaway redis-server)")
-    parser.add_argument("--quick", action="store_true", help="short runs (smoke test)")
-    parser.add_argument("--history", type=int, default=None, help="events already stored")
-    parser.add_argument("--rounds", type=int, default=None, help="rounds of every mode")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args()
-    seconds = 1.0 if args.quick else 2.0
-    rounds = args.rounds or (1 if args.quick else 3)
-    history = args.history if args.history is not None else (200 if args.quick else 1000)
-
-    def run(url: str) -> dict[str, Any]:
-        return asyncio.run(bench(url, seconds, history, rounds))
-
-    if args.url:
-        result = run(args.url)
-    else:
-        with throwaway_redis() as url:
-            result = run(url)
-    result["environment"] = {
-        "python": platform.python_version(),
-        "redis_agent_sessions": redis_agent_sessions.__version__,
-        "seconds_per_run": seconds,
-        "rounds": rounds,
-        "history": history,
-    }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(
-        f"\nSame session vs distinct sessions, {history} events of history, {rounds} rounds "
+def render(result: dict[str, Any]) -> str:
+    env = result["environment"]
+    history, rounds, seconds = env["history"], env["rounds"], env["seconds_per_run"]
+    out = [
+        *report.environment_lines("redis-agent-sessions contention benchmark", env),
+        "",
+        f"Same session vs distinct sessions, {history} events of history, {rounds} rounds "
         f"of {seconds:.0f} s per mode (appends/s ratio, median of the rounds (lowest-highest); "
-        f"target refresh >= {TARGET_SHARE:.0%}; alone = one writer alone, the ceiling):"
-    )
+        f"target refresh >= {TARGET_SHARE:.0%}; alone = one writer alone, the ceiling):",
+    ]
     for writers, by_mode in result["ratios"].items():
         line = ", ".join(
             f"{mode} {mid:.0%} ({low:.0%}-{high:.0%})" for mode, (mid, low, high) in by_mode.items()
@@ -270,8 +247,24 @@ def main() -> None:
         gave_up = sum(r["gave_up"] for r in refreshes)
         lost = sum(r["lost"] for r in refreshes)
         verdict = "met" if ok and not gave_up and not lost else "MISSED"
-        print(f"  {writers} writers: {line} -> {verdict} (gave up {gave_up}, lost {lost})")
+        out.append(f"  {writers} writers: {line} -> {verdict} (gave up {gave_up}, lost {lost})")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    report.add_flags(parser, url=True, quick="short runs (smoke test)")
+    parser.add_argument("--history", type=int, default=None, help="events already stored")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of every mode")
+    args = parser.parse_args(argv)
+    seconds = 1.0 if args.quick else 2.0
+    rounds = args.rounds or (1 if args.quick else 3)
+    history = args.history if args.history is not None else (200 if args.quick else 1000)
+    with servers.redis_url(args.url) as (url, _owned):
+        result = asyncio.run(bench(url, seconds, history, rounds))
+    report.emit(result, render, args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,14 +1,14 @@
 """Benchmark of session listing (not a test): pages from the indexes vs loading every session.
 
-Usage::
+Usage (from the repository root)::
 
-    .venv/bin/python scripts/bench_listing.py            # 100,000 sessions, ~2-3 minutes
-    .venv/bin/python scripts/bench_listing.py --quick    # 10,000 sessions, well under 30 s
-    .venv/bin/python scripts/bench_listing.py --json     # only the JSON result on stdout
+    .venv/bin/python -m benchmarks.listing            # 100,000 sessions, ~2-3 minutes
+    .venv/bin/python -m benchmarks.listing --quick    # 10,000 sessions, well under 30 s
+    .venv/bin/python -m benchmarks.listing --json -   # only the JSON result on stdout
+    .venv/bin/python -m benchmarks.listing --url redis://127.0.0.1:6379/0
 
-It starts a throwaway ``redis-server`` (from PATH) on a free loopback port in a temporary
-directory (``throwaway_redis`` of scripts/bench.py) and always stops it. With ``--url`` it
-writes only keys under a random prefix and deletes them at the end.
+It starts a throwaway Redis 7 and always stops it. With ``--url`` it writes only keys under a
+random prefix and deletes them at the end.
 
 Seeding: 100,000 sessions of one app spread over 1,000 users (``--quick``: 10,000 over
 100), user ``i % users`` owning the i-th, each created by the real ``create_session`` with a
@@ -29,18 +29,17 @@ Timed (sequential, one call at a time, ``time.perf_counter_ns`` around each awai
   the pages replace, timed only up to 3 times (it takes seconds).
 
 The page cases run in interleaved rounds (each case's share of calls per round, after
-untimed warm-up calls), so drift on a shared machine hits them alike; p50/p99 are over
-all of a case's samples. Before every timed batch the garbage collector runs and the
-survivors are frozen (``gc.freeze``); it stays enabled while timing. Nothing writes while
-timing, so the deep token stays valid and every page is the same.
+untimed warm-up calls; the order rotated from round to round), so drift on a shared machine
+hits them alike; p50/p99 are over all of a case's samples. GC as in
+``benchmarks.harness.timing``. Nothing writes while timing, so the deep token stays valid
+and every page is the same.
 
-A last, separate phase splits the first page's time: the index read (ZRANGE + the app
-state, one round trip), the sessions' read (one pipeline of 2 HGETALL per session + 1 per
-user), decoding and merging state, building the ``Session`` models, and the rest; plus
-the server's own time for those commands (``INFO commandstats``), a short cProfile, and
-for reference the same hashes read raw on the same client: as a pipeline of HGETALLs and
-as one EVALSHA returning them all. The latency table also shows the commands of each
-round trip of a call (counted once, untimed).
+A last, separate phase splits the first page's time: the index read (one round trip), the
+sessions' read (one round trip), decoding and merging state, building the ``Session``
+models, and the rest; plus the server's own time for those commands (``INFO
+commandstats``), a short cProfile, and for reference the same hashes read raw on the same
+client: as a pipeline of HGETALLs and as one EVALSHA returning them all. The latency table
+also shows the commands of each round trip of a call (counted once, untimed).
 """
 
 from __future__ import annotations
@@ -48,52 +47,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import io
 import json
-import os
-import platform
-import pstats
 import random
-import statistics
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import redis
 from redis.asyncio import Redis
-from redis.asyncio.connection import DefaultParser
 
-# scripts/bench.py, next to this file (on sys.path when this runs as a script): the server,
-# the statistics, the GC freeze, the timers and the table.
-from bench import (
-    Stats,
-    Table,
-    Timers,
-    command_stats,
-    delete_prefix,
-    patched,
-    run_on_server,
-    settled_gc,
-    stats_delta,
-    summarize,
-    time_calls,
-    timer_overhead_us,
-)
-from redis_agent_sessions import (
-    Content,
-    Event,
-    EventActions,
-    Part,
-    RedisSessionService,
-    Session,
-    SessionServiceConfig,
-)
-from redis_agent_sessions._redis import scripts as scripts_module
-from redis_agent_sessions.sessions import _engine as engine_module
+from benchmarks.harness import internals, report, servers, timing
+from benchmarks.harness.timing import Stats, Timers, settled_gc, summarize
+from benchmarks.harness.workloads import in_chunks, make_page_event, user_name
+from redis_agent_sessions import RedisSessionService, Session, SessionServiceConfig
 
 APP = "bench_listing"
 PAGE_SIZE = 100
@@ -105,6 +72,8 @@ local out = {}
 for i, key in ipairs(KEYS) do out[i] = redis.call('HGETALL', key) end
 return out
 """
+
+progress = report.Progress("listing")
 
 
 @dataclass(frozen=True)
@@ -126,59 +95,29 @@ FULL = Plan("full", 100_000, 1_000, 200, 4, 5, 50, 3, 200)
 QUICK = Plan("quick", 10_000, 100, 100, 2, 5, 50, 3, 100)
 
 
-def progress(message: str) -> None:
-    print(f"[bench_listing] {message}", file=sys.stderr, flush=True)
-
-
-def user_of(index: int, plan: Plan) -> str:
-    return f"user-{index % plan.users:04d}"
-
-
 # -- seeding ---------------------------------------------------------------------------------
-
-
-def make_event(number: int) -> Event:
-    return Event(
-        invocation_id=f"seed-{number}",
-        author="booking_agent",
-        content=Content(role="model", parts=[Part(text="Seat 14C (aisle) is held for you.")]),
-        actions=EventActions(
-            state_delta={"booking_step": "select", "turn": 1, "user:last_seen": time.time()}
-        ),
-    )
-
-
-async def in_chunks(calls: Sequence[Callable[[], Awaitable[Any]]], label: str) -> list[Any]:
-    out: list[Any] = []
-    step = max(1, len(calls) // 10)
-    for start in range(0, len(calls), CHUNK):
-        out += await asyncio.gather(*(call() for call in calls[start : start + CHUNK]))
-        done = min(len(calls), start + CHUNK)
-        if done // step != start // step or done == len(calls):
-            progress(f"{label}: {done:,}/{len(calls):,}")
-    return out
 
 
 async def seed(service: RedisSessionService, plan: Plan) -> dict[str, float]:
     def create(i: int) -> Callable[[], Awaitable[Session]]:
         return lambda: service.create_session(
             app_name=APP,
-            user_id=user_of(i, plan),
+            user_id=user_name(i, plan.users),
             state={"topic": "flights", "step": "start", "n": i},
         )
 
     started = time.perf_counter()
     sessions: list[Session] = await in_chunks(
-        [create(i) for i in range(plan.sessions)], "create_session"
+        [create(i) for i in range(plan.sessions)], "create_session", CHUNK, progress
     )
     created = time.perf_counter()
     order = list(range(plan.sessions))
     random.Random(SEED).shuffle(order)
 
-    def append(i: int) -> Callable[[], Awaitable[Event]]:
-        return lambda: service.append_event(sessions[i], make_event(i))
+    def append(i: int) -> Callable[[], Awaitable[Any]]:
+        return lambda: service.append_event(sessions[i], make_page_event(i))
 
-    await in_chunks([append(i) for i in order], "append_event")
+    await in_chunks([append(i) for i in order], "append_event", CHUNK, progress)
     appended = time.perf_counter()
     sessions.clear()  # let the seeded copies go before timing
     return {
@@ -190,7 +129,7 @@ async def seed(service: RedisSessionService, plan: Plan) -> dict[str, float]:
 
 
 async def check_seeded(service: RedisSessionService, client: Redis, plan: Plan) -> None:
-    keys = service._engine.keys
+    keys = internals.key_space(service)
     for index in (keys.app_sessions(APP), keys.app_updated(APP)):
         count = await client.zcard(index)
         if count != plan.sessions:
@@ -204,7 +143,6 @@ async def check_seeded(service: RedisSessionService, client: Redis, plan: Plan) 
 class Case:
     name: str
     call: Callable[[], Awaitable[Any]]
-    samples: list[int]
 
 
 async def deep_token(service: RedisSessionService, pages: int) -> tuple[str, set[str]]:
@@ -230,7 +168,7 @@ async def check_pages(
     if len(times) != PAGE_SIZE or times != sorted(times, reverse=True):
         raise RuntimeError("the first page is not 100 sessions newest first by update")
     top: list[Any] = await client.zrange(
-        service._engine.keys.app_updated(APP), 0, 0, desc=True, withscores=True
+        internals.key_space(service).app_updated(APP), 0, 0, desc=True, withscores=True
     )
     newest = float(top[0][1])
     if abs(times[0] - newest) > 1e-3:
@@ -254,7 +192,7 @@ async def check_pages(
 async def bench_cases(
     service: RedisSessionService, client: Redis, plan: Plan
 ) -> tuple[dict[str, Stats], dict[str, list[int]], int]:
-    user = user_of(plan.users // 2, plan)
+    user = user_name(plan.users // 2, plan.users)
     progress(f"following {plan.deep_pages} pages by update for the deep token")
     token, seen = await deep_token(service, plan.deep_pages)
     await check_pages(service, client, plan, token, seen, user)
@@ -279,39 +217,26 @@ async def bench_cases(
 
     per_user = plan.sessions // plan.users
     cases = [
-        Case("list_sessions_page, first page, by update (newest first)", first_updated, []),
-        Case("list_sessions_page, first page, by creation (newest first)", first_created, []),
+        Case("list_sessions_page, first page, by update (newest first)", first_updated),
+        Case("list_sessions_page, first page, by creation (newest first)", first_created),
         Case(
             f"list_sessions_page, by update, page after {deep_at:,} sessions "
             f"({plan.deep_pages} pages in)",
             deep_updated,
-            [],
         ),
-        Case(f"list_sessions_page, one user's first page ({per_user} sessions)", user_page, []),
-        Case(f"list_sessions(user_id=one user) (all {per_user} of them)", user_list, []),
+        Case(f"list_sessions_page, one user's first page ({per_user} sessions)", user_page),
+        Case(f"list_sessions(user_id=one user) (all {per_user} of them)", user_list),
     ]
-    trips = {c.name: await round_trips(c.call) for c in cases}
+    trips = {c.name: await internals.pipelines_per_call(c.call) for c in cases}
     per_round = max(1, plan.calls // plan.rounds)
+    samples = timing.Rounds()
     for round_no in range(plan.rounds):
         progress(f"timing round {round_no + 1}/{plan.rounds}")
-        shift = round_no % len(cases)
-        for case in cases[shift:] + cases[:shift]:  # rotate the order from round to round
-            case.samples += await time_calls(case.call, per_round, plan.warmup)
-    return {c.name: summarize(c.samples) for c in cases}, trips, deep_at
-
-
-async def round_trips(call: Callable[[], Awaitable[Any]]) -> list[int]:
-    """The commands of each pipeline (= round trip) one call sends, counted once, untimed."""
-    execute = scripts_module.execute
-    sizes: list[int] = []
-
-    async def counted(pipe: Any, keys: list[str]) -> list[Any]:
-        sizes.append(len(pipe.command_stack))
-        return await execute(pipe, keys)
-
-    with patched(scripts_module, "execute", counted):
-        await call()
-    return sizes
+        for case in timing.rotate(cases, round_no):  # the order rotates from round to round
+            samples.add(
+                case.name, round_no, await timing.time_calls(case.call, per_round, plan.warmup)
+            )
+    return {c.name: samples.stats(c.name) for c in cases}, trips, deep_at
 
 
 async def bench_full_list(service: RedisSessionService, plan: Plan) -> dict[str, Any]:
@@ -335,7 +260,7 @@ async def bench_full_list(service: RedisSessionService, plan: Plan) -> dict[str,
         "sessions": count,
         "runs": len(samples),
         "seconds": [round(s / 1e9, 3) for s in samples],
-        "median_s": statistics.median(samples) / 1e9,
+        "median_s": timing.median_of(samples) / 1e9,
         "min_s": min(samples) / 1e9,
     }
 
@@ -343,61 +268,24 @@ async def bench_full_list(service: RedisSessionService, plan: Plan) -> dict[str,
 # -- where a page's time goes ----------------------------------------------------------------
 
 
-@contextmanager
-def split_round_trips(timers: Timers, service: RedisSessionService) -> Iterator[None]:
-    """Time ``_scripts.execute`` (one pipeline round trip, reply parsing included) as
-    "index" outside ``load_sessions`` and as "sessions" inside it; and load_sessions."""
-    engine = service._engine
-    execute = scripts_module.execute
-    load = engine.load_sessions
-    inside = False
-    clock = time.perf_counter_ns
-
-    async def timed_execute(pipe: Any, keys: list[str]) -> list[Any]:
-        start = clock()
-        try:
-            return await execute(pipe, keys)
-        finally:
-            timers.ns["sessions rt" if inside else "index rt"] += clock() - start
-
-    async def timed_load(*args: Any) -> Any:
-        nonlocal inside
-        inside = True
-        start = clock()
-        try:
-            return await load(*args)
-        finally:
-            inside = False
-            timers.ns["load"] += clock() - start
-
-    with (
-        patched(scripts_module, "execute", timed_execute),
-        patched(engine, "load_sessions", timed_load),
-    ):
-        yield
-
-
 async def page_breakdown(service: RedisSessionService, client: Redis, plan: Plan) -> dict[str, Any]:
-    engine = service._engine
     n = plan.profile_calls
 
     async def first_updated() -> Any:
         return await service.list_sessions_page(app_name=APP, page_size=PAGE_SIZE)
 
     timers = Timers()
-    with ExitStack() as stack:
-        stack.enter_context(split_round_trips(timers, service))
-        stack.enter_context(timers.instrument(engine_module, "decode_hash", "decode"))
-        stack.enter_context(timers.instrument(engine_module, "merge_state", "merge"))
-        stack.enter_context(timers.instrument(engine, "_stored", "stored"))
-        stack.enter_context(timers.instrument(engine._codec, "build_session", "build"))
+    with (
+        internals.page_round_trips(timers, service),
+        internals.instrumented(timers, internals.instrument_points(service, "page")),
+    ):
         for _ in range(plan.warmup):
             await first_updated()
         timers.ns.clear()
         timers.calls.clear()
-        before = await command_stats(client)
-        samples = await time_calls(first_updated, n, 0)
-        server = stats_delta(before, await command_stats(client))
+        before = await servers.command_stats(client)
+        samples = await timing.time_calls(first_updated, n, 0)
+        server = servers.stats_delta(before, await servers.command_stats(client))
     total = summarize(samples)
     index_rt = timers.mean_us("index rt", n)
     sessions_rt = timers.mean_us("sessions rt", n)
@@ -407,12 +295,12 @@ async def page_breakdown(service: RedisSessionService, client: Redis, plan: Plan
     stored = timers.mean_us("stored", n)
     parts = {
         "index read: ZRANGE 101 + HGETALL app state (1 round trip, incl. parsing)": index_rt,
-        "sessions read: pipeline of 2x101 HGETALL + 1 per user (1 round trip, incl. "
-        "parsing)": sessions_rt,
+        "sessions read: 2x101 HGETALL + 1 per user (1 round trip: a script, or a pipeline "
+        "on a cluster; incl. parsing)": sessions_rt,
         "decode_hash (orjson per state field; session, user and app hashes)": decode,
         "merge_state (session + user: + app: keys)": merge,
-        "_stored (meta hash -> StoredSession)": stored,
-        "load_sessions other: key names, queueing the HGETALLs, loop": in_load
+        "stored_session (meta hash -> StoredSession)": stored,
+        "load_sessions other: key names, queueing the reads, loop": in_load
         - decode
         - merge
         - stored,
@@ -433,7 +321,7 @@ async def page_breakdown(service: RedisSessionService, client: Redis, plan: Plan
         "p50_us": total.p50_us,
         "parts_us": parts,
         "decoded_hashes_per_page": hgetall,
-        "timer_overhead_us_per_wrapper": timer_overhead_us(),
+        "timer_overhead_us_per_wrapper": timing.timer_overhead_us(),
         "wrapped_calls_per_page": sum(timers.calls.values()) / n,
         "server_commands_per_page": server_parts,
         "reference_reads": await reference_reads(service, client, plan),
@@ -446,14 +334,10 @@ async def reference_reads(
 ) -> dict[str, Any]:
     """The first page's hashes (what load_sessions reads) read outside the library, on the
     same client: as a pipeline of HGETALLs, and as one EVALSHA returning them all."""
-    engine = service._engine
-    members = await client.zrange(engine.keys.app_updated(APP), 0, PAGE_SIZE, desc=True)
-    pairs = [engine._pair(APP, None, m) for m in members]
-    keys: list[str] = []
-    for u, s in pairs:
-        session_keys = engine.keys.session(APP, u, s)
-        keys += [session_keys.meta, session_keys.state]
-    keys += sorted({engine.keys.session(APP, u, "-").user_state for u, _ in pairs})
+    members = await client.zrange(
+        internals.key_space(service).app_updated(APP), 0, PAGE_SIZE, desc=True
+    )
+    keys = internals.page_hash_keys(service, APP, members)
     sha = await client.script_load(HGETALL_ALL_LUA)
 
     async def pipelined() -> Any:
@@ -468,8 +352,12 @@ async def reference_reads(
     out: dict[str, Any] = {"keys": len(keys)}
     samples: dict[str, list[int]] = {"pipeline": [], "evalsha": []}
     for _ in range(2):  # alternating, so that drift hits both alike
-        samples["pipeline"] += await time_calls(pipelined, plan.profile_calls // 2, plan.warmup)
-        samples["evalsha"] += await time_calls(scripted, plan.profile_calls // 2, plan.warmup)
+        samples["pipeline"] += await timing.time_calls(
+            pipelined, plan.profile_calls // 2, plan.warmup
+        )
+        samples["evalsha"] += await timing.time_calls(
+            scripted, plan.profile_calls // 2, plan.warmup
+        )
     out.update({name: asdict(summarize(v)) for name, v in samples.items()})
     return out
 
@@ -480,12 +368,8 @@ async def cprofile_pages(call: Callable[[], Awaitable[Any]], count: int, top: in
     for _ in range(count):
         await call()
     profiler.disable()
-    out = io.StringIO()
-    pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("tottime").print_stats(top)
-    lines = out.getvalue().splitlines()
-    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
     header = f"cProfile of {count} first pages (by update), top {top} by own time:"
-    return "\n".join([header, *lines[start:]]).rstrip()
+    return report.cprofile_text(profiler, header, top)
 
 
 # -- run & report ----------------------------------------------------------------------------
@@ -495,7 +379,12 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
     client = Redis.from_url(url, decode_responses=False)
     prefix = f"ras-bench-listing-{uuid.uuid4().hex[:8]}"
     try:
-        info = await client.info("server")
+        env = report.environment(
+            {"redis": await servers.server_version(client)},
+            url=url,
+            own_server=owned,
+            plan=asdict(plan),
+        )
         service = RedisSessionService(client, config=SessionServiceConfig(key_prefix=prefix))
         progress(f"seeding {plan.sessions:,} sessions over {plan.users:,} users")
         seeding = await seed(service, plan)
@@ -505,28 +394,19 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
             f"({seeding['calls_per_s']:,.0f} create/append calls/s)"
         )
         memory = await client.info("memory")
+        env["redis_used_memory"] = memory.get("used_memory_human")
         pages, trips, deep_at = await bench_cases(service, client, plan)
         full = await bench_full_list(service, plan)
         progress("breakdown phase")
         breakdown = await page_breakdown(service, client, plan)
     finally:
         if not owned:
-            await delete_prefix(client, prefix)
+            await servers.delete_prefix(client, prefix)
         await client.aclose()
     headline = pages[next(iter(pages))]
     p50_ms = headline.p50_us / 1e3
     return {
-        "environment": {
-            "python": platform.python_version(),
-            "redis_py": redis.__version__,
-            "parser": DefaultParser.__name__,
-            "redis_server": info.get("redis_version"),
-            "redis_used_memory": memory.get("used_memory_human"),
-            "url": url,
-            "own_server": owned,
-            "cpus": os.cpu_count(),
-            "plan": asdict(plan),
-        },
+        "environment": env,
         "seeding": seeding,
         "page_size": PAGE_SIZE,
         "deep_page_after": deep_at,
@@ -544,19 +424,17 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
     }
 
 
-def ms(value_us: float) -> str:
-    return f"{value_us / 1e3:,.2f}"
-
-
-def report(result: dict[str, Any]) -> str:
+def render(result: dict[str, Any]) -> str:
+    ms = report.ms
     env = result["environment"]
     plan = env["plan"]
     seeding = result["seeding"]
     where = "own throwaway server" if env["own_server"] else "given --url"
     out = [
-        f"redis-agent-sessions listing benchmark ({plan['name']} run)",
-        f"python {env['python']}, redis-py {env['redis_py']} ({env['parser']}), "
-        f"redis-server {env['redis_server']} at {env['url']} ({where}), {env['cpus']} CPUs",
+        *report.environment_lines(
+            f"redis-agent-sessions listing benchmark ({plan['name']} run)", env
+        ),
+        f"server {env['url']} ({where})",
         f"{plan['sessions']:,} sessions of one app over {plan['users']:,} users "
         f"(1 event each; redis used_memory {env['redis_used_memory']}); seeded in "
         f"{seeding['total_s']:.1f} s (create_session {seeding['create_s']:.1f} s, "
@@ -566,7 +444,7 @@ def report(result: dict[str, Any]) -> str:
         "",
     ]
     header = ("latency (one client, sequential)", "n", "p50 ms", "p99 ms", "mean ms", "min ms")
-    latency = Table((*header, "commands per round trip"))
+    latency = report.Table((*header, "commands per round trip"))
     for name, s in result["latency"].items():
         stats = (ms(s["p50_us"]), ms(s["p99_us"]), ms(s["mean_us"]), ms(s["min_us"]))
         trips = " + ".join(str(n) for n in result["pipelines_per_call"][name])
@@ -604,11 +482,11 @@ def report(result: dict[str, Any]) -> str:
 
     b = result["breakdown"]
     title = f"where a first page (by update) goes (mean of {b['calls']} calls)"
-    parts = Table((title, "us", "share"))
+    parts = report.Table((title, "us", "share"))
     for name, value in b["parts_us"].items():
         parts.add(name, f"{value:,.1f}", f"{value / b['mean_us']:.0%}")
     parts.add("total list_sessions_page (timed, with wrappers)", f"{b['mean_us']:,.1f}", "")
-    server = Table(("server time per page (INFO commandstats)", "calls", "us"))
+    server = report.Table(("server time per page (INFO commandstats)", "calls", "us"))
     for cmd, v in b["server_commands_per_page"].items():
         server.add(cmd, f"{v['calls']:.1f}", f"{v['usec']:.1f}")
     out += [
@@ -621,16 +499,23 @@ def report(result: dict[str, Any]) -> str:
         reference_text(b["reference_reads"]),
         "",
         b["cprofile"],
+        "",
+        f"wall time {env['wall_seconds']} s",
+        "",
     ]
+    compact = {k: v for k, v in result.items() if k != "breakdown"}
+    compact["breakdown"] = {k: v for k, v in result["breakdown"].items() if k != "cprofile"}
+    out.append(json.dumps(compact, indent=2))
     return "\n".join(out)
 
 
 def reference_text(ref: dict[str, Any]) -> str:
+    ms = report.ms
     title = f"reference: the first page's {ref['keys']} hashes read raw, same client"
-    table = Table((title, "p50 ms", "p99 ms", "min ms"))
+    table = report.Table((title, "p50 ms", "p99 ms", "min ms"))
     for name, label in (
-        ("pipeline", f"pipeline of {ref['keys']} HGETALL (what load_sessions sends)"),
-        ("evalsha", f"one EVALSHA returning the {ref['keys']} hashes"),
+        ("pipeline", f"pipeline of {ref['keys']} HGETALL"),
+        ("evalsha", f"one EVALSHA returning the {ref['keys']} hashes (what load_sessions sends)"),
     ):
         s = ref[name]
         table.add(label, ms(s["p50_us"]), ms(s["p99_us"]), ms(s["min_us"]))
@@ -639,23 +524,16 @@ def reference_text(ref: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", help="use this Redis instead of starting a throwaway one")
-    parser.add_argument(
-        "--quick", action="store_true", help="10,000 sessions over 100 users (< 30 s)"
-    )
-    parser.add_argument("--json", action="store_true", help="print only the result as JSON")
+    report.add_flags(parser, url=True, quick="10,000 sessions over 100 users (< 30 s)")
     args = parser.parse_args(argv)
-    result = run_on_server(run, args.url, QUICK if args.quick else FULL)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(report(result))
-        print(f"\nwall time {result['environment']['wall_seconds']} s\n")
-        compact = {k: v for k, v in result.items() if k != "breakdown"}
-        compact["breakdown"] = {k: v for k, v in result["breakdown"].items() if k != "cprofile"}
-        print(json.dumps(compact, indent=2))
+    plan = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    with servers.redis_url(args.url) as (url, owned):
+        result = asyncio.run(run(url, owned, plan))
+    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    report.emit(result, render, args.json)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

