@@ -28,7 +28,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -150,45 +149,28 @@ class Node(LocalRedis):
         timeout: float = 10.0,
         attempts: int = 3,
     ) -> Node:
-        """Start a node on a free loopback port and wait until it answers PING; a port taken
-        meanwhile (or its bus port, with ``bus``) means another try on a fresh one."""
-        last_error = "unknown error"
-        for _ in range(attempts):
-            [port] = free_ports(1, bus=bus)
-            node = cls._spawn_with(binary, port, extra, name)
-            error = node._wait_ready(timeout)
-            if error is None:
-                return node
-            last_error = error
-            node.stop()
-        raise ServerError(f"redis-server {name} ({binary}) did not start: {last_error}")
+        """Start a node on a free loopback port (its bus port free too, with ``bus``) with
+        the package's launcher, and wait until it answers PING; a port taken meanwhile
+        means another try on a fresh one."""
+        _exit_on_sigterm()
+        try:
+            node = cls.start(
+                binary,
+                extra=extra,
+                pick_port=lambda: free_ports(1, bus=bus)[0],
+                timeout=timeout,
+                attempts=attempts,
+            )
+        except RuntimeError as exc:
+            raise ServerError(f"redis-server {name}: {exc}") from exc
+        node.name = name
+        return node
 
     @classmethod
-    def _spawn_with(cls, binary: str, port: int, extra: Sequence[str], name: str) -> Node:
-        workdir = tempfile.mkdtemp(prefix=f"ras-bench-{name}-")
-        args = [
-            binary,
-            "--port", str(port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", workdir,
-            "--daemonize", "no",
-            "--logfile", str(Path(workdir, "redis.log")),
-            *(arg.replace("{dir}", workdir) for arg in extra),
-        ]  # fmt: skip
-        _exit_on_sigterm()
-        # Own session, as the package's launcher: Ctrl-C reaches the benchmark, which then
-        # stops the server itself.
-        process = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        node = cls(process, port, binary, workdir, name)
-        _RUNNING[process.pid] = node
+    def _spawn(cls, binary: str, port: int, extra: Sequence[str] = ()) -> Node:
+        # Registered at once: a benchmark interrupted while the node starts still stops it.
+        node = super()._spawn(binary, port, extra)
+        _RUNNING[node.pid] = node
         return node
 
     def stop(self, timeout: float = 5.0) -> None:

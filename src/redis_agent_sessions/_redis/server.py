@@ -17,8 +17,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+
+from typing_extensions import Self
 
 __all__ = ["LocalRedis", "NoRedisServerError", "find_redis_server", "free_port"]
 
@@ -80,9 +83,18 @@ class LocalRedis:
 
     @classmethod
     def start(
-        cls, binary: str | None = None, *, timeout: float = 10.0, attempts: int = 3
-    ) -> LocalRedis:
+        cls,
+        binary: str | None = None,
+        *,
+        extra: Sequence[str] = (),
+        pick_port: Callable[[], int] = free_port,
+        timeout: float = 10.0,
+        attempts: int = 3,
+    ) -> Self:
         """Start a server on a free loopback port and wait until it answers PING.
+
+        ``extra`` options follow the launcher's own (a later option wins); ``{dir}`` in one
+        is the server's directory. ``pick_port`` chooses each attempt's port.
 
         Raises:
             NoRedisServerError: no binary was given or found.
@@ -99,7 +111,7 @@ class LocalRedis:
         # The port is only probed, not held: another process can grab it before the
         # server binds, so a failed start is retried on a fresh port.
         for _ in range(attempts):
-            server = cls._spawn(binary, free_port())
+            server = cls._spawn(binary, pick_port(), extra)
             error = server._wait_ready(timeout)
             if error is None:
                 return server
@@ -108,7 +120,7 @@ class LocalRedis:
         raise RuntimeError(f"redis-server ({binary}) did not start: {last_error}")
 
     @classmethod
-    def _spawn(cls, binary: str, port: int) -> LocalRedis:
+    def _spawn(cls, binary: str, port: int, extra: Sequence[str] = ()) -> Self:
         workdir = tempfile.mkdtemp(prefix="ras-redis-")
         log = Path(workdir, "redis.log")
         args = [
@@ -120,6 +132,7 @@ class LocalRedis:
             "--dir", workdir,
             "--daemonize", "no",
             "--logfile", str(log),
+            *(arg.replace("{dir}", workdir) for arg in extra),
         ]  # fmt: skip
         # Own session: a Ctrl-C in the terminal reaches the demo, which then stops the
         # server itself, after the workers, instead of the server dying under them.
@@ -164,7 +177,7 @@ class LocalRedis:
             self.process.stderr.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
 
-    def __enter__(self) -> LocalRedis:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
