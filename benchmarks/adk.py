@@ -58,7 +58,7 @@ async def bench(url: str, n_events: int, rounds: int) -> dict[str, Any]:
     adk = RedisSessionService(client, config=config)
     core = CoreService(client, config=config)
     try:
-        env = report.environment({"redis": await servers.server_version(client)})
+        env = await report.server_environment(client)
         progress(f"seeding {n_events:,} ADK events")
         session = await adk.create_session(app_name=APP, user_id=USER, session_id=SID)
         for i in range(n_events):

@@ -142,7 +142,7 @@ async def run(
         sqlite = DatabaseSessionService(f"sqlite+aiosqlite:///{os.path.join(tmp, 'adk.db')}")
         rows = []
         try:
-            env = report.environment({"redis": await servers.server_version(client)})
+            env = await report.server_environment(client)
             for mode in modes:
                 for size in sizes:
                     rows.append(await bench_size(redis_service, sqlite, mode, size, turns, warmup))

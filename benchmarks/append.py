@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import math
 import time
 import uuid
@@ -399,16 +398,16 @@ async def profile_get_session(work: Workload, plan: Plan) -> dict[str, Any]:
 async def cprofile_append(work: Workload, plan: Plan, top: int = 18) -> str:
     sessions = await work.sessions_with(10, 10)
     pairs = events_for(sessions, plan.profile_appends)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for session, event in pairs:
-        await work.service.append_event(session, event)
-    profiler.disable()
+
+    async def appends() -> None:
+        for session, event in pairs:
+            await work.service.append_event(session, event)
+
     header = (
         f"cProfile of {len(pairs)} append_event calls, top {top} by own time "
         "(ncalls of coroutines count resumptions):"
     )
-    return report.cprofile_text(profiler, header, top)
+    return await report.profiled(appends, header, top)
 
 
 # -- run & report ----------------------------------------------------------------------------
@@ -418,8 +417,8 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
     client = Redis.from_url(url, decode_responses=False)
     prefix = f"ras-bench-{uuid.uuid4().hex[:8]}"
     try:
-        env = report.environment(
-            {"redis": await servers.server_version(client)},
+        env = await report.server_environment(
+            client,
             url=url,
             own_server=owned,
             plan=asdict(plan),

@@ -173,8 +173,8 @@ async def bench(url: str, seconds: float, history: int, rounds: int) -> dict[str
     modes = ["distinct", "reload", *(["reload+cache"] if has_cache() else []), "refresh"]
     runs: list[Run] = []
     try:
-        env = report.environment(
-            {"redis": await servers.server_version(client)},
+        env = await report.server_environment(
+            client,
             seconds_per_run=seconds,
             rounds=rounds,
             history=history,

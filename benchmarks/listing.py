@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import json
 import random
 import time
@@ -363,13 +362,13 @@ async def reference_reads(
 
 
 async def cprofile_pages(call: Callable[[], Awaitable[Any]], count: int, top: int = 15) -> str:
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(count):
-        await call()
-    profiler.disable()
+
+    async def pages() -> None:
+        for _ in range(count):
+            await call()
+
     header = f"cProfile of {count} first pages (by update), top {top} by own time:"
-    return report.cprofile_text(profiler, header, top)
+    return await report.profiled(pages, header, top)
 
 
 # -- run & report ----------------------------------------------------------------------------
@@ -379,8 +378,8 @@ async def run(url: str, owned: bool, plan: Plan) -> dict[str, Any]:
     client = Redis.from_url(url, decode_responses=False)
     prefix = f"ras-bench-listing-{uuid.uuid4().hex[:8]}"
     try:
-        env = report.environment(
-            {"redis": await servers.server_version(client)},
+        env = await report.server_environment(
+            client,
             url=url,
             own_server=owned,
             plan=asdict(plan),

@@ -126,9 +126,7 @@ async def run(url: str, quick: bool) -> dict[str, Any]:
     client = Redis.from_url(url)
     prefix = f"ras-reads-{uuid.uuid4().hex[:8]}"
     try:
-        env = report.environment(
-            {"redis": await servers.server_version(client)}, quick=quick, url=url
-        )
+        env = await report.server_environment(client, quick=quick, url=url)
         cache = {
             family: await warm_vs_cold(client, f"{prefix}-{family}", family, events, rounds)
             for family in ("core", "adk")

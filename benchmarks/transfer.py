@@ -265,8 +265,8 @@ async def run(url: str, owned: bool, plan: Plan, profile: bool = False) -> dict[
     try:
         with tempfile.TemporaryDirectory(prefix="ras-bench-transfer-") as tmp:
             folder = Path(tmp)
-            env = report.environment(
-                {"redis": await servers.server_version(client)},
+            env = await report.server_environment(
+                client,
                 url=url,
                 own_server=owned,
                 plan=asdict(plan),

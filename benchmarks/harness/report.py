@@ -16,7 +16,7 @@ import platform
 import pstats
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import redis
 from redis.asyncio.connection import DefaultParser
 
 import redis_agent_sessions
+from benchmarks.harness import servers
 
 __all__ = [
     "Progress",
@@ -78,6 +79,11 @@ def environment(servers: dict[str, str] | None = None, **more: Any) -> dict[str,
         "event_loop": loop,
         **more,
     }
+
+
+async def server_environment(client: Any, **more: Any) -> dict[str, Any]:
+    """:func:`environment` of a run against ``client``'s server."""
+    return environment({"redis": await servers.server_version(client)}, **more)
 
 
 def environment_lines(title: str, env: dict[str, Any]) -> list[str]:
@@ -211,6 +217,17 @@ def ratio_table(rows: Sequence[dict[str, Any]], title: str = "ratios from this r
         )
         table.add(r["name"], fmt.format(r["value"]), target, r["verdict"] or "info")
     return table.render()
+
+
+async def profiled(work: Callable[[], Awaitable[Any]], header: str, top: int) -> str:
+    """:func:`cprofile_text` of ``work``, awaited under cProfile."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        await work()
+    finally:
+        profiler.disable()
+    return cprofile_text(profiler, header, top)
 
 
 def cprofile_text(
