@@ -39,7 +39,7 @@ async def _with_events(service: RedisSessionService, n: int) -> Any:
 async def test_refresh_reads_only_the_new_events(
     service: RedisSessionService, optimistic_reads: int
 ) -> None:
-    service._engine.optimistic_reads = optimistic_reads
+    service._engine.layout.optimistic_reads = optimistic_reads  # type: ignore[attr-defined]
     s = await _with_events(service, 5)
     held = await fresh(service, s.id)
     events_list = held.events
@@ -123,7 +123,7 @@ async def test_refresh_after_the_same_events_were_rewritten(
 ) -> None:
     """Re-created with the copy's event ids, but the newest one now sits at another
     revision: the copy's position cannot be trusted, so it is read whole."""
-    service._engine.optimistic_reads = optimistic_reads
+    service._engine.layout.optimistic_reads = optimistic_reads  # type: ignore[attr-defined]
     s = await _with_events(service, 2)
     held = await fresh(service, s.id)
     first, second = (e.model_copy(deep=True) for e in held.events)
