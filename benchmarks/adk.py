@@ -25,7 +25,6 @@ Targets (issue 4): full read <= 1.2x the floor (events kept); last 20 <= 2 ms; a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from collections.abc import Sequence
@@ -188,7 +187,7 @@ def render(r: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=None, help="default 30 (--quick: 5)")
     report.add_flags(parser, quick="5 rounds instead of 30")

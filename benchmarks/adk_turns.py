@@ -28,7 +28,6 @@ ratios the issue asks for.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import tempfile
@@ -183,7 +182,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, quick="100 and 1,000 events")
     parser.add_argument("--turns", type=int, default=15, help="timed turns per case")
     parser.add_argument("--modes", default="tokens,window", help="compaction modes to run")

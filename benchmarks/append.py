@@ -22,7 +22,6 @@ ADK reads: ``benchmarks.reads`` and ``benchmarks.adk``; contended appends:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import time
@@ -562,7 +561,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, url=True, quick="small smoke run (< 30 s)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL

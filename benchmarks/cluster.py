@@ -894,7 +894,7 @@ def implication(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     parser.add_argument("--single-url", help="use this Redis node instead of starting one")
     parser.add_argument("--cluster-url", help="use this Redis Cluster (any node's URL)")
     report.add_flags(parser, quick="small smoke run")

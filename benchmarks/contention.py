@@ -34,7 +34,6 @@ as a share of the distinct-session figure, is the ceiling for the same-session r
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
@@ -252,7 +251,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, url=True, quick="short runs (smoke test)")
     parser.add_argument("--history", type=int, default=None, help="events already stored")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of every mode")

@@ -44,7 +44,6 @@ also shows the commands of each round trip of a call (counted once, untimed).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -522,7 +521,7 @@ def reference_text(ref: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, url=True, quick="10,000 sessions over 100 users (< 30 s)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL

@@ -13,7 +13,6 @@ some words are in most entries). p50 and p99: ``benchmarks.harness.timing.percen
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import random
@@ -114,7 +113,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, quick="sizes 1k and 10k only")
     parser.add_argument("--backend", choices=["plain", "search"], action="append")
     args = parser.parse_args(argv)

@@ -18,7 +18,6 @@ ADK reads against ADK's own parsing: ``benchmarks.adk``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import time
@@ -182,7 +181,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, quick="1,000-event sessions instead of 10,000")
     args = parser.parse_args(argv)
     with servers.redis7() as node:

@@ -39,7 +39,6 @@ under ``python -m cProfile``, with the server's command times (``INFO commandsta
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
@@ -405,7 +404,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, url=True, quick="1,000 sessions x 50 events")
     parser.add_argument(
         "--profile-import",

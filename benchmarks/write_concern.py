@@ -41,7 +41,6 @@ would not mean what they say.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
@@ -331,7 +330,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = report.parser(__doc__)
     report.add_flags(parser, quick="small smoke run (< 30 s)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL

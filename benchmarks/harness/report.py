@@ -103,6 +103,11 @@ def environment_lines(title: str, env: dict[str, Any]) -> list[str]:
 # -- arguments and output --------------------------------------------------------------------
 
 
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's argument parser, described by the first line of its docstring."""
+    return argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+
+
 def add_flags(
     parser: argparse.ArgumentParser, *, url: bool = False, quick: str | None = None
 ) -> argparse.ArgumentParser:
