@@ -6,9 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from _servers import skip_without
 from redis_agent_sessions import (
+    Event,
+    EventActions,
     InvalidInputError,
     RedisMemoryService,
     RedisSessionService,
@@ -22,7 +25,9 @@ def test_settings_come_out_of_the_query_and_redis_py_keeps_its_own() -> None:
         "redis://:pw@host:6380/2?key_prefix=prod&ttl_seconds=86400&socket_timeout=2"
         "&stale_policy=merge&cluster=false&memory_backend=plain"
     )
-    assert parsed.redis_url == "redis://:pw@host:6380/2?socket_timeout=2"
+    assert parsed.redis_url == "redis://:pw@host:6380/2"
+    assert parsed.redis_params == {"socket_timeout": "2"}
+    assert parsed.client_kwargs(False) == {"socket_timeout": 2.0}
     assert parsed.settings == {
         "key_prefix": "prod",
         "ttl_seconds": 86400,
@@ -33,9 +38,80 @@ def test_settings_come_out_of_the_query_and_redis_py_keeps_its_own() -> None:
     assert parsed.config(None) == SessionServiceConfig(
         key_prefix="prod", ttl_seconds=86400, stale_policy="merge", cluster=False
     )
-    assert parse_service_url("unix:///tmp/redis.sock?db=3").redis_url == (
-        "unix:///tmp/redis.sock?db=3"
+    unix = parse_service_url("unix:///tmp/redis.sock?db=3")
+    assert (unix.redis_url, unix.client_kwargs(False)) == ("unix:///tmp/redis.sock", {"db": 3})
+
+
+def connection_kwargs(service: Any) -> dict[str, Any]:
+    kwargs: dict[str, Any] = service._client.connection_pool.connection_kwargs
+    return kwargs
+
+
+def test_every_connection_parameter_redis_py_takes_reaches_the_connection_typed() -> None:
+    # The TLS parameters a private CA needs, which a hand-kept list once lacked.
+    url = (
+        "rediss://h:6380/1?ssl_ca_certs=/etc/ca.crt&ssl_certfile=/c.crt&ssl_keyfile=/c.key"
+        "&ssl_cert_reqs=required&ssl_check_hostname=false&socket_timeout=2.5"
+        "&health_check_interval=3&retry_on_timeout=yes&client_name=w1&key_prefix=p"
     )
+    service = RedisSessionService.from_url(url)
+    kwargs = connection_kwargs(service)
+    assert {k: kwargs[k] for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")} == {
+        "ssl_ca_certs": "/etc/ca.crt",
+        "ssl_certfile": "/c.crt",
+        "ssl_keyfile": "/c.key",
+    }
+    assert kwargs["ssl_check_hostname"] is False
+    assert kwargs["retry_on_timeout"] is True
+    assert (kwargs["socket_timeout"], kwargs["health_check_interval"]) == (2.5, 3)
+    assert (kwargs["client_name"], kwargs["db"], service.config.key_prefix) == ("w1", 1, "p")
+    # an empty value is no value, as redis-py reads it
+    assert "ssl_ca_certs" not in connection_kwargs(
+        RedisSessionService.from_url("rediss://h?ssl_ca_certs=")
+    )
+    cluster = parse_service_url("redis://h?read_from_replicas=true&cluster=true")
+    assert cluster.client_kwargs(True) == {"read_from_replicas": True}
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("rediss://h/0?ssl_ca_cert=/x", "unknown URL parameter 'ssl_ca_cert'.*ssl_ca_certs"),
+        ("redis://h/0?ssl_ca_certs=/x", "'ssl_ca_certs' is not one redis-py takes for redis://"),
+        ("redis://h/0?socket_timeout=abc", "bad value for URL parameter socket_timeout: 'abc'"),
+        ("rediss://h/0?ssl_check_hostname=maybe", "ssl_check_hostname: 'maybe'"),
+        ("redis://h/0?db=x", "bad value for URL parameter db"),
+        ("redis://h/0?retry=3", "unknown URL parameter 'retry'"),
+        ("redis://h/0?read_from_replicas=true", "not one redis-py takes for redis://"),
+        ("redis://h/0?socket_timeout=1&socket_timeout=2", "'socket_timeout' is given twice"),
+    ],
+)
+def test_redis_py_parameters_it_does_not_take_are_refused(url: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        RedisSessionService.from_url(url)
+
+
+def test_a_parameter_in_the_url_and_as_an_argument_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="socket_timeout given both in the URL"):
+        RedisSessionService.from_url("redis://h/0?socket_timeout=1", socket_timeout=2)
+    assert (
+        connection_kwargs(RedisSessionService.from_url("redis://h/0", socket_timeout=2))[
+            "socket_timeout"
+        ]
+        == 2
+    )
+
+
+def test_a_cluster_config_makes_a_cluster_client() -> None:
+    # The cluster layout with a single-node client would meet MOVED replies it cannot follow.
+    config = SessionServiceConfig(cluster=True)
+    for service in (
+        RedisSessionService.from_url("redis://h:7000", config=config),
+        RedisSessionService.from_url("redis://h:7000?cluster=true"),
+        RedisSessionService.from_url("redis://h:7000", cluster=True),
+        RedisMemoryService.from_url("redis://h:7000", config=config),
+    ):
+        assert isinstance(service._client, RedisCluster)
 
 
 @pytest.mark.parametrize(
@@ -130,3 +206,18 @@ def test_a_services_yaml_in_the_agents_dir_is_the_one_file_recipe(tmp_path: Path
     )
     assert isinstance(memory, adk.RedisMemoryService)
     assert memory._memory._backend == "plain"
+
+
+async def test_a_cluster_config_with_from_url_writes_on_a_real_cluster() -> None:
+    url = skip_without("REDIS_CLUSTER_URL")
+    config = SessionServiceConfig(cluster=True, key_prefix="urlcluster")
+    async with RedisSessionService.from_url(url, config=config) as service:
+        # users on many slots, and an app: write, which takes the second step
+        for n in range(8):
+            session = await service.create_session(app_name="a", user_id=f"u{n}")
+            delta = {"k": n, "user:k": n, "app:k": n}
+            await service.append_event(
+                session, Event(author="a", actions=EventActions(state_delta=delta))
+            )
+            await service.delete_session(app_name="a", user_id=f"u{n}", session_id=session.id)
+        assert await service.get_app_state(app_name="a") == {"k": 7}

@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Self
 
-from redis_agent_sessions._redis.uri import parse_service_url
+from redis_agent_sessions._redis.uri import ServiceURL, parse_service_url
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 
@@ -17,6 +17,7 @@ __all__ = [
     "AnyRedis",
     "ClientOwner",
     "check_client_or_uri",
+    "client_for",
     "is_cluster_client",
     "make_client",
     "open_memory_url",
@@ -48,14 +49,28 @@ def check_client_or_uri(client: object, uri: str | None) -> None:
         raise InvalidInputError("a client or a uri is needed")
 
 
+def client_for(
+    parsed: ServiceURL, settings: SessionServiceConfig, cluster: bool, redis_kwargs: dict[str, Any]
+) -> AnyRedis:
+    """The client for ``parsed``: a cluster client when the argument, the URL or the config
+    (``cluster=True``) asks for one, since the cluster layout needs a client that follows
+    MOVED replies; redis-py's parameters from the URL and from the caller, each given once."""
+    cluster = bool(cluster or settings.cluster)
+    from_url = parsed.client_kwargs(cluster)
+    if twice := sorted(from_url.keys() & redis_kwargs.keys()):
+        raise InvalidInputError(
+            f"{', '.join(twice)} given both in the URL and as an argument; give each once"
+        )
+    return make_client(parsed.redis_url, cluster=cluster, **from_url, **redis_kwargs)
+
+
 def open_url(
     url: str, config: SessionServiceConfig | None, cluster: bool = False, **redis_kwargs: Any
 ) -> tuple[AnyRedis, SessionServiceConfig]:
     """Client and config for a session service's ``from_url``: settings may be in the URL."""
     parsed = parse_service_url(url)
     settings = parsed.config(config)
-    client = make_client(parsed.redis_url, cluster=cluster or parsed.cluster, **redis_kwargs)
-    return client, settings
+    return client_for(parsed, settings, cluster, redis_kwargs), settings
 
 
 def open_memory_url(
@@ -75,8 +90,7 @@ def open_memory_url(
             "was passed with it; give it in one place"
         )
     settings = parsed.config(config)
-    client = make_client(parsed.redis_url, cluster=cluster or parsed.cluster, **redis_kwargs)
-    return client, settings, chosen
+    return client_for(parsed, settings, cluster, redis_kwargs), settings, chosen
 
 
 class ClientOwner:

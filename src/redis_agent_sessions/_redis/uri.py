@@ -2,19 +2,20 @@
 
 ``redis://host:6379/0?key_prefix=prod&ttl_seconds=86400&cluster=true`` is a redis-py URL
 plus this library's settings. Ours are taken out of the query and validated; the rest must be
-parameters redis-py itself understands, so a typo fails here with the list of valid names
-instead of as a TypeError deep inside a connection pool.
+parameters redis-py itself takes for that URL (:mod:`._params`), converted to their types
+here, so a typo or a bad value fails with an InvalidInputError naming it instead of as a
+TypeError deep inside a connection pool.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import ValidationError
-from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 
+from redis_agent_sessions._redis import params as _params
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 
@@ -23,10 +24,7 @@ __all__ = ["ServiceURL", "parse_service_url"]
 SCHEMES = ("redis", "rediss", "unix")
 _CONFIG_FIELDS = tuple(SessionServiceConfig.model_fields)
 _OURS = (*_CONFIG_FIELDS, "memory_backend")
-_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-# Client parameters redis-py reads from a URL's query (its own parser takes more names than
-# it can use: anything else reaches the client's constructor and fails there).
-_REDIS_PY = (*sorted(URL_QUERY_ARGUMENT_PARSERS), "client_name", "ssl_cert_reqs")
+_BOOLEANS = _params.BOOLEANS
 
 
 @dataclass(frozen=True)
@@ -34,10 +32,24 @@ class ServiceURL:
     """A URL split into what redis-py connects with and what the services are configured by."""
 
     redis_url: str
-    """The URL without this library's query parameters."""
+    """The URL without its query."""
     settings: dict[str, Any] = field(default_factory=dict)
     """SessionServiceConfig fields given in the query (validated together by ``config``)."""
     memory_backend: str | None = None
+    redis_params: dict[str, str] = field(default_factory=dict)
+    """redis-py's parameters given in the query, as written (see ``client_kwargs``)."""
+
+    @property
+    def scheme(self) -> str:
+        return self.redis_url.split(":", 1)[0]
+
+    def client_kwargs(self, cluster: bool | None) -> dict[str, Any]:
+        """redis-py's parameters, converted, for a cluster client or a single node's (None:
+        either); InvalidInputError for one that client does not take or a bad value."""
+        return {
+            name: _params.convert(self.scheme, cluster, name, value)
+            for name, value in self.redis_params.items()
+        }
 
     @property
     def cluster(self) -> bool:
@@ -68,9 +80,14 @@ def parse_service_url(url: str) -> ServiceURL:
         )
     settings: dict[str, Any] = {}
     memory_backend: str | None = None
-    kept: list[tuple[str, str]] = []
+    kept: dict[str, str] = {}
+    redis_py = _params.accepted(parts.scheme, False) | _params.accepted(parts.scheme, True)
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in settings or (name == "memory_backend" and memory_backend is not None):
+        if (
+            name in settings
+            or name in kept
+            or (name == "memory_backend" and memory_backend is not None)
+        ):
             raise InvalidInputError(f"URL parameter {name!r} is given twice")
         if name == "memory_backend":
             memory_backend = value
@@ -80,12 +97,13 @@ def parse_service_url(url: str) -> ServiceURL:
             settings[name] = _BOOLEANS[value.lower()]
         elif name in _CONFIG_FIELDS:
             settings[name] = value
-        elif name in _REDIS_PY:
-            kept.append((name, value))
+        elif name in redis_py:
+            if value:  # as redis-py reads a URL: an empty value is no value
+                kept[name] = value
         else:
             raise InvalidInputError(
                 f"unknown URL parameter {name!r}; this library's are {', '.join(_OURS)}, and "
-                f"redis-py's are {', '.join(_REDIS_PY)}"
+                f"redis-py's for a {parts.scheme}:// URL are {', '.join(sorted(redis_py))}"
             )
     if memory_backend not in (None, "auto", "search", "plain"):
         raise InvalidInputError(
@@ -99,9 +117,13 @@ def parse_service_url(url: str) -> ServiceURL:
         )
         raise InvalidInputError(f"bad service settings in the URL: {problems}") from None
     validated = {name: getattr(parsed, name) for name in settings}
-    # Rebuilt by hand: urlunsplit would drop the empty authority of "unix:///path".
-    redis_url = url.split("?", 1)[0].split("#", 1)[0] + (f"?{urlencode(kept)}" if kept else "")
-    return ServiceURL(redis_url, validated, memory_backend)
+    # Cut by hand: urlunsplit would drop the empty authority of "unix:///path".
+    redis_url = url.split("?", 1)[0].split("#", 1)[0]
+    service_url = ServiceURL(redis_url, validated, memory_backend, kept)
+    # Converted now, so a bad value fails at once; the topology, which may be decided by an
+    # argument, is checked when the client is made.
+    service_url.client_kwargs(None)
+    return service_url
 
 
 def _redacted(url: str) -> str:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from redis_agent_sessions._redis.lifecycle import AnyRedis, make_client
+from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
 from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
@@ -161,7 +161,7 @@ async def connect(args: argparse.Namespace) -> Context:
         config = parsed.config(None)
         if args.key_prefix is not None:
             config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": args.key_prefix})
-        client = make_client(parsed.redis_url, cluster=args.cluster or parsed.cluster)
+        client = client_for(parsed, config, args.cluster, {})
     except (InvalidInputError, ValueError) as exc:
         raise UsageError(f"bad Redis URL {url!r}: {first_line(exc)}") from None
     try:

@@ -1,0 +1,103 @@
+"""redis-py's connection parameters as a URL's query may give them, read from redis-py itself.
+
+A hand-written list would drift from the installed redis-py (and did: ``ssl_ca_certs`` was
+missing, so TLS with a private CA could not be configured by URL). The parameters are those
+of the constructors a URL reaches: the connection pool and the connection class of its scheme
+for one node, ``RedisCluster`` for a cluster. Only those a URL can express (strings, numbers,
+booleans) are accepted; their values are converted as redis-py converts its URL's, booleans
+strictly, so ``ssl_check_hostname=maybe`` is refused instead of meaning True.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import (
+    URL_QUERY_ARGUMENT_PARSERS,
+    Connection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
+
+from redis_agent_sessions.errors import InvalidInputError
+
+__all__ = ["BOOLEANS", "accepted", "convert"]
+
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+_CLASSES = {"redis": Connection, "rediss": SSLConnection, "unix": UnixDomainSocketConnection}
+
+
+def _boolean(value: str) -> bool:
+    try:
+        return BOOLEANS[value.lower()]
+    except KeyError:
+        raise ValueError(value) from None
+
+
+def _converter(parameter: inspect.Parameter) -> Callable[[str], Any] | None:
+    """How a URL's string becomes this parameter's value; None when a URL cannot give it
+    (objects such as ``retry`` or ``credential_provider``)."""
+    if parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+        return None
+    kinds = _scalar_types(parameter.annotation)
+    if bool in kinds:
+        return _boolean
+    if parameter.name in URL_QUERY_ARGUMENT_PARSERS:
+        return URL_QUERY_ARGUMENT_PARSERS[parameter.name]
+    for kind in (str, float, int):
+        if kind in kinds:
+            return kind
+    return None
+
+
+def _scalar_types(annotation: Any) -> set[type]:
+    """The plain types a parameter's annotation admits (``str | None`` -> {str})."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return {t for arg in typing.get_args(annotation) for t in _scalar_types(arg)}
+    return {annotation} & {str, int, float, bool}
+
+
+def _parameters(*constructors: Callable[..., Any]) -> dict[str, Callable[[str], Any]]:
+    found: dict[str, Callable[[str], Any]] = {}
+    for constructor in constructors:
+        for name, parameter in inspect.signature(constructor).parameters.items():
+            converter = _converter(parameter)
+            if name != "self" and converter is not None:
+                found.setdefault(name, converter)
+    return found
+
+
+@functools.cache
+def accepted(scheme: str, cluster: bool) -> dict[str, Callable[[str], Any]]:
+    """redis-py's parameters a ``scheme`` URL may carry, with their converters."""
+    if cluster:
+        return _parameters(RedisCluster.__init__)
+    # Each connection class passes what it does not take on to its base (via **kwargs).
+    own = [c.__dict__["__init__"] for c in _CLASSES[scheme].__mro__ if "__init__" in c.__dict__]
+    return _parameters(ConnectionPool.__init__, *own)
+
+
+def convert(scheme: str, cluster: bool | None, name: str, value: str) -> Any:
+    """The value redis-py gets for ``name=value`` (for a cluster client, a single node's, or
+    with None, either); InvalidInputError for a name it does not take or a bad value."""
+    if cluster is None:
+        parameters = {**accepted(scheme, False), **accepted(scheme, True)}
+    else:
+        parameters = accepted(scheme, cluster)
+    if name not in parameters:
+        target = {None: "", True: " for a Redis Cluster"}.get(cluster, f" for {scheme}://")
+        raise InvalidInputError(
+            f"URL parameter {name!r} is not one redis-py takes{target}; it takes "
+            + ", ".join(sorted(parameters))
+        )
+    try:
+        return parameters[name](value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"bad value for URL parameter {name}: {value!r}") from None
