@@ -35,6 +35,16 @@ class Topology:
         """Whether :meth:`ready` has work to do (checked first: it runs before every call)."""
         self._initializing: asyncio.Lock | None = None
 
+    @property
+    def socket_timeout(self) -> float | None:
+        """Seconds the client waits for any reply (None: for ever), as it was built."""
+        if self._cluster_client:
+            kwargs = self.client.nodes_manager.connection_kwargs
+        else:
+            kwargs = getattr(getattr(self.client, "connection_pool", None), "connection_kwargs", {})
+        timeout = kwargs.get("socket_timeout")
+        return float(timeout) if isinstance(timeout, (int, float)) else None
+
     async def ready(self) -> None:
         """Initialize a fresh cluster client once: redis-py 8.1's RedisCluster fails when its
         very first commands run concurrently (redis-py issue #3032)."""

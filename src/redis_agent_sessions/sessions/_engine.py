@@ -53,7 +53,8 @@ class SessionEngine(Generic[S, E]):
         self.config = config = config or SessionServiceConfig()
         self.keys = KeySpace(config.key_prefix)
         runner = ScriptRunner(client, config)
-        self.layout = choose_layout(Topology(client, cluster=config.cluster), self.keys, runner)
+        topology = Topology(client, cluster=config.cluster)
+        self.layout = choose_layout(topology, self.keys, runner)
         limit = config.read_cache_bytes
         self.ctx: Context[S, E] = Context(
             client=client,
@@ -75,7 +76,12 @@ class SessionEngine(Generic[S, E]):
         self.listing: SessionLister[S, E] = SessionLister(self.ctx)
         """list_sessions and pages of sessions, from the indexes."""
         self.events: EventStream[E] = EventStream(
-            client, self.keys, self.reads.decode, self.ready, codec.errors.not_found
+            client,
+            self.keys,
+            self.reads.decode,
+            self.ready,
+            codec.errors.not_found,
+            socket_timeout=topology.socket_timeout,
         )
         """Pages of a session's events, and watches of new ones."""
 

@@ -40,12 +40,18 @@ class EventStream(Generic[E]):
         decode: Callable[[str, list[Any]], list[E]],
         ready: Callable[[], Awaitable[None]],
         not_found: type[SessionNotFoundError] = SessionNotFoundError,
+        socket_timeout: float | None = None,
     ) -> None:
         self._redis = client
         self._keys = keys
         self._decode = decode
         self._ready = ready
         self._not_found = not_found
+        # A blocked XREAD answers nothing until it wakes up, and the client gives up on any
+        # reply after its socket timeout: blocking longer made every quiet read a client
+        # timeout, and a few in a row ended the watch. Half the timeout leaves the reply
+        # time to arrive; it is the most a deletion waits to be noticed.
+        self._most_block_ms = None if not socket_timeout else max(1, int(socket_timeout * 500))
 
     def _session(self, app_name: str, user_id: str, session_id: str) -> SessionKeys:
         return self._keys.session(
@@ -109,6 +115,8 @@ class EventStream(Generic[E]):
             check_id("after_event_id", after_event_id)
             if from_beginning:
                 raise InvalidInputError("give after_event_id or from_beginning, not both")
+        if self._most_block_ms is not None:
+            block_ms = min(block_ms, self._most_block_ms)
         return self._follow(keys, session_id, after_event_id, from_beginning, block_ms, count)
 
     async def _follow(

@@ -235,8 +235,9 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         twice), or at the first event with ``from_beginning``. Connection drops are retried
         from the same position. Ends when the session is deleted or expires; stop it by
         breaking out of the loop or cancelling the task. ``block_ms`` is how long one read
-        blocks before re-checking that the session exists (keep it below the client's
-        ``socket_timeout``).
+        blocks before re-checking that the session exists, at most half the client's
+        ``socket_timeout`` (a longer block would time out on the client), so a quiet
+        session is watched for ever and a deletion is noticed within that time.
 
         Raises:
             SessionNotFoundError: (at the first iteration) no such session.
