@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ssl
 import types
 import typing
 from collections.abc import Callable
@@ -41,11 +42,22 @@ def _boolean(value: str) -> bool:
         raise ValueError(value) from None
 
 
+def _cert_reqs(value: str) -> str:
+    """``none``, ``optional`` or ``required`` (ssl's modes), which redis-py checks only at
+    the first connection, and only in lower case."""
+    mode = value.lower()
+    if mode not in {m.name.removeprefix("CERT_").lower() for m in ssl.VerifyMode}:
+        raise ValueError(value)
+    return mode
+
+
 def _converter(parameter: inspect.Parameter) -> Callable[[str], Any] | None:
     """How a URL's string becomes this parameter's value; None when a URL cannot give it
     (objects such as ``retry`` or ``credential_provider``)."""
     if parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
         return None
+    if parameter.name == "ssl_cert_reqs":
+        return _cert_reqs
     kinds = _scalar_types(parameter.annotation)
     if bool in kinds:
         return _boolean
