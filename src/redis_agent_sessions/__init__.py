@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from redis_agent_sessions._health import Check, Readiness
 from redis_agent_sessions._version import __version__
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import (
@@ -31,6 +32,7 @@ from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
 
 __all__ = [
     "AlreadyExistsError",
+    "Check",
     "Content",
     "CorruptDataError",
     "Event",
@@ -44,6 +46,7 @@ __all__ = [
     "Part",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "Readiness",
     "RedisMemoryService",
     "RedisSessionService",
     "RedisSessionsError",

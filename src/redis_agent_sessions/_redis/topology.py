@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoPermissionError
 
 from redis_agent_sessions._redis import lifecycle as _lifecycle
 from redis_agent_sessions.errors import InvalidInputError
@@ -57,6 +58,27 @@ class Topology:
                 await self.client.initialize()
                 self.fresh = False
 
+    async def reach(self) -> str:
+        """PING every node the client writes to (for a readiness probe). A least-privilege
+        user may not run PING: its refusal is an answer too."""
+        if not self._cluster_client:
+            await _answer(self.client.execute_command("PING"))
+            return "the server answers"
+        await self.ready()
+        primaries = self.client.get_primaries()
+        pings = (self.client.execute_command("PING", target_nodes=n) for n in primaries)
+        await asyncio.gather(*(_answer(p) for p in pings))
+        return f"all {len(primaries)} primaries answer"
+
+    async def each_primary(self, *command: Any) -> list[Any]:
+        """Run a command that names no key on every primary; their replies."""
+        if not self._cluster_client:
+            return [await self.client.execute_command(*command)]
+        await self.ready()
+        nodes = self.client.get_primaries()
+        calls = (self.client.execute_command(*command, target_nodes=n) for n in nodes)
+        return list(await asyncio.gather(*calls))
+
     async def any_node(self, *command: Any) -> Any:
         """Run a command that names no key on one node (every node of a deployment loads
         the same modules). A node, not the RANDOM flag, which redis-py 8.1 honours only on
@@ -77,3 +99,10 @@ class Topology:
         node = self.client.get_node_from_key(key)
         calls = (self.client.execute_command(*c, target_nodes=node) for c in commands)
         return list(await asyncio.gather(*calls))
+
+
+async def _answer(reply: Any) -> None:
+    try:
+        await reply
+    except NoPermissionError:
+        pass

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from redis.exceptions import NoPermissionError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -166,6 +167,8 @@ async def connect(args: argparse.Namespace) -> Context:
         raise UsageError(f"bad Redis URL {url!r}: {first_line(exc)}") from None
     try:
         await client.ping()
+    except NoPermissionError:
+        pass  # a least-privilege user may not PING; the refusal is an answer
     except Exception as exc:
         await client.aclose()
         raise UsageError(f"cannot reach Redis at {_safe(url)}: {first_line(exc)}") from None

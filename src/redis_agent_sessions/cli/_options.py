@@ -130,7 +130,16 @@ def _purge(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="only count them")
 
 
+def _ping(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memory", action="store_true", help="check the memory service too")
+    p.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds the whole check may take (5)"
+    )
+    _json(p)
+
+
 _ADD = {
+    "ping": _ping,
     "ls": _ls,
     "show": _show,
     "tail": _tail,

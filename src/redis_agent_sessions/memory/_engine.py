@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from redis.exceptions import NoPermissionError, ResponseError
 
+from redis_agent_sessions._health import PROBE_ID, Readiness, run_checks
 from redis_agent_sessions._redis.codec import check_id, check_sequence, text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
@@ -66,6 +67,20 @@ class MemoryEngine:
     async def backend(self) -> Literal["search", "plain"]:
         await self._ready()
         return "search" if isinstance(self._search, IndexSearch) else "plain"
+
+    async def check_ready(self, timeout: float) -> Readiness:
+        """Reach every node, open the backend (recorded or detected, its index made), and
+        run a search for a user who has no memories: see :mod:`redis_agent_sessions._health`."""
+
+        async def backend() -> str:
+            return f"{await self.backend()} backend"
+
+        async def search() -> str:
+            await self.search(app_name=PROBE_ID, user_id=PROBE_ID, query="readiness probe")
+            return "a search runs"
+
+        probes = [("redis", self._topology.reach), ("memory backend", backend), ("search", search)]
+        return await run_checks(probes, timeout)
 
     async def _ready(
         self, app: str | None = None, user: str | None = None

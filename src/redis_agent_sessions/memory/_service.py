@@ -10,6 +10,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from typing_extensions import Self
 
+from redis_agent_sessions._health import Readiness
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner, open_memory_url
 from redis_agent_sessions.config import SessionServiceConfig
@@ -95,6 +96,13 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         return await self._memory.backend()
 
     @_scripts.typed_permissions
+    async def check_ready(self, *, timeout: float = 5.0) -> Readiness:
+        """Whether this service can work now, for an orchestrator's readiness probe: every
+        Redis node answers, the memory backend opens (the search module and the index, for
+        ``search``) and a search runs with this user's permissions. Never raises for what it
+        finds: the result is falsy, and each :class:`Check` says what failed and why."""
+        return await self._memory.check_ready(timeout)
+
     async def add_session_to_memory(self, session: SessionT) -> None:
         """Index the session's events that carry text, replacing what it contributed before.
 

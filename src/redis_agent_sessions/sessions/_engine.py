@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Generic
 
+from redis_agent_sessions._health import PROBE_ID, Readiness, run_checks
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import CorruptDataError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.sessions._cache import ReadCache
 from redis_agent_sessions.sessions._catch_up import CatchUps
@@ -92,6 +94,25 @@ class SessionEngine(Generic[S, E]):
     @property
     def catch_ups(self) -> CatchUps:
         return self.ctx.catch_ups
+
+    async def check_ready(self, timeout: float) -> Readiness:
+        """Reach every node, run the scripts (touching nothing), and when writes wait for
+        replicas, that they can: see :mod:`redis_agent_sessions._health`."""
+
+        async def scripts() -> str:
+            await self.ctx.ready()
+            found = await self.reads.get_session(
+                app_name=PROBE_ID, user_id=PROBE_ID, session_id=PROBE_ID, config=None
+            )
+            if found is not None:
+                raise CorruptDataError(PROBE_ID, "the readiness probe's session exists")
+            return await self.writes.probe(PROBE_ID, PROBE_ID, PROBE_ID)
+
+        topology = self.layout.topology
+        probes = [("redis", topology.reach), ("scripts", scripts)]
+        if self.config.write_concern != "primary":
+            probes.append(("write concern", lambda: self.ctx.runner.probe_concern(topology)))
+        return await run_checks(probes, timeout)
 
     async def ready(self) -> None:
         """Before a read of this engine's client (see :meth:`Context.ready`)."""

@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 from redis_agent_sessions._redis import concern as _concern
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.concern import WriteConcern
+from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, PayloadTooLargeError, WriteConcernError
 from redis_agent_sessions.sessions._replies import typed
@@ -68,6 +69,27 @@ class ScriptRunner:
         """Before the first write: the server can confirm writes as the concern asks."""
         if self.concern is not None:
             await self.concern.check_server(self.client)
+
+    async def probe_concern(self, topology: Topology) -> str:
+        """For a readiness probe: the server can confirm writes as the concern asks, and
+        each primary's replicas confirm in time now. ``WAIT`` on a connection that may have
+        written asks the replicas for their offsets, so it answers as soon as they do."""
+        concern = self.concern
+        if concern is None:
+            return "primary only"
+        await concern.check_server(self.client)
+        if not concern.replicas:
+            return f"{concern.mode}: the primary confirms"
+        wait = ("WAIT", concern.replicas, concern.timeout_ms)
+        confirmed = min(int(r) for r in await topology.each_primary(*wait))
+        if confirmed < concern.replicas:
+            raise WriteConcernError(
+                f"{confirmed} of {concern.replicas} replicas confirmed within "
+                f"{concern.timeout_ms} ms; writes would not be confirmed "
+                f"(write_concern={concern.mode!r})",
+                written=False,
+            )
+        return f"{concern.mode}: {confirmed} replicas confirm (needs {concern.replicas})"
 
     def check_size(self, what: str, size: int) -> None:
         if size > self.config.max_payload_bytes:

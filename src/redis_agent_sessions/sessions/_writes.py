@@ -25,6 +25,7 @@ from redis_agent_sessions.sessions._context import Context
 from redis_agent_sessions.sessions._reads import Reads
 from redis_agent_sessions.sessions._replies import (
     DUPLICATE,
+    NOT_FOUND,
     OK,
     STALE,
     appended,
@@ -207,6 +208,24 @@ class Writes(Generic[S, E]):
                 new_revision = UNKNOWN if self._ctx.config.stale_policy == "merge" else new_revision
             self._codec.set_revision(session, new_revision)
         return event
+
+    async def probe(self, app_name: str, user_id: str, session_id: str) -> str:
+        """For a readiness probe: run the append script as for a session that does not
+        exist, with a change in every scope. It asks for every permission an append needs
+        before it reads or writes anything, then finds no session and writes nothing."""
+        keys = self._ctx.keys.session(app_name, user_id, session_id)
+        delta = {"probe": 0, "user:probe": 0, "app:probe": 0}
+        fields = [
+            encode_fields(part, scope)
+            for part, scope in zip(split_state_delta(delta), _SCOPES, strict=True)
+        ]
+        script_keys, args = self._append_call(
+            keys, session_id, 0, "", "probe", b"{}", 0.0, 0.0, ("", "")
+        )
+        reply = await self._runner.run(self._runner.append, script_keys, args, fields)
+        if reply[0] != NOT_FOUND:
+            raise CorruptDataError(keys.meta, "the readiness probe's session exists")
+        return "append and read scripts run"
 
     def _hold_catch_up(self, keys: SessionKeys, position: Position, reply: list[Any]) -> None:
         meta, state, user_state, app_state, anchor, entries = reply

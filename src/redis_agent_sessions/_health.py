@@ -1,0 +1,83 @@
+"""Readiness: whether a service can do its work now, as an orchestrator's probe asks.
+
+Each service runs its checks in order (reaching Redis, running its scripts, what its
+configuration needs); a check that fails stops the ones after it, which are reported as not
+run. No check changes stored data (the script checks run on a probe session that does not
+exist, and the scripts ask for every permission before their first write), except that the
+first check of a new deployment's memory records its backend, as its first use would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
+
+__all__ = ["PROBE_ID", "Check", "Readiness", "run_checks"]
+
+PROBE_ID = "readiness-probe"
+"""App, user and session id of the session the script checks ask for (never created)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of a readiness probe."""
+
+    name: str
+    ok: bool
+    detail: str
+    """What was found (a server version, a backend), or why it failed."""
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The result of ``check_ready()``: ready when every check passed."""
+
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def __bool__(self) -> bool:
+        return self.ready
+
+
+Probe = Callable[[], Awaitable[str]]
+"""A check: returns what it found, raises why it failed."""
+
+
+async def run_checks(probes: Sequence[tuple[str, Probe]], timeout: float) -> Readiness:
+    """Run ``probes`` in order, each within what is left of ``timeout`` seconds."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidInputError(f"timeout must be a positive number of seconds: {timeout!r}")
+    deadline = time.monotonic() + timeout
+    checks: list[Check] = []
+    failed: str | None = None
+    for name, probe in probes:
+        if failed is not None:
+            checks.append(Check(name, False, f"not run: {failed} failed", 0.0))
+            continue
+        started = time.monotonic()
+        try:
+            detail = await asyncio.wait_for(probe(), max(deadline - started, 0.001))
+            ok = True
+        except (TimeoutError, asyncio.TimeoutError):
+            detail, ok = f"no answer within {timeout:g} s", False
+        except (RedisSessionsError, RedisError, OSError) as exc:
+            detail, ok = f"{type(exc).__name__}: {_first_line(exc)}", False
+        checks.append(Check(name, ok, detail, time.monotonic() - started))
+        if not ok:
+            failed = name
+    return Readiness(checks)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -1,0 +1,182 @@
+"""Readiness probes: ``check_ready()`` of both services and ``redis-agent-sessions ping``.
+
+A probe says whether the service can work now, never raises for what it finds, and changes
+no stored data (its script checks run on a session that does not exist).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from _acl import acl_user
+from _servers import skip_without
+from redis_agent_sessions import (
+    Event,
+    EventActions,
+    InvalidInputError,
+    Readiness,
+    RedisMemoryService,
+    RedisSessionService,
+    SessionServiceConfig,
+)
+
+
+async def stored(client: Any) -> dict[bytes, Any]:
+    """Every key and its dump (a test may scan; the library never does)."""
+    keys = [key async for key in client.scan_iter(count=1000)]
+    return {key: await client.dump(key) for key in keys}
+
+
+def names(readiness: Readiness) -> list[tuple[str, bool]]:
+    return [(c.name, c.ok) for c in readiness.checks]
+
+
+async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
+    redis_client: Any, worker_client: Any
+) -> None:
+    service = RedisSessionService(worker_client)
+    session = await service.create_session(app_name="a", user_id="u", state={"k": 1})
+    await service.append_event(
+        session, Event(author="a", actions=EventActions(state_delta={"app:x": 1, "user:y": 2}))
+    )
+    before = await stored(redis_client)
+    readiness = await service.check_ready()
+    assert readiness, readiness
+    assert names(readiness) == [("redis", True), ("scripts", True)]
+    assert all(c.detail and c.seconds >= 0 for c in readiness.checks)
+    assert await stored(redis_client) == before
+    memory = RedisMemoryService(worker_client, backend="plain")
+    found = await memory.check_ready()
+    assert names(found) == [("redis", True), ("memory backend", True), ("search", True)]
+    assert found.checks[1].detail == "plain backend"
+
+
+@pytest.mark.real
+@pytest.mark.acl
+@pytest.mark.parametrize("missing", ["xadd", "hset", "evalsha"])
+async def test_a_user_missing_a_permission_is_not_ready_and_told_which(missing: str) -> None:
+    from redis.asyncio import Redis
+
+    async with Redis.from_url(skip_without("REDIS_URL")) as admin:
+        async with acl_user(admin) as worker:
+            assert await RedisSessionService(worker).check_ready()  # PING refused: an answer
+        async with acl_user(admin, without=missing) as worker:
+            readiness = await RedisSessionService(worker).check_ready()
+    assert not readiness
+    assert names(readiness) == [("redis", True), ("scripts", False)]
+    assert missing in readiness.checks[1].detail.lower()
+    assert readiness.checks[1].detail.startswith("PermissionDeniedError")
+
+
+async def test_an_unreachable_server_is_not_ready_and_nothing_else_runs() -> None:
+    async with RedisSessionService.from_url("redis://127.0.0.1:1/0") as service:
+        readiness = await service.check_ready()
+    assert names(readiness) == [("redis", False), ("scripts", False)]
+    assert readiness.checks[0].detail.startswith("ConnectionError")
+    assert readiness.checks[1].detail == "not run: redis failed"
+    async with RedisMemoryService.from_url("redis://127.0.0.1:1/0") as memory:
+        assert not await memory.check_ready()
+
+
+@pytest.fixture
+async def silent_port() -> AsyncIterator[int]:
+    """A loopback port that accepts connections and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    for writer in held:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_server_that_never_answers_is_not_ready_within_the_timeout(
+    silent_port: int,
+) -> None:
+    url = f"redis://127.0.0.1:{silent_port}/0"
+    async with RedisSessionService.from_url(url, socket_timeout=30) as service:
+        readiness = await asyncio.wait_for(service.check_ready(timeout=0.3), 5)
+    assert names(readiness) == [("redis", False), ("scripts", False)]
+    assert readiness.checks[0].detail == "no answer within 0.3 s"
+
+
+async def test_a_bad_timeout_is_refused() -> None:
+    service = RedisSessionService.from_url("redis://127.0.0.1:1/0")
+    for bad in (0, -1, True, "5"):
+        with pytest.raises(InvalidInputError, match="timeout"):
+            await service.check_ready(timeout=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.real
+async def test_a_write_concern_without_enough_replicas_is_not_ready() -> None:
+    url = skip_without("REDIS_URL")
+    skip_without("REDIS_REPLICA_URL")  # the replica of REDIS_URL
+    for replicas, ready in ((1, True), (2, False)):
+        config = SessionServiceConfig(
+            write_concern="replicas", min_replicas=replicas, write_timeout_ms=300
+        )
+        async with RedisSessionService.from_url(url, config=config) as service:
+            readiness = await service.check_ready()
+        assert names(readiness)[-1] == ("write concern", ready), readiness
+    assert "1 of 2 replicas confirmed within 300 ms" in readiness.checks[-1].detail
+
+
+@pytest.mark.real
+async def test_memory_on_a_server_without_the_search_module_is_not_ready_for_search() -> None:
+    from redis.asyncio import Redis
+
+    url = skip_without("REDIS_URL")
+    async with Redis.from_url(url) as admin:
+        await admin.flushdb()
+    async with RedisMemoryService.from_url(url, backend="search") as memory:
+        readiness = await memory.check_ready()
+    assert names(readiness) == [("redis", True), ("memory backend", False), ("search", False)]
+    assert readiness.checks[1].detail.startswith("MemoryIndexError")
+    async with RedisMemoryService.from_url(skip_without("REDIS_SEARCH_URL")) as memory:
+        found = await memory.check_ready()
+    assert found.checks[1].detail == "search backend", found
+
+
+def ping(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "redis_agent_sessions", "ping", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("variable", ["REDIS_URL", "REDIS_CLUSTER_URL"])
+def test_the_ping_command_exits_0_1_or_2(variable: str) -> None:
+    url = skip_without(variable) + ("?cluster=true" if "CLUSTER" in variable else "")
+    ok = ping("--url", url, "--memory", "--json")
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["ready"] is True
+    assert [c["check"] for c in report["services"]["memory"]] == [
+        "redis",
+        "memory backend",
+        "search",
+    ]
+    table = ping("--url", url)
+    assert (table.returncode, table.stdout.strip().splitlines()[-1]) == (0, "ready")
+    if "CLUSTER" in variable:
+        assert "all 3 primaries answer" in table.stdout
+    down = ping("--url", "redis://127.0.0.1:1/0")
+    assert down.returncode == 2
+    assert len(down.stderr.strip().splitlines()) == 1
+    joiner = "&" if "?" in url else "?"
+    unmet = ping(
+        "--url", f"{url}{joiner}write_concern=replicas&min_replicas=5&write_timeout_ms=200"
+    )
+    assert unmet.returncode == 1, unmet.stdout + unmet.stderr
+    assert unmet.stdout.strip().splitlines()[-1] == "NOT READY"
+    assert "5 replicas" in unmet.stdout or "of 5" in unmet.stdout
