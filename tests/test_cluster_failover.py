@@ -2,24 +2,21 @@
 acknowledged is lost, nothing is stored twice.
 
 The test starts its own cluster (3 primaries, 3 replicas, from the ``redis-server`` on PATH,
-each node in its own temporary directory) because it changes the cluster's topology; the
-shared cluster of REDIS_CLUSTER_URL is left alone. Worker tasks, each with its own
-``RedisCluster`` client, append events (session-only, ``user:`` and ``app:`` deltas) to
-sessions of users on every shard, while ``CLUSTER FAILOVER`` promotes the replica of each
-primary in turn. redis-py follows the MOVED replies itself; anything it still raises
-(connection errors, timeouts, CLUSTERDOWN) the worker retries with the same event, which
-the store makes idempotent. Afterwards every acknowledged append is stored exactly once, the
-session and ``user:`` state are the fold of the stored deltas, and every ``app:`` key holds
-its newest acknowledged write.
+each node in its own temporary directory: ``_local_cluster.py``) because it changes the
+cluster's topology; the shared cluster of REDIS_CLUSTER_URL is left alone. Worker tasks,
+each with its own ``RedisCluster`` client, append events (session-only, ``user:`` and
+``app:`` deltas) to sessions of users on every shard, while ``CLUSTER FAILOVER`` promotes
+the replica of each primary in turn. redis-py follows the MOVED replies itself; anything it
+still raises (connection errors, timeouts, CLUSTERDOWN) the worker retries with the same
+event, which the store makes idempotent. Afterwards every acknowledged append is stored
+exactly once, the session and ``user:`` state are the fold of the stored deltas, and every
+``app:`` key holds its newest acknowledged write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import shutil
-import socket
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -37,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from _folds import fold_deltas
-from _servers import REQUIRE_SERVERS
+from _local_cluster import LocalCluster, parse_nodes, settled, throwaway_cluster
 from cluster_worker import version
 from redis_agent_sessions import Event, EventActions, RedisSessionService, Session
 from redis_agent_sessions.keys import KeySpace
@@ -45,7 +42,6 @@ from redis_agent_sessions.state import merge_state
 
 APP = "failover_app"
 KEYS = KeySpace()
-NODES = 6  # 3 primaries, each with one replica
 # A manual failover does not wait on it; a node starved for this long on a loaded runner
 # must not be failed over automatically behind the test's back.
 NODE_TIMEOUT_MS = 5000
@@ -63,242 +59,14 @@ WORKERS = 3  # each owns one user on every shard
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
 
 
-def require_or_skip(reason: str) -> None:
-    """Skips the test, or fails it when RAS_REQUIRE_SERVERS=1 (as CI sets)."""
-    if REQUIRE_SERVERS:
-        pytest.fail(f"{reason} but RAS_REQUIRE_SERVERS=1")
-    pytest.skip(reason)
-
-
-# -- a throwaway cluster ---------------------------------------------------------------------
-
-
-def free_ports(n: int) -> tuple[list[int], list[socket.socket]]:
-    """``n`` distinct free loopback ports whose cluster bus port (+10000) is free too, with
-    the sockets holding them (close them just before the servers bind)."""
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    for _ in range(1000):
-        if len(ports) == n:
-            break
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        held.append(s)
-        port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        bus = socket.socket()
-        try:
-            bus.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            bus.close()
-            continue
-        held.append(bus)
-        ports.append(port)
-    if len(ports) < n:
-        for s in held:
-            s.close()
-        pytest.fail("no free loopback ports")
-    return ports, held
-
-
-@dataclass
-class ClusterNode:
-    port: int
-    dir: Path
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def log(self) -> Path:
-        return self.dir / "redis.log"
-
-    def tail(self, lines: int = 8) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
-@dataclass
-class LocalCluster:
-    nodes: list[ClusterNode]
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.nodes[0].port}"
-
-    def logs(self) -> str:
-        return "\n".join(f"--- node {n.port}:\n{n.tail()}" for n in self.nodes)
-
-
-def admin(port: int) -> redis.Redis:
-    return redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2)
-
-
-def parse_nodes(reply: Any) -> dict[str, dict[str, Any]]:
-    """CLUSTER NODES as {node id: {port, flags, master (id or '-'), slots}}."""
-    nodes: dict[str, dict[str, Any]] = {}
-    for line in _bytes(reply).decode().strip().splitlines():
-        parts = line.split()
-        nodes[parts[0]] = {
-            "port": int(parts[1].split("@")[0].rsplit(":", 1)[1]),
-            "flags": set(parts[2].split(",")),
-            "master": parts[3],
-            "slots": parts[8:],
-        }
-    return nodes
-
-
-def settled(view: dict[str, dict[str, Any]]) -> bool:
-    """Six nodes, all known and healthy: three primaries with slots, three replicas."""
-    bad = {"fail", "fail?", "handshake", "noaddr", "nofailover"}
-    masters = [n for n in view.values() if "master" in n["flags"]]
-    replicas = [n for n in view.values() if "slave" in n["flags"]]
-    return (
-        len(view) == NODES
-        and not any(n["flags"] & bad for n in view.values())
-        and len(masters) == 3
-        and all(n["slots"] for n in masters)
-        and len(replicas) == 3
-        and {r["master"] for r in replicas} == {i for i, n in view.items() if n in masters}
-    )
-
-
-def wait_cluster_ready(cluster: LocalCluster, deadline: float) -> None:
-    """Every node says cluster_state:ok and sees the same healthy six-node topology, and
-    every replica's link to its primary is up (its initial sync is done)."""
-    clients = [admin(n.port) for n in cluster.nodes]
-    try:
-        while True:
-            try:
-                infos = [c.execute_command("CLUSTER", "INFO") for c in clients]
-                views = [parse_nodes(c.execute_command("CLUSTER", "NODES")) for c in clients]
-                repl = [c.info("replication") for c in clients]
-                ok = (
-                    all(b"cluster_state:ok" in _bytes(i) for i in infos)
-                    and all(settled(v) for v in views)
-                    and all(
-                        {(i, n["master"]) for i, n in v.items()}
-                        == {(i, n["master"]) for i, n in views[0].items()}
-                        for v in views
-                    )
-                    and all(
-                        r["role"] == "master" or r.get("master_link_status") == "up" for r in repl
-                    )
-                )
-            except redis.RedisError:
-                ok = False
-            if ok:
-                return
-            for node in cluster.nodes:
-                if node.proc.poll() is not None:
-                    pytest.fail(f"redis-server on {node.port} exited:\n{node.tail()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"the cluster did not become ready in time:\n{cluster.logs()}")
-            time.sleep(0.1)
-    finally:
-        for c in clients:
-            c.close()
-
-
-def _bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
-
-
-def stop_nodes(nodes: list[ClusterNode]) -> None:
-    """Stops exactly the servers this test started (by their Popen handles)."""
-    for node in nodes:
-        if node.proc.poll() is None:
-            node.proc.terminate()
-    for node in nodes:
-        try:
-            node.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            node.proc.kill()
-            node.proc.wait(5)
-
-
 @pytest.fixture
 def local_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """A new 3-primary + 3-replica Redis Cluster on free loopback ports; every node is
     killed at teardown, whatever happened."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if server is None or cli is None:
-        require_or_skip("redis-server or redis-cli is not on PATH")
-    assert server is not None
-    assert cli is not None
-    deadline = time.monotonic() + SETUP_SECONDS
-    ports, held = free_ports(NODES)
-    nodes: list[ClusterNode] = []
-    try:
-        for s in held:
-            s.close()
-        for port in ports:
-            d = tmp_path / f"node-{port}"
-            d.mkdir()
-            with open(d / "redis.log", "wb") as log:
-                proc = subprocess.Popen(
-                    [
-                        server,
-                        "--port", str(port),
-                        "--bind", "127.0.0.1",
-                        "--dir", str(d),
-                        "--cluster-enabled", "yes",
-                        # absolute: redis opens it after changing into --dir
-                        "--cluster-config-file", str(d / "nodes.conf"),
-                        "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                        "--save", "",
-                        "--appendonly", "no",
-                        # the initial syncs start at once instead of after 5 s
-                        "--repl-diskless-sync-delay", "0",
-                        "--daemonize", "no",
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            nodes.append(ClusterNode(port, d, proc))
-        cluster = LocalCluster(nodes)
-        for node in nodes:
-            client = admin(node.port)
-            try:
-                while True:
-                    try:
-                        if client.ping():
-                            break
-                    except redis.ConnectionError:
-                        pass
-                    if node.proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"redis-server on {node.port} did not start:\n{node.tail()}")
-                    time.sleep(0.05)
-            finally:
-                client.close()
-        addresses = [f"127.0.0.1:{p}" for p in ports]
-        try:
-            created = subprocess.run(
-                [
-                    cli,
-                    "--cluster",
-                    "create",
-                    *addresses,
-                    "--cluster-replicas",
-                    "1",
-                    "--cluster-yes",
-                ],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=max(1.0, deadline - time.monotonic()),
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"redis-cli --cluster create timed out: {exc.stdout!r}\n{cluster.logs()}")
-        if created.returncode != 0:
-            pytest.fail(f"redis-cli --cluster create failed:\n{created.stdout}{created.stderr}")
-        wait_cluster_ready(cluster, deadline)
+    with throwaway_cluster(
+        tmp_path, node_timeout_ms=NODE_TIMEOUT_MS, setup_seconds=SETUP_SECONDS
+    ) as cluster:
         yield cluster
-    finally:
-        stop_nodes(nodes)
 
 
 # -- failover --------------------------------------------------------------------------------
