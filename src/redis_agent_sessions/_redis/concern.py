@@ -15,9 +15,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import InvalidResponse, NoPermissionError, NoScriptError, ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions.config import SessionServiceConfig
@@ -81,20 +81,23 @@ class WriteConcern:
 
     def shortfall(self, reply: Any) -> str | None:
         """What the WAIT/WAITAOF reply fell short of, or None when it was enough."""
+        command = self.commands[-1][0]
         if isinstance(reply, Exception):
-            return f"{self.commands[-1][0]} failed: {reply}"
+            return f"{command} failed: {reply}"
+        try:
+            local, replicas = (int(n) for n in reply) if self.mode == "aof" else (1, int(reply))
+        except (TypeError, ValueError):
+            # Whatever a look-alike server answers, the write is not confirmed.
+            return f"{command} answered {reply!r}, not a count"
+        if local >= 1 and replicas >= self.replicas:
+            return None
         if self.mode == "aof":
-            local, replicas = int(reply[0]), int(reply[1])
-            if local >= 1 and replicas >= self.replicas:
-                return None
             primary = "the primary's AOF fsync" + ("" if local else " not")
             return (
                 f"{primary} confirmed, and {replicas} of {self.replicas} replicas' AOF "
                 f"fsyncs, within {self.timeout_ms} ms"
             )
-        if int(reply) >= self.replicas:
-            return None
-        return f"{int(reply)} of {self.replicas} replicas confirmed within {self.timeout_ms} ms"
+        return f"{replicas} of {self.replicas} replicas confirmed within {self.timeout_ms} ms"
 
 
 async def run(
@@ -125,10 +128,11 @@ async def run_many(
     ``shortfalls``. The first error (refusals as PermissionDeniedError) is raised; the
     calls after it still ran."""
     client = script.registered_client
-    options: dict[str, Any] = {}
-    if isinstance(client, RedisCluster):
-        options["target_nodes"] = client.get_node_from_key(calls[0][0][0])
     waits = concern.commands if concern is not None else []
+    node = None
+    if waits and isinstance(client, RedisCluster):
+        node = client.get_node_from_key(calls[0][0][0])
+    options = {"target_nodes": node} if node is not None else {}
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         for keys, args in calls:
@@ -136,6 +140,11 @@ async def run_many(
         for command in waits:
             pipe.execute_command(*command, **options)
         replies = await pipe.execute(raise_on_error=False)
+        if len(replies) != len(calls) + len(waits):
+            # Paired by position, a missing reply would shift an error into another's place.
+            raise InvalidResponse(
+                f"{len(replies)} replies to a pipeline of {len(calls) + len(waits)} commands"
+            )
         if isinstance(replies[0], NoScriptError) and attempt == 0:
             # The server lost its scripts (restart, SCRIPT FLUSH): load and run again.
             try:
@@ -144,10 +153,24 @@ async def run_many(
                 raise _scripts.permission_error(exc, calls[0][0][0]) from exc
             continue
         break
+    moved = await _moved(client, node, calls[0][0][0])
     checked = [_scripts.checked(r, keys) for r, (keys, _) in zip(replies, calls, strict=False)]
     if concern is not None:
         waited = replies[len(calls) :]
         failed = next((w for w in waited if isinstance(w, Exception)), waited[-1])
-        if short := concern.shortfall(failed):
+        short = "the slot moved during the write" if moved else concern.shortfall(failed)
+        if short:
             shortfalls.append(step + short)
     return checked
+
+
+async def _moved(client: Any, node: ClusterNode | None, key: Any) -> bool:
+    """Whether the slot of ``key`` left ``node``, the waits' target, while they ran: the
+    client learned of a failover and sent the scripts to the slot's new node, so a wait
+    here says nothing of them. A node the client dropped is closed: it never would be."""
+    if node is None or not isinstance(client, RedisCluster):
+        return False
+    if client.get_node(node_name=node.name) is not node:
+        await node.disconnect()
+        return True
+    return client.get_node_from_key(key) is not node

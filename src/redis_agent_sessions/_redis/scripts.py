@@ -67,11 +67,13 @@ def checked(reply: Any, keys: list[Any]) -> Any:
     PermissionDeniedError, anything else as it came."""
     if isinstance(reply, NoPermissionError):  # EVALSHA or SCRIPT LOAD itself
         raise permission_error(reply, keys[0] if keys else None) from reply
-    if isinstance(reply, ResponseError):
-        # A command the plan did not foresee, refused inside the script (Redis does not
-        # name it there). Not expected: every script asks for all it runs.
-        if "user executing the script can't" in str(reply):
-            raise PermissionDeniedError(None, None, str(reply)) from reply
+    # A command the plan did not foresee, refused inside the script (Redis does not name
+    # it there). Not expected: every script asks for all it runs.
+    if isinstance(reply, ResponseError) and "user executing the script can't" in str(reply):
+        raise PermissionDeniedError(None, None, str(reply)) from reply
+    # Not only Redis's error replies: a cluster pipeline also puts the ConnectionError of a
+    # node lost mid-reply here. Returned, it would pass for the script's reply.
+    if isinstance(reply, Exception):
         raise reply
     if isinstance(reply, list) and reply and reply[0] == DENIED:
         raise PermissionDeniedError(text(reply[1]), text(reply[2]), "nothing was written")
