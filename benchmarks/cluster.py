@@ -6,6 +6,7 @@ Usage (from the repository root)::
     .venv/bin/python -m benchmarks.cluster --quick    # smoke run, well under a minute
     .venv/bin/python -m benchmarks.cluster --single-url redis://127.0.0.1:6379/0 \\
         --cluster-url redis://127.0.0.1:7000
+    .venv/bin/python -m benchmarks.cluster --registration   # only the sweep's registration cost
 
 Without the URLs it starts its own throwaway servers on free loopback ports
 (``benchmarks.harness.servers``: a Redis 7 node, and three cluster-enabled Redis 7 nodes
@@ -28,6 +29,13 @@ blocks, gets call by call) so that drift (CPU frequency, other load) hits them a
 3. Server CPU per append: a fixed number of appends, spread over many users (so keys hash to
    every shard), from K client processes; ``INFO cpu`` on every node before and after.
 
+``--registration`` runs only what registering users for the sweep costs on the cluster
+(``sessions/_sweep.py``): ``append_event`` with ``app:`` keys and ``create_session`` of a new
+user, each with the registration as shipped (a worker registers a user again once a minute),
+switched off, switched off with a create's apps index written before its app step instead of
+alongside it (the path before the registry), and on every write (``REGISTER_EVERY`` = 0: the
+round trip it adds when it is paid), in interleaved rounds.
+
 Latencies come from ``time.perf_counter_ns`` around each awaited call, with the garbage
 collector run and its survivors frozen before each round (it stays enabled while timing).
 Ratios are of p50s over all rounds; "per-round IQR" is the spread of the same ratio taken
@@ -46,7 +54,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,9 +65,11 @@ from redis.asyncio.cluster import RedisCluster
 from benchmarks.harness import report, servers
 from benchmarks.harness.report import Table, sign, us
 from benchmarks.harness.timing import (
+    Rounds,
     Stats,
     alternate,
     median_of,
+    patched,
     percentile,
     settled_gc,
     summarize,
@@ -74,7 +84,8 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
-from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.keys import KeySpace, escape
+from redis_agent_sessions.sessions import _sweep
 
 APP = "bench_app"
 GET_SESSION_EVENTS = 1000
@@ -890,6 +901,124 @@ def implication(
     return "\n".join(lines)
 
 
+# -- registering users for the sweep (--registration) -----------------------------------------
+
+REGISTRATION = ("before", "off", "shipped", "every write")
+
+
+def registering(mode: str, service: RedisSessionService) -> AbstractContextManager[None]:
+    """``service``'s engine registers users as ``mode`` says, while inside."""
+    if mode == "every write":
+        return patched(_sweep, "REGISTER_EVERY", 0.0)
+    if mode == "shipped":
+        return nullcontext()
+    layout: Any = service._engine.layout
+    stack = ExitStack()
+    stack.enter_context(patched(layout.registry, "recording", lambda keys: nullcontext()))
+    if mode == "before":
+
+        async def created(keys: Any, app_name: str, now: float, reply: Any, short: Any) -> Any:
+            # ClusterLayout.created before the registry: the apps index, then the app step.
+            await layout.client.zadd(layout.keys.apps(), {escape(app_name): now}, nx=True)
+            if reply[0] == 0:
+                return None
+            return await layout._apply(keys, reply[2], want_state=True, shortfalls=short)
+
+        stack.enter_context(patched(layout, "created", created))
+    return stack
+
+
+async def registration_phase(cluster_url: str, prefix: str, plan: Plan) -> Rounds:
+    """p50s per round of app: appends and new users' creates, per registration mode."""
+    cluster = RedisCluster.from_url(cluster_url)
+    try:
+        await cluster.initialize()  # see latency_phases
+        config = SessionServiceConfig(key_prefix=prefix)
+        services = {mode: RedisSessionService(cluster, config=config) for mode in REGISTRATION}
+        turns: dict[str, Turns] = {}
+        for mode, service in services.items():
+            users = [f"reg-{mode}-{i}" for i in range(LATENCY_USERS)]
+            turns[mode] = Turns(await new_sessions(service, users), "app")
+        made = 0
+
+        async def creates(mode: str, count: int, samples: list[int]) -> None:
+            nonlocal made
+            for _ in range(count):
+                made += 1
+                user = f"new-{made}"
+                start = time.perf_counter_ns()
+                await services[mode].create_session(app_name=APP, user_id=user)
+                samples.append(time.perf_counter_ns() - start)
+
+        progress("warming up")
+        for mode in REGISTRATION:
+            with registering(mode, services[mode]):
+                await timed_appends(services[mode], turns[mode].take(plan.warmup), [])
+                await creates(mode, plan.warmup // 4, [])
+        progress(f"registration: {plan.rounds} interleaved rounds")
+        result = Rounds()
+        for round_no in range(plan.rounds):
+            with settled_gc():
+                for mode in alternate(REGISTRATION, round_no):
+                    with registering(mode, services[mode]):
+                        appends: list[int] = []
+                        news: list[int] = []
+                        await timed_appends(
+                            services[mode], turns[mode].take(plan.append_block), appends
+                        )
+                        await creates(mode, plan.append_block // 2, news)
+                    result.add(f"append {mode}", round_no, appends)
+                    result.add(f"create {mode}", round_no, news)
+        return result
+    finally:
+        await cluster.aclose()
+
+
+def registration_report(rounds: Rounds) -> list[str]:
+    header = ("cluster, one client, sequential", "n", "p50 us", "p99 us", "x before", "IQR")
+    table = Table(header)
+    for op, label in (("append", "append_event with app: keys"), ("create", "create_session")):
+        for mode in REGISTRATION:
+            s = rounds.stats(f"{op} {mode}")
+            ratios = rounds.ratios(f"{op} {mode}", f"{op} before")
+            q1, q3 = percentile(ratios, 25), percentile(ratios, 75)
+            table.add(
+                f"{label}, registration {mode}",
+                str(s.n),
+                us(s.p50_us),
+                us(s.p99_us),
+                f"{median_of(ratios):.2f}x",
+                f"{q1:.2f}-{q3:.2f}",
+            )
+    return [
+        table.render(),
+        "x before: median over rounds of the round's p50 / the same round's p50 before the "
+        "registry (registration off, a create's apps index written before its app step); "
+        "IQR: of those per-round ratios. Appends "
+        f"cycle over {LATENCY_USERS} users, so as shipped each registers once a minute; "
+        "creates are of users the worker never saw (each registers), the worst case.",
+    ]
+
+
+def registration_main(args: argparse.Namespace, plan: Plan) -> int:
+    prefix = f"ras-benchr-{uuid.uuid4().hex[:8]}"
+    with ExitStack() as stack:
+        if args.cluster_url:
+            cluster_url = args.cluster_url
+            nodes = node_addresses(cluster_url, cluster=True)
+            stack.callback(servers.delete_prefix_on_nodes, nodes, None, prefix)
+        else:
+            progress("starting a 3-primary cluster")
+            cluster_url = stack.enter_context(servers.cluster()).url
+        env = report.environment(plan=plan.name, cluster_url=cluster_url)
+        rounds = asyncio.run(registration_phase(cluster_url, prefix, plan))
+    result = {"environment": env, "registration": dict(rounds.samples)}
+    title = f"redis-agent-sessions: the sweep's registration cost ({plan.name} run)"
+    text = "\n".join([*report.environment_lines(title, env), "", *registration_report(rounds)])
+    report.emit(result, lambda _result: text, args.json)
+    return 0
+
+
 # -- main ------------------------------------------------------------------------------------
 
 
@@ -897,9 +1026,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = report.parser(__doc__)
     parser.add_argument("--single-url", help="use this Redis node instead of starting one")
     parser.add_argument("--cluster-url", help="use this Redis Cluster (any node's URL)")
+    parser.add_argument(
+        "--registration", action="store_true", help="only the sweep's registration cost"
+    )
     report.add_flags(parser, quick="small smoke run")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.registration:
+        return registration_main(args, plan)
     started = time.perf_counter()
     base = f"ras-benchc-{uuid.uuid4().hex[:8]}"
     prefixes = {t: f"{base}-{t}" for t in TARGETS}

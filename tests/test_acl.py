@@ -165,8 +165,11 @@ async def run_as(admin: Redis, worker: Redis, *, cluster_layout: bool, search: b
             after = await snapshot(admin)
             if cluster_layout and exc.key and exc.key.startswith(APP_SLOT):
                 # The app's slot refused the second step: the first (the user's slot) has
-                # landed, its app writes pending in the outbox, as after any failed app step.
+                # landed, its app writes pending in the outbox, as after any failed app step,
+                # and its user registered for the sweep (in the app's slot, before the first).
                 before, after = _slot(before, APP_SLOT), _slot(after, APP_SLOT)
+                for data in (before, after):
+                    data.pop(f"{APP_SLOT}app_pending".encode(), None)
             assert after == before, f"step {name} changed data, then was refused"
             raise
 

@@ -29,6 +29,7 @@ from redis_agent_sessions.models import (
 )
 from redis_agent_sessions.sessions import RedisSessionService
 from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
+from redis_agent_sessions.sessions._sweep import SweepReport
 
 __all__ = [
     "AlreadyExistsError",
@@ -56,6 +57,7 @@ __all__ = [
     "SessionServiceConfig",
     "SessionsPage",
     "StaleSessionError",
+    "SweepReport",
     "WriteConcernError",
     "__version__",
 ]

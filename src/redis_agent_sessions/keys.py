@@ -10,6 +10,9 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
                                                         (single node only)
     ras:{<app>}:app_versions                     hash   cluster: app-state field -> version
     ras:{<app>}:app_applied                      hash   cluster: user -> last outbox id applied
+    ras:{<app>}:app_pending                      zset   cluster: users whose app-scope writes may
+                                                        wait in their outbox, by ms time of their
+                                                        latest registration (for the sweep)
     ras:{<app>:<user>}:app_outbox                stream cluster: app-scope writes not yet known
                                                         to be applied (one entry per operation)
     ras:{<app>:<user>}:user_state                hash   user-scope state, field -> JSON
@@ -87,6 +90,7 @@ class SessionKeys:
     app_outbox: str
     app_versions: str
     app_applied: str
+    app_pending: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,10 @@ class KeySpace:
 
     def app_applied(self, app_name: str) -> str:
         return f"{self._app(app_name)}:app_applied"
+
+    def app_pending(self, app_name: str) -> str:
+        """Cluster layout: the registry of users whose app-scope writes may be unapplied."""
+        return f"{self._app(app_name)}:app_pending"
 
     def app_outbox(self, app_name: str, user_id: str) -> str:
         return f"{self._user(app_name, user_id)}:app_outbox"
@@ -216,6 +224,7 @@ def _session_keys(space: KeySpace, app_name: str, user_id: str, session_id: str)
         app_outbox=f"{user}:app_outbox",
         app_versions=space.app_versions(app_name),
         app_applied=space.app_applied(app_name),
+        app_pending=space.app_pending(app_name),
     )
 
 

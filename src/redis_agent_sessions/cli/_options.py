@@ -138,6 +138,22 @@ def _ping(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    p.add_argument(
+        "--older-than",
+        type=duration,
+        default=300.0,
+        metavar="DURATION",
+        help="users registered at least this long ago (default 5m, at least 2m): 5m, 300s, 1h",
+    )
+    p.add_argument(
+        "--limit", type=_positive, default=1000, help="users per call (default 1000, max 10000)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="only count them")
+    _json(p)
+
+
 _ADD = {
     "ping": _ping,
     "ls": _ls,
@@ -150,6 +166,7 @@ _ADD = {
     "migrate": _migrate,
     "delete": _delete,
     "purge": _purge,
+    "sweep": _sweep,
 }
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

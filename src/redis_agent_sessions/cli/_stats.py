@@ -1,9 +1,11 @@
-"""``stats``: per app, sessions, users, events, memory entries and (sampled) bytes; the
-memory backend; the server's version and modules.
+"""``stats``: per app, sessions, users, events, memory entries and (sampled) bytes; on a
+cluster, the users whose app-scope writes a sweep is due to look at; the memory backend; the
+server's version and modules.
 
 Counts walk the app's session index a page at a time with pipelined XLEN/ZCARD, so they
 cost O(sessions) round-trip-free work on the server but never a keyspace scan. Bytes are
-MEMORY USAGE of a bounded, evenly spread sample of sessions, scaled to all of them.
+MEMORY USAGE of a bounded, evenly spread sample of sessions, scaled to all of them. The
+sweep's counts are a dry run of it (at most 10,000 users).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from redis.exceptions import ResponseError
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.cli._context import Context, NotFound
 from redis_agent_sessions.keys import split_app_member, unescape
+from redis_agent_sessions.sessions._sweep import DEFAULT_OLDER_THAN, MAX_SWEEP_LIMIT
 
 __all__ = ["run"]
 
@@ -32,7 +35,8 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     if not apps:
         raise NotFound("no apps: no session was created under this key prefix")
     rows = [await _app(ctx, app, args.sample) for app in apps]
-    if args.app is not None and not rows[0]["sessions"] and not rows[0]["app_state_keys"]:
+    found = ("sessions", "app_state_keys", "app_writes_unapplied_users")
+    if args.app is not None and not any(rows[0][name] for name in found):
         raise NotFound(f"no sessions or app state for app {args.app!r}")
     report: dict[str, Any] = {
         "server": await _server(ctx),
@@ -47,21 +51,36 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         f"Redis {server['version']} ({server['mode']}); modules: "
         f"{', '.join(server['modules']) or 'none'}; memory backend: {report['memory_backend']}"
     )
-    table = ctx.table("APP", "SESSIONS", "USERS", "EVENTS", "MEMORY ENTRIES", "BYTES (EST.)")
+    columns = ["APP", "SESSIONS", "USERS", "EVENTS", "MEMORY ENTRIES", "BYTES (EST.)"]
+    table = ctx.table(*columns, *(["SWEEP DUE", "UNAPPLIED"] if ctx.cluster else []))
     for row in rows:
-        table.add_row(
+        cells = [
             row["app_name"],
             str(row["sessions"]),
             str(row["users"]),
             str(row["events"]),
             str(row["memory_entries"]),
             _size(row["bytes"]),
-        )
+        ]
+        if ctx.cluster:
+            more = "+" if row["app_writes_more"] else ""
+            cells += [
+                f"{row['app_writes_due_users']}{more}",
+                f"{row['app_writes_unapplied_users']}{more} "
+                f"({row['app_writes_unapplied_entries']}{more} writes)",
+            ]
+        table.add_row(*cells)
     ctx.out.print(table)
     ctx.out.print(
         f"BYTES: MEMORY USAGE of the session keys of up to {args.sample} sessions per app "
         "and of their users' keys, scaled to all; memory entries not included"
     )
+    if ctx.cluster:
+        ctx.out.print(
+            f"SWEEP DUE: users registered for app-scope writes over {DEFAULT_OLDER_THAN:g} s "
+            "ago; UNAPPLIED: those whose writes a worker left half done (seen by them only): "
+            "`redis-agent-sessions sweep APP` applies them"
+        )
     return 0
 
 
@@ -86,6 +105,7 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
     for user in sorted(users):
         pipe.zcard(ctx.keys.memory_entries(app, user))
     entries = sum(await pipe.execute()) if users else 0
+    swept = await ctx.sessions.sweep_app_writes(app_name=app, limit=MAX_SWEEP_LIMIT, dry_run=True)
     return {
         "app_name": app,
         "sessions": total,
@@ -95,6 +115,10 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
         "app_state_keys": await ctx.client.hlen(ctx.keys.app_state(app)),
         "bytes": await _bytes(ctx, app, sampled, total, len(users)),
         "bytes_sampled_sessions": len(sampled),
+        "app_writes_due_users": swept.users_examined,
+        "app_writes_unapplied_users": swept.users_pending,
+        "app_writes_unapplied_entries": swept.entries_pending,
+        "app_writes_more": swept.more,
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 from redis_agent_sessions._redis import scripts as _scripts
@@ -12,13 +13,17 @@ from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._outbox import AppOutbox
 from redis_agent_sessions.sessions._replies import pairs
 from redis_agent_sessions.sessions._runner import ScriptRunner
+from redis_agent_sessions.sessions._sweep import AppRegistry, SweepReport
 
 __all__ = ["ClusterLayout"]
+
+_NO_APP_WRITES: AbstractAsyncContextManager[None] = nullcontext()
 
 
 class ClusterLayout(Layout):
     """A Redis Cluster: a session's and its user's keys share a slot, the app's keys have
-    their own. App-scope writes go through the user's outbox (:mod:`._outbox`)."""
+    their own. App-scope writes go through the user's outbox (:mod:`._outbox`); their
+    users are registered for the sweep first (:mod:`._sweep`)."""
 
     name = "cluster"
     app_wide_by_update = False
@@ -30,6 +35,7 @@ class ClusterLayout(Layout):
     def __init__(self, topology: Topology, keys: KeySpace, runner: ScriptRunner) -> None:
         super().__init__(topology, keys, runner)
         self.outbox = AppOutbox(topology.client)
+        self.registry = AppRegistry(runner, keys, self.outbox)
 
     def mode(self, keys: SessionKeys) -> str:
         return f"cluster:{self._first_unapplied(keys)}"
@@ -48,17 +54,27 @@ class ClusterLayout(Layout):
     def _app_updated(self, keys: SessionKeys) -> list[str]:
         return []
 
+    def recording(
+        self, keys: SessionKeys, app_writes: bool = True
+    ) -> AbstractAsyncContextManager[None]:
+        return self.registry.recording(keys) if app_writes else _NO_APP_WRITES
+
     async def created(
         self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
     ) -> Any:
         # The apps index lives in no app's slot: a separate, idempotent step, which a
-        # retried create (finding the session) finishes too.
-        await self.client.zadd(self.keys.apps(), {escape(app_name): now}, nx=True)
+        # retried create (finding the session) finishes too. Run alongside the app step: it
+        # needs no order, and so the round trip of registering the user for the sweep
+        # (before the user-slot step, :mod:`._sweep`) is partly paid back.
+        listed = self.client.zadd(self.keys.apps(), {escape(app_name): now}, nx=True)
         if reply[0] == 0:
             if reply[1]:
-                await self._apply(keys, reply[1], want_state=False)
+                await asyncio.gather(listed, self._apply(keys, reply[1], want_state=False))
+            else:
+                await listed
             return None
-        return await self._apply(keys, reply[2], want_state=True, shortfalls=shortfalls)
+        applied = self._apply(keys, reply[2], want_state=True, shortfalls=shortfalls)
+        return (await asyncio.gather(listed, applied))[1]
 
     async def settle(
         self, keys: SessionKeys, outbox: Any, shortfalls: list[str] | None = None
@@ -157,6 +173,11 @@ class ClusterLayout(Layout):
         for u, outbox, applied in zip(users, outboxes, replies[-1], strict=True):
             app_raw = await self._finish_pending(user_keys[u], outbox, applied, app_raw)
         return replies[:n], app_raw
+
+    async def sweep(
+        self, app_name: str, older_than: float, limit: int, *, dry_run: bool
+    ) -> SweepReport:
+        return await self.registry.sweep(app_name, older_than, limit, dry_run=dry_run)
 
     def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
         # One script per user: each touches only that user's slot.

@@ -31,6 +31,7 @@ from redis_agent_sessions.sessions._reads import Reads
 from redis_agent_sessions.sessions._refresh import Refresher
 from redis_agent_sessions.sessions._runner import ScriptRunner
 from redis_agent_sessions.sessions._single_node import SingleNode
+from redis_agent_sessions.sessions._sweep import SweepReport, check_sweep
 from redis_agent_sessions.sessions._turns import Turns
 from redis_agent_sessions.sessions._types import E, ModelCodec, S
 from redis_agent_sessions.sessions._writes import Writes
@@ -117,3 +118,11 @@ class SessionEngine(Generic[S, E]):
     async def ready(self) -> None:
         """Before a read of this engine's client (see :meth:`Context.ready`)."""
         await self.ctx.ready()
+
+    async def sweep_app_writes(
+        self, *, app_name: str, older_than: float, limit: int, dry_run: bool
+    ) -> SweepReport:
+        """App-scope writes that workers left pending, applied (see :mod:`._sweep`)."""
+        check_sweep(app_name, older_than, limit)
+        await self.ctx.ready(write=not dry_run)
+        return await self.layout.sweep(app_name, older_than, limit, dry_run=dry_run)

@@ -12,16 +12,20 @@ of the engine asks the layout instead of testing the topology:
 
 The scripts learn the layout from one argument, :meth:`Layout.mode`: ``single``, or
 ``cluster:<id>`` with the lowest outbox id that may not be applied yet (``_layout.lua``).
+On a cluster, users whose app-scope writes may be pending are registered first, for the
+sweep (:mod:`._sweep`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.keys import KeySpace, SessionKeys
 from redis_agent_sessions.sessions._runner import ScriptRunner
+from redis_agent_sessions.sessions._sweep import SweepReport
 
 __all__ = ["Layout"]
 
@@ -94,6 +98,14 @@ class Layout(ABC):
     @abstractmethod
     def _app_updated(self, keys: SessionKeys) -> list[str]: ...
 
+    @abstractmethod
+    def recording(
+        self, keys: SessionKeys, app_writes: bool = True
+    ) -> AbstractAsyncContextManager[None]:
+        """Around a write script of ``keys``' session that may record app-scope writes
+        (``app_writes``): what it takes for a sweep to find them if the worker dies before
+        the app step (nothing on a single node)."""
+
     # -- after a write ----------------------------------------------------------------------
 
     @abstractmethod
@@ -145,8 +157,15 @@ class Layout(ABC):
                 sk = self.keys.session(app_name, u, s)
                 keys += (sk.meta, sk.user_sessions, sk.user_updated)
                 args += (s, sk.app_member)
-            reply = await self.runner.run(self.runner.prune, keys, args, [])
+            async with self.recording(first):
+                reply = await self.runner.run(self.runner.prune, keys, args, [])
             await self.settle(first, reply[1])
+
+    @abstractmethod
+    async def sweep(
+        self, app_name: str, older_than: float, limit: int, *, dry_run: bool
+    ) -> SweepReport:
+        """Apply the app-scope writes that workers left pending (checked arguments)."""
 
     @abstractmethod
     def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]: ...

@@ -91,9 +91,12 @@ class AppOutbox:
         want_state: bool,
         concern: WriteConcern | None = None,
         shortfalls: list[str] | None = None,
+        counts: list[int] | None = None,
     ) -> Any:
         """Apply ``entries`` (one user's, oldest first) in the app's slot; with a
-        ``concern``, wait for it there too and add any shortfall to ``shortfalls``.
+        ``concern``, wait for it there too and add any shortfall to ``shortfalls``. With
+        ``counts``, add to it how many of the entries this call applied (others, applying
+        the same entries at the same time, may have applied the rest).
 
         Returns the app state hash as a flat list when ``want_state``, else None.
         """
@@ -105,4 +108,6 @@ class AppOutbox:
         if reply and reply[0] == -3:
             raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
         self.learn(app_applied, user_member, reply[0])
+        if counts is not None:
+            counts.append(int(reply[2]))
         return reply[1] if want_state else None

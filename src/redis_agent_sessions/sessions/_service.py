@@ -16,6 +16,7 @@ from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
+from redis_agent_sessions.sessions._sweep import DEFAULT_OLDER_THAN, SweepReport
 from redis_agent_sessions.sessions._types import E, ModelCodec, S
 
 __all__ = ["SessionServiceBase"]
@@ -273,6 +274,33 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         if self._finds_nothing(app_name=app_name):
             return {}
         return await self._engine.reads.get_app_state(app_name=app_name)
+
+    async def sweep_app_writes(
+        self,
+        *,
+        app_name: str,
+        older_than: float = DEFAULT_OLDER_THAN,
+        limit: int = 1000,
+        dry_run: bool = False,
+    ) -> SweepReport:
+        """On a Redis Cluster, finish the app-scope writes (``app:`` state, the app-wide
+        session index) that a worker left half done by dying between their two steps, which
+        only their user sees until that user operates again. Run it every few minutes from
+        one worker (or ``redis-agent-sessions sweep APP``): it also keeps the registry of
+        users it reads (``ras:{<app>}:app_pending``) small.
+
+        Looks at up to ``limit`` (1 to 10,000) users registered more than ``older_than``
+        seconds ago (at least 120), oldest first, applies what they left pending and takes
+        them off the registry; ``more`` says that others are due: call again. Idempotent,
+        safe to run concurrently. ``dry_run`` only counts. On a single node nothing is ever
+        pending: it returns zeros without a command.
+
+        Raises:
+            InvalidInputError: a bad app name, ``older_than`` or ``limit``.
+        """
+        return await self._engine.sweep_app_writes(
+            app_name=app_name, older_than=older_than, limit=limit, dry_run=dry_run
+        )
 
 
 def _user(user_id: str | None) -> dict[str, str]:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions.keys import SessionKeys, escape
 from redis_agent_sessions.sessions._layout import Layout
+from redis_agent_sessions.sessions._sweep import SweepReport
 
 __all__ = ["SingleNode"]
 
 _HASHES_PER_SCRIPT = 1024
+_NOTHING: AbstractAsyncContextManager[None] = nullcontext()
 
 
 class SingleNode(Layout):
@@ -32,6 +35,12 @@ class SingleNode(Layout):
 
     def _app_updated(self, keys: SessionKeys) -> list[str]:
         return [keys.app_updated]
+
+    def recording(
+        self, keys: SessionKeys, app_writes: bool = True
+    ) -> AbstractAsyncContextManager[None]:
+        """Nothing: the script writes the app's keys itself, so nothing is ever pending."""
+        return _NOTHING
 
     async def created(
         self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
@@ -88,6 +97,12 @@ class SingleNode(Layout):
             chunk = read_keys[at : at + _HASHES_PER_SCRIPT]
             replies += await self.runner.run(self.runner.read_hashes, chunk, [], [])
         return replies, app_raw
+
+    async def sweep(
+        self, app_name: str, older_than: float, limit: int, *, dry_run: bool
+    ) -> SweepReport:
+        """Nothing to do: app-scope writes are never pending on one node."""
+        return SweepReport()
 
     def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
         return [gone]

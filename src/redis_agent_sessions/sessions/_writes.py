@@ -1,6 +1,8 @@
 """Writing sessions: create, append (with its checks, the ``temp:`` split, turns and
 catch-ups, and the caller's copy updated), the import path, and delete. Each is one script
-in the session's slot, then the layout's app step (:meth:`Layout.settle`)."""
+in the session's slot, then the layout's app step (:meth:`Layout.settle`); a script that may
+record app-scope writes runs inside :meth:`Layout.recording` (the cluster's registration of
+the user, for the sweep)."""
 
 from __future__ import annotations
 
@@ -79,23 +81,24 @@ class Writes(Generic[S, E]):
         layout = self._ctx.layout
         script_keys, tail = layout.create_keys(keys, app_name)
         shortfalls: list[str] = []
-        reply = await self._runner.run(
-            self._runner.create,
-            script_keys,
-            [
-                sid,
-                app_name,
-                user_id,
-                repr(now),
-                (self._ctx.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
-                keys.app_member,
-                layout.mode(keys),
-                "" if own_ttl is None else "1",
-            ],
-            fields,
-            shortfalls,
-            tail=tail,
-        )
+        async with layout.recording(keys):
+            reply = await self._runner.run(
+                self._runner.create,
+                script_keys,
+                [
+                    sid,
+                    app_name,
+                    user_id,
+                    repr(now),
+                    (self._ctx.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
+                    keys.app_member,
+                    layout.mode(keys),
+                    "" if own_ttl is None else "1",
+                ],
+                fields,
+                shortfalls,
+                tail=tail,
+            )
         app_raw = await layout.created(keys, app_name, now, reply, shortfalls)
         if reply[0] == 0:
             raise self._codec.errors.already_exists(f"Session with id {sid} already exists.")
@@ -167,14 +170,15 @@ class Writes(Generic[S, E]):
                 self._codec.read_hints(event),
                 catch_up=turns is not None and turns.waiting(keys.meta, place),
             )
-            reply = await self._runner.run(
-                self._runner.append, script_keys, args, fields, shortfalls
-            )
-            if len(reply) > 4 or (reply[0] == STALE and len(reply) > 2):
-                self._hold_catch_up(keys, position, reply[-1])
-            elif reply[0] in (OK, DUPLICATE, STALE):
-                self._ctx.catch_ups.seen(keys.meta, int(reply[1]))
-            appended(reply, session.id, self._codec.errors)
+            async with self._ctx.layout.recording(keys, app_writes=bool(fields[2])):
+                reply = await self._runner.run(
+                    self._runner.append, script_keys, args, fields, shortfalls
+                )
+                if len(reply) > 4 or (reply[0] == STALE and len(reply) > 2):
+                    self._hold_catch_up(keys, position, reply[-1])
+                elif reply[0] in (OK, DUPLICATE, STALE):
+                    self._ctx.catch_ups.seen(keys.meta, int(reply[1]))
+                appended(reply, session.id, self._codec.errors)
             # The event is stored; if the app step fails the caller retries, and the retry
             # (a duplicate) finishes it.
             await self._ctx.layout.settle(keys, reply[3], shortfalls)
@@ -324,13 +328,14 @@ class Writes(Generic[S, E]):
         )
         shortfalls: list[str] = []
         layout = self._ctx.layout
-        reply = await self._runner.run(
-            self._runner.delete,
-            layout.delete_keys(keys),
-            [session_id, keys.app_member, layout.mode(keys)],
-            [],
-            shortfalls,
-        )
+        async with layout.recording(keys):
+            reply = await self._runner.run(
+                self._runner.delete,
+                layout.delete_keys(keys),
+                [session_id, keys.app_member, layout.mode(keys)],
+                [],
+                shortfalls,
+            )
         if self._ctx.cache is not None:
             self._ctx.cache.drop(keys.meta)
         self._ctx.catch_ups.drop(keys.meta)

@@ -11,7 +11,8 @@
 -- ARGV[3..] entries, oldest first: id, number of fields, then that many name/value pairs;
 --   names: 'app:<field>' -> JSON, 'index_add' -> member (then 'score' -> score),
 --   'index_rem' -> member
--- returns {last id applied ('' = none yet), app state as field/value list (ARGV[2] = '1')},
+-- returns {last id applied ('' = none yet), app state as field/value list (ARGV[2] = '1'),
+--         how many of the entries this call applied (the others were applied before)},
 --         {-3, key, found type} when a key has a foreign type, {-4, command, key} when the
 --         ACL user may not run a command it needs (nothing written either way)
 local refused = denied_each('TYPE', KEYS)
@@ -37,6 +38,7 @@ local function newer(a, b)
 end
 
 local applied = redis.call('HGET', KEYS[4], ARGV[1]) or '0-0'
+local count = 0
 local pos = 3
 while pos <= #ARGV do
   local id, n = ARGV[pos], tonumber(ARGV[pos + 1])
@@ -63,9 +65,10 @@ while pos <= #ARGV do
       end
     end
     applied = id
+    count = count + 1
   end
   pos = pos + 2 + 2 * n
 end
 if applied ~= '0-0' then redis.call('HSET', KEYS[4], ARGV[1], applied) end
-if ARGV[2] == '1' then return {applied, redis.call('HGETALL', KEYS[1])} end
-return {applied, {}}
+if ARGV[2] == '1' then return {applied, redis.call('HGETALL', KEYS[1]), count} end
+return {applied, {}, count}
