@@ -53,6 +53,16 @@ class SessionServiceConfig(BaseModel):
     means a full read). Least recently read sessions go first. Counted as 12 bytes per
     byte of stored event JSON (the measured Python size is 9-12x). 0 = off. The events
     of sessions read through the cache are shared with it: treat them as read-only."""
+    telemetry: bool = False
+    """Per worker: an OpenTelemetry span (kind CLIENT, database-client conventions) for each
+    call of the service's public API, the ``db.client.operation.duration`` histogram, and
+    counters of what only this library sees (stale refusals, merges, read-cache hits and
+    misses, full reads forced by compaction reasons, cluster ``app:`` writes applied late,
+    write-concern shortfalls), through the globally configured providers. Needs the
+    ``[otel]`` extra; off, nothing is imported and nothing costs."""
+    telemetry_user_ids: bool = False
+    """With ``telemetry``, also record user ids on spans (``redis_agent_sessions.user_id``):
+    they may be personal data, so only when the operator opts in."""
 
     @model_validator(mode="after")
     def _replicas_to_wait_for(self) -> SessionServiceConfig:

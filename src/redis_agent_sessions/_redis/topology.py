@@ -37,6 +37,24 @@ class Topology:
         self._initializing: asyncio.Lock | None = None
 
     @property
+    def endpoint(self) -> dict[str, str | int]:
+        """Where the client connects, as telemetry's ``server.address``, ``server.port`` and
+        ``db.namespace`` (a cluster's: the first node it was given, and database 0)."""
+        if self._cluster_client:
+            nodes = list(self.client.nodes_manager.startup_nodes.values())
+            found: dict[str, Any] = {"host": nodes[0].host, "port": nodes[0].port} if nodes else {}
+        else:
+            pool = getattr(self.client, "connection_pool", None)
+            found = dict(getattr(pool, "connection_kwargs", {}))
+        endpoint: dict[str, str | int] = {"db.namespace": str(found.get("db", 0))}
+        address = found.get("path") or found.get("host")
+        if isinstance(address, str):
+            endpoint["server.address"] = address
+        if isinstance(found.get("port"), int) and not found.get("path"):
+            endpoint["server.port"] = found["port"]
+        return endpoint
+
+    @property
     def socket_timeout(self) -> float | None:
         """Seconds the client waits for any reply (None: for ever), as it was built."""
         if self._cluster_client:

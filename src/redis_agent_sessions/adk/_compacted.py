@@ -178,6 +178,8 @@ async def read_compacted(
     pipe.zrange(keys.compactions, 0, -1)
     (full_reads, created), members = await _scripts.execute(pipe, [keys.meta, keys.compactions])
     if created is None or full_reads is not None or not members:
+        if full_reads is not None and (telemetry := reads.telemetry) is not None:
+            telemetry.count("compaction.full_reads", reason=text(full_reads))
         return None, False
     summaries = []
     for member in members:

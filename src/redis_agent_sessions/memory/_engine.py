@@ -68,6 +68,12 @@ class MemoryEngine:
         await self._ready()
         return "search" if isinstance(self._search, IndexSearch) else "plain"
 
+    def instrument(self, service: object, operations: tuple[str, ...]) -> None:
+        """Spans for ``service``'s operations (telemetry on)."""
+        from redis_agent_sessions._telemetry import Telemetry, instrument  # only when on
+
+        instrument(service, operations, Telemetry(self.config, self._topology.endpoint))
+
     async def check_ready(self, timeout: float) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and
         run a search for a user who has no memories: see :mod:`redis_agent_sessions._health`."""

@@ -55,6 +55,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         )
         self._client = client
         self._owns_client = False
+        if self._memory.config.telemetry:
+            self._memory.instrument(self, OPERATIONS)
 
     @abstractmethod
     def _session(self, session: SessionT) -> Session:
@@ -179,3 +181,14 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             app_name=app_name, user_id=user_id, query=query, limit=limit
         )
         return self._response(found)
+
+
+OPERATIONS = (
+    "add_session_to_memory",
+    "add_events_to_memory",
+    "add_memory",
+    "delete_memory",
+    "search_memory",
+    "check_ready",
+)
+"""What telemetry traces."""

@@ -4,7 +4,7 @@ script runner, layout and per-worker memory (read cache, catch-ups, turns)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
@@ -14,6 +14,9 @@ from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._runner import ScriptRunner
 from redis_agent_sessions.sessions._turns import Turns
 from redis_agent_sessions.sessions._types import E, ModelCodec, S
+
+if TYPE_CHECKING:  # imported only when telemetry is on
+    from redis_agent_sessions._telemetry import Telemetry
 
 __all__ = ["Context"]
 
@@ -34,6 +37,8 @@ class Context(Generic[S, E]):
     """What stale appends' refusals carried, for the refreshes that follow them."""
     turns: Turns | None
     """Turns of this worker's writers on a session (``reject`` policy only)."""
+    telemetry: Telemetry | None = None
+    """Spans and counters (``SessionServiceConfig.telemetry``), or None."""
 
     async def ready(self, *, write: bool = False) -> None:
         """Before an operation: the client is initialized, and before a write, the server

@@ -96,6 +96,14 @@ class SessionEngine(Generic[S, E]):
     def catch_ups(self) -> CatchUps:
         return self.ctx.catch_ups
 
+    def instrument(self, service: object, operations: tuple[str, ...]) -> None:
+        """Spans for ``service``'s operations, and this engine's counters (telemetry on)."""
+        from redis_agent_sessions._telemetry import Telemetry, instrument  # only when on
+
+        telemetry = Telemetry(self.config, self.layout.topology.endpoint)
+        self.ctx.telemetry = telemetry
+        instrument(service, operations, telemetry)
+
     async def check_ready(self, timeout: float) -> Readiness:
         """Reach every node, run the scripts (touching nothing), and when writes wait for
         replicas, that they can: see :mod:`redis_agent_sessions._health`."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, decode_hash, gc_paused, meta_field, text
@@ -14,6 +14,9 @@ from redis_agent_sessions.sessions._context import Context
 from redis_agent_sessions.sessions._replies import first_id, raw_events, stored_session
 from redis_agent_sessions.sessions._types import E, S, Snapshot, StoredSession
 from redis_agent_sessions.state import merge_state
+
+if TYPE_CHECKING:  # imported only when telemetry is on
+    from redis_agent_sessions._telemetry import Telemetry
 
 __all__ = ["Reads"]
 
@@ -67,11 +70,15 @@ class Reads(Generic[S, E]):
                 cache.drop(keys.meta)
                 return None
             if fits(entry, found):
+                if (telemetry := self._ctx.telemetry) is not None:
+                    telemetry.count("read_cache.hits")
                 if found.entries:
                     entry = self._cached(keys, entry, found)
                     cache.put(keys.meta, entry)
                 return self._codec.build_session(found.stored, list(entry.events))
             cache.drop(keys.meta)
+        if (telemetry := self._ctx.telemetry) is not None:
+            telemetry.count("read_cache.misses")
         found = await self.snapshot(keys, None, "-")
         if found is None:
             return None
@@ -168,6 +175,10 @@ class Reads(Generic[S, E]):
     @property
     def client(self) -> Any:
         return self._ctx.client
+
+    @property
+    def telemetry(self) -> Telemetry | None:
+        return self._ctx.telemetry
 
     def build_session(self, stored: StoredSession, events: list[E]) -> S:
         return self._codec.build_session(stored, events)

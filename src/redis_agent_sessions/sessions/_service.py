@@ -39,6 +39,8 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         self._engine: SessionEngine[S, E] = SessionEngine(client, self._codec(), config)
         self._client = client
         self._owns_client = False
+        if self._engine.config.telemetry:
+            self._engine.instrument(self, OPERATIONS)
 
     @abstractmethod
     def _codec(self) -> ModelCodec[S, E]:
@@ -301,6 +303,22 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         return await self._engine.sweep_app_writes(
             app_name=app_name, older_than=older_than, limit=limit, dry_run=dry_run
         )
+
+
+OPERATIONS = (
+    "create_session",
+    "get_session",
+    "list_sessions",
+    "list_sessions_page",
+    "delete_session",
+    "append_event",
+    "refresh",
+    "list_events",
+    "get_user_state",
+    "get_app_state",
+    "check_ready",
+)
+"""What telemetry traces (``watch`` is not a call but a stream that may last for hours)."""
 
 
 def _user(user_id: str | None) -> dict[str, str]:

@@ -209,6 +209,8 @@ class Writes(Generic[S, E]):
                 # A merged stale write (or an unknown copy): the copy may lack events
                 # others appended before it. It no longer claims a revision, so refresh
                 # reads it whole rather than trusting its last event.
+                if revision is not None and (telemetry := self._ctx.telemetry) is not None:
+                    telemetry.count("merges")
                 new_revision = UNKNOWN if self._ctx.config.stale_policy == "merge" else new_revision
             self._codec.set_revision(session, new_revision)
         return event

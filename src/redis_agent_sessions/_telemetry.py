@@ -1,0 +1,161 @@
+"""OpenTelemetry for the services, opt-in (``SessionServiceConfig.telemetry``, ``[otel]``).
+
+One span (kind CLIENT) per call of a public operation, following OpenTelemetry's database
+client conventions (``db.system.name``, ``db.operation.name``, ``db.namespace``,
+``server.address``/``server.port``, ``error.type`` and an error status), with the session id
+as ``gen_ai.conversation.id`` (the attribute ADK's own spans carry, so a trace joins the
+agent's spans to ours) and app and user ids in this library's namespace (user ids only when
+the operator opts in: they may be personal data). The ``db.client.operation.duration``
+histogram times every call; counters record what only this library sees.
+
+The services wrap their operations on the instance when telemetry is on, so with it off
+nothing here is imported and no call pays for it. Providers are OpenTelemetry's global ones:
+an application configures the SDK and its exporters; a library only asks for a tracer.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from redis_agent_sessions._version import __version__
+from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import InvalidInputError, StaleSessionError, WriteConcernError
+
+__all__ = ["COUNTERS", "Telemetry", "instrument"]
+
+_SCOPE = "redis_agent_sessions"
+_NS = "redis_agent_sessions."
+# The conventions' advice for db.client.operation.duration, in seconds.
+_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+
+COUNTERS = {
+    "stale_refusals": ("{append}", "appends refused because the writer's copy was stale"),
+    "merges": ("{append}", "appends from a stale copy applied under stale_policy='merge'"),
+    "read_cache.hits": ("{read}", "full reads served from the verified read cache"),
+    "read_cache.misses": ("{read}", "full reads the read cache could not serve"),
+    "compaction.full_reads": (
+        "{read}",
+        "compaction-aware reads that read everything for a recorded reason (attribute reason)",
+    ),
+    "cluster.app_writes_applied_late": (
+        "{entry}",
+        "cluster app: outbox entries applied by an operation other than the one that wrote them",
+    ),
+    "write_concern.shortfalls": ("{write}", "writes the replicas or the AOF did not confirm"),
+}
+"""The counters (``redis_agent_sessions.<name>``): unit and description."""
+
+R = TypeVar("R")
+
+
+class Telemetry:
+    """The tracer, meter and instruments of one service, and its constant attributes."""
+
+    def __init__(self, config: SessionServiceConfig, endpoint: Mapping[str, Any]) -> None:
+        try:
+            from opentelemetry import context, metrics, trace
+        except ImportError:
+            raise InvalidInputError(
+                "telemetry=True needs OpenTelemetry's API: pip install 'redis-agent-sessions[otel]'"
+            ) from None
+        self._trace = trace
+        self._context = context
+        self._tracer = trace.get_tracer(_SCOPE, __version__)
+        meter = metrics.get_meter(_SCOPE, __version__)
+        self._duration = meter.create_histogram(
+            "db.client.operation.duration",
+            unit="s",
+            description="Duration of the service's operations",
+            explicit_bucket_boundaries_advisory=list(_BUCKETS),
+        )
+        self._counters = {
+            name: meter.create_counter(_NS + name, unit=unit, description=description)
+            for name, (unit, description) in COUNTERS.items()
+        }
+        self._user_ids = config.telemetry_user_ids
+        self._base = {"db.system.name": "redis", **endpoint}
+
+    def count(self, name: str, amount: int = 1, **attributes: str) -> None:
+        self._counters[name].add(amount, {_NS + k: v for k, v in attributes.items()})
+
+    def traced(
+        self, operation: str, method: Callable[..., Coroutine[Any, Any, R]]
+    ) -> Callable[..., Coroutine[Any, Any, R]]:
+        """``method`` inside a span, timed by the duration histogram."""
+        # The same attributes for the span and the measurement (plus the call's ids on the
+        # span): the SDK copies what it keeps, and every copy is time on the caller's path.
+        metric_attributes = {**self._base, "db.operation.name": operation}
+        kind = self._trace.SpanKind.CLIENT
+        in_context = self._trace.set_span_in_context
+        attach, detach = self._context.attach, self._context.detach
+        clock = time.perf_counter
+
+        # start_span and attach by hand: the SDK's start_as_current_span is a generator-based
+        # context manager, a few microseconds more on every call.
+        @functools.wraps(method)
+        async def call(*args: Any, **kwargs: Any) -> R:
+            span = self._tracer.start_span(
+                operation, kind=kind, attributes=metric_attributes | self._ids(args, kwargs)
+            )
+            token = attach(in_context(span))
+            started = clock()
+            try:
+                result = await method(*args, **kwargs)
+            except Exception as exc:
+                error = self._failed(span, exc)
+                self._duration.record(clock() - started, metric_attributes | {"error.type": error})
+                raise
+            else:
+                self._duration.record(clock() - started, metric_attributes)
+            finally:
+                detach(token)
+                span.end()
+            return result
+
+        return call
+
+    def _failed(self, span: Any, exc: Exception) -> str:
+        """Mark ``span`` failed by ``exc`` and count what only this library sees; the
+        ``error.type`` of the failure."""
+        if isinstance(exc, StaleSessionError):
+            self.count("stale_refusals")
+        elif isinstance(exc, WriteConcernError) and exc.written:
+            self.count("write_concern.shortfalls")
+        error = _error_type(exc)
+        span.set_attribute("error.type", error)
+        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, f"{error}: {exc}"[:500]))
+        span.record_exception(exc)
+        return error
+
+    def _ids(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
+        """The app, user and session an operation is about: named, or of the session given
+        (``append_event(session, event)``, ``refresh(session)``, memory's ingestion)."""
+        session = kwargs.get("session", args[0] if args else None)
+        app = kwargs.get("app_name", getattr(session, "app_name", None))
+        user = kwargs.get("user_id", getattr(session, "user_id", None))
+        sid = kwargs.get("session_id", getattr(session, "id", None))
+        found: dict[str, str] = {}
+        if isinstance(app, str):
+            found[_NS + "app_name"] = app
+        if self._user_ids and isinstance(user, str):
+            found[_NS + "user_id"] = user
+        if isinstance(sid, str) and sid:
+            found["gen_ai.conversation.id"] = sid
+        return found
+
+
+def instrument(service: object, operations: Iterable[str], telemetry: Telemetry) -> None:
+    """Wrap ``service``'s operations on the instance: the class, and every service without
+    telemetry, stay as they are."""
+    for name in operations:
+        setattr(service, name, telemetry.traced(name, getattr(service, name)))
+
+
+def _error_type(exc: BaseException) -> str:
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )

@@ -1,0 +1,329 @@
+"""OpenTelemetry (``SessionServiceConfig.telemetry``): spans, the duration histogram and the
+counters, read back with the SDK's in-memory exporters; and nothing at all when it is off."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+import fakeredis
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from _servers import skip_without
+from redis_agent_sessions import (
+    Content,
+    Event,
+    EventActions,
+    InvalidInputError,
+    MemoryEntry,
+    Part,
+    RedisMemoryService,
+    RedisSessionService,
+    SessionServiceConfig,
+    StaleSessionError,
+    WriteConcernError,
+)
+
+NS = "redis_agent_sessions."
+ON = SessionServiceConfig(telemetry=True)
+
+
+class Exported:
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.reader = InMemoryMetricReader()
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def points(self, name: str) -> list[Any]:
+        """The data points of metric ``name`` (cumulative since the process started)."""
+        data = self.reader.get_metrics_data()
+        found = []
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        found += list(metric.data.data_points)
+        return found
+
+    def total(self, name: str, **attributes: str) -> int:
+        wanted = {NS + k: v for k, v in attributes.items()}
+        return sum(
+            int(p.value)
+            for p in self.points(NS + name)
+            if wanted.items() <= dict(p.attributes).items()
+        )
+
+
+_PROVIDERS: Exported | None = None
+
+
+@pytest.fixture
+def exported() -> Exported:
+    """The SDK as an application would set it up, once per process (OpenTelemetry's global
+    providers can be set only once), with in-memory exporters cleared for each test."""
+    global _PROVIDERS
+    if _PROVIDERS is None:
+        _PROVIDERS = Exported()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(_PROVIDERS.spans))
+        trace.set_tracer_provider(tracer_provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[_PROVIDERS.reader]))
+    _PROVIDERS.spans.clear()
+    return _PROVIDERS
+
+
+def client() -> Any:
+    return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+
+
+def delta(**values: Any) -> Event:
+    return Event(author="a", actions=EventActions(state_delta=values))
+
+
+async def test_each_public_call_is_one_client_span_by_the_database_conventions(
+    exported: Exported,
+) -> None:
+    service = RedisSessionService(client(), config=ON)
+    session = await service.create_session(app_name="shop", user_id="alice", session_id="s1")
+    await service.append_event(session, delta(k=1))
+    await service.get_session(app_name="shop", user_id="alice", session_id="s1")
+    await service.list_sessions(app_name="shop", user_id="alice")
+    await service.get_app_state(app_name="shop")
+    spans = exported.finished()
+    assert [s.name for s in spans] == [
+        "create_session",
+        "append_event",
+        "get_session",
+        "list_sessions",
+        "get_app_state",
+    ]
+    for span in spans:
+        assert span.kind == SpanKind.CLIENT
+        assert span.status.status_code == StatusCode.UNSET
+        attributes = dict(span.attributes or {})
+        assert attributes["db.system.name"] == "redis"
+        assert attributes["db.operation.name"] == span.name
+        assert attributes["db.namespace"] == "0"
+        assert attributes[NS + "app_name"] == "shop"
+        assert NS + "user_id" not in attributes  # personal data: only when opted in
+        assert span.instrumentation_scope is not None
+        assert span.instrumentation_scope.name == "redis_agent_sessions"
+    # The session id is ADK's conversation id, wherever the call names it.
+    assert [dict(s.attributes or {}).get("gen_ai.conversation.id") for s in spans] == [
+        "s1",
+        "s1",
+        "s1",
+        None,
+        None,
+    ]
+
+
+async def test_user_ids_are_recorded_only_when_the_operator_opts_in(exported: Exported) -> None:
+    config = SessionServiceConfig(telemetry=True, telemetry_user_ids=True)
+    service = RedisSessionService(client(), config=config)
+    session = await service.create_session(app_name="shop", user_id="alice")
+    await service.append_event(session=session, event=delta(k=1))  # as ADK's Runner calls it
+    assert [dict(s.attributes or {})[NS + "user_id"] for s in exported.finished()] == [
+        "alice",
+        "alice",
+    ]
+
+
+async def test_spans_are_children_of_the_callers_span(exported: Exported) -> None:
+    service = RedisSessionService(client(), config=ON)
+    tracer = trace.get_tracer("an agent")
+    with tracer.start_as_current_span("invocation") as parent:
+        session = await service.create_session(app_name="shop", user_id="alice")
+        await service.append_event(session, delta(k=1))
+    ours = [s for s in exported.finished() if s.name != "invocation"]
+    assert len(ours) == 2
+    for span in ours:
+        assert span.parent is not None
+        assert span.parent.span_id == parent.get_span_context().span_id
+        assert span.context is not None
+        assert span.context.trace_id == parent.get_span_context().trace_id
+
+
+async def test_a_failed_call_is_an_error_span_and_an_error_measurement(
+    exported: Exported,
+) -> None:
+    service = RedisSessionService(client(), config=ON)
+    before = sum(
+        p.count
+        for p in exported.points("db.client.operation.duration")
+        if dict(p.attributes).get("error.type") == "redis_agent_sessions.errors.InvalidInputError"
+    )
+    with pytest.raises(InvalidInputError):
+        await service.get_session(app_name="", user_id="u", session_id="s")
+    [span] = exported.finished()
+    assert span.status.status_code == StatusCode.ERROR
+    assert "InvalidInputError" in (span.status.description or "")
+    attributes = dict(span.attributes or {})
+    assert attributes["error.type"] == "redis_agent_sessions.errors.InvalidInputError"
+    assert [e.name for e in span.events] == ["exception"]
+    after = sum(
+        p.count
+        for p in exported.points("db.client.operation.duration")
+        if dict(p.attributes).get("error.type") == "redis_agent_sessions.errors.InvalidInputError"
+        and dict(p.attributes).get("db.operation.name") == "get_session"
+    )
+    assert after == before + 1
+
+
+async def test_the_duration_histogram_times_each_operation(exported: Exported) -> None:
+    def count(operation: str) -> int:
+        return sum(
+            p.count
+            for p in exported.points("db.client.operation.duration")
+            if dict(p.attributes).get("db.operation.name") == operation
+            and "error.type" not in dict(p.attributes)
+        )
+
+    service = RedisSessionService(client(), config=ON)
+    before = count("append_event")
+    session = await service.create_session(app_name="shop", user_id="alice")
+    for i in range(3):
+        await service.append_event(session, delta(i=i))
+    assert count("append_event") == before + 3
+    # One series per operation and endpoint, in seconds: metrics stay low-cardinality.
+    for point in exported.points("db.client.operation.duration"):
+        attributes = dict(point.attributes)
+        assert set(attributes) <= {
+            "db.system.name",
+            "db.operation.name",
+            "db.namespace",
+            "server.address",
+            "server.port",
+            "error.type",
+        }, attributes
+        assert 0 < point.sum / point.count < 5
+
+
+async def test_the_counters_only_this_library_sees(exported: Exported) -> None:
+    shared = client()
+    reject = RedisSessionService(shared, config=ON)
+    session = await reject.create_session(app_name="shop", user_id="alice", session_id="s")
+    stale = await reject.get_session(app_name="shop", user_id="alice", session_id="s")
+    assert stale is not None
+    await reject.append_event(session, delta(k=1))
+    refusals = exported.total("stale_refusals")
+    with pytest.raises(StaleSessionError):
+        await reject.append_event(stale, delta(k=2))
+    assert exported.total("stale_refusals") == refusals + 1
+
+    merges = exported.total("merges")
+    merge = RedisSessionService(
+        shared, config=SessionServiceConfig(telemetry=True, stale_policy="merge")
+    )
+    await merge.append_event(stale, delta(k=3))
+    assert exported.total("merges") == merges + 1
+
+    cached = RedisSessionService(
+        shared, config=SessionServiceConfig(telemetry=True, read_cache_bytes=1 << 20)
+    )
+    hits, misses = exported.total("read_cache.hits"), exported.total("read_cache.misses")
+    for _ in range(3):
+        await cached.get_session(app_name="shop", user_id="alice", session_id="s")
+    assert (exported.total("read_cache.hits"), exported.total("read_cache.misses")) == (
+        hits + 2,
+        misses + 1,
+    )
+
+
+@pytest.mark.adk
+async def test_full_reads_forced_by_a_compaction_reason_are_counted(exported: Exported) -> None:
+    from google.adk.events import Event as AdkEvent
+
+    from redis_agent_sessions.adk import CompactedReads
+    from redis_agent_sessions.adk import RedisSessionService as AdkService
+
+    service = AdkService(client=client(), config=ON)
+    session = await service.create_session(app_name="shop", user_id="alice", session_id="s")
+    now = time.time()
+    await service.append_event(session, AdkEvent(author="user", timestamp=now))
+    await service.append_event(session, AdkEvent(author="user", timestamp=now - 60))  # clock
+    before = exported.total("compaction.full_reads", reason="clock")
+    read = await service.get_session(
+        app_name="shop", user_id="alice", session_id="s", config=CompactedReads(compaction=None)
+    )
+    assert read is not None
+    assert len(read.events) == 2
+    assert exported.total("compaction.full_reads", reason="clock") == before + 1
+    names = [s.name for s in exported.finished()]
+    assert names == ["create_session", "append_event", "append_event", "get_session"]
+
+
+@pytest.mark.real
+async def test_spans_name_the_server_and_write_concern_shortfalls_are_counted(
+    exported: Exported,
+) -> None:
+    url = skip_without("REDIS_URL")
+    skip_without("REDIS_REPLICA_URL")
+    config = SessionServiceConfig(
+        telemetry=True, write_concern="replicas", min_replicas=2, write_timeout_ms=50
+    )
+    async with RedisSessionService.from_url(url, config=config) as service:
+        shortfalls = exported.total("write_concern.shortfalls")
+        with pytest.raises(WriteConcernError):
+            await service.create_session(app_name="shop", user_id="alice")
+        assert exported.total("write_concern.shortfalls") == shortfalls + 1
+    [span] = exported.finished()
+    attributes = dict(span.attributes or {})
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    assert (attributes["server.address"], attributes["server.port"]) == (host, int(port))
+    assert attributes["error.type"] == "redis_agent_sessions.errors.WriteConcernError"
+
+
+async def test_the_memory_service_traces_its_calls(exported: Exported) -> None:
+    memory = RedisMemoryService(client(), config=ON, backend="plain")
+    entry = MemoryEntry(content=Content(parts=[Part(text="likes trains")]))
+    await memory.add_memory(app_name="shop", user_id="alice", memories=[entry])
+    found = await memory.search_memory(app_name="shop", user_id="alice", query="trains")
+    assert len(found.memories) == 1
+    spans = exported.finished()
+    assert [s.name for s in spans] == ["add_memory", "search_memory"]
+    assert all(dict(s.attributes or {})[NS + "app_name"] == "shop" for s in spans)
+
+
+def test_off_nothing_is_imported_and_no_method_is_wrapped() -> None:
+    # redis-py 8.1 imports OpenTelemetry itself where it is installed (its observability
+    # module): what counts is that this library adds nothing to what redis-py loaded.
+    code = (
+        "import sys, fakeredis, redis.asyncio\n"
+        "def otel(): return {n for n in sys.modules if n.split('.')[0] == 'opentelemetry'}\n"
+        "before = otel()\n"
+        "from redis_agent_sessions import RedisSessionService, RedisMemoryService\n"
+        "s = RedisSessionService(fakeredis.FakeAsyncRedis())\n"
+        "m = RedisMemoryService(fakeredis.FakeAsyncRedis())\n"
+        "assert 'append_event' not in vars(s) and 'search_memory' not in vars(m)\n"
+        "assert 'redis_agent_sessions._telemetry' not in sys.modules\n"
+        "print(sorted(otel() - before))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_on_without_opentelemetry_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    with pytest.raises(InvalidInputError, match=r"redis-agent-sessions\[otel\]"):
+        RedisSessionService(client(), config=ON)
+    with pytest.raises(InvalidInputError, match=r"redis-agent-sessions\[otel\]"):
+        RedisMemoryService(client(), config=ON)
+
+
+def test_the_url_turns_it_on() -> None:
+    service = RedisSessionService.from_url("redis://h/0?telemetry=true")
+    assert service.config.telemetry
+    assert "append_event" in vars(service)
