@@ -204,3 +204,29 @@ async def test_cluster_waits_on_both_steps_nodes() -> None:
     finally:
         await flush_cluster(cluster)
         await cluster.aclose()
+
+
+@pytest.mark.real
+@pytest.mark.cluster
+async def test_an_app_step_the_replicas_did_not_confirm_is_not_taken_as_applied(
+    r7: tuple[Redis, Redis],
+) -> None:
+    """The cluster layout (on one node): an app step whose WAIT fell short may be lost in a
+    failover, so the worker must not let the user's next script drop its outbox entry. The
+    retry of the same event then sends it to the app's slot again, and waits again."""
+    primary, _ = r7
+    strict = service(
+        primary, cluster=True, write_concern="replicas", min_replicas=2, write_timeout_ms=50
+    )
+    plain = service(primary, cluster=True)
+    s = await plain.create_session(app_name=APP, user_id=USER, session_id="s")
+    keys = strict._engine.keys.session(APP, USER, "s")
+    outbox: Any = strict._engine.layout
+    event = delta(**{"app:a": 1})
+    with pytest.raises(WriteConcernError):
+        await strict.append_event(s, event)
+    # Nothing learned: the next script keeps (and returns) the entry.
+    assert outbox.outbox.first_unapplied(keys.app_applied, keys.user_member) == "0-1"
+    enough = service(primary, cluster=True, write_concern="replicas", min_replicas=1)
+    await enough.append_event(s, event)
+    assert await enough.get_app_state(app_name=APP) == {"a": 1}

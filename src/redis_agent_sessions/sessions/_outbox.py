@@ -104,10 +104,15 @@ class AppOutbox:
         for entry_id, fields in entries:
             args += (entry_id, len(fields) // 2, *fields)
         keys = [app_state, app_versions, app_sessions, app_applied]
+        short = len(shortfalls) if shortfalls is not None else 0
         reply = await run(concern, self._apply, keys, args, shortfalls, "app step: ")
         if reply and reply[0] == -3:
             raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
-        self.learn(app_applied, user_member, reply[0])
+        # An application the replicas did not confirm may be lost in a failover: learned,
+        # it would let the user's next script drop entries the new primary never applied,
+        # and the caller's retry would then be acknowledged without them.
+        if shortfalls is None or len(shortfalls) == short:
+            self.learn(app_applied, user_member, reply[0])
         if counts is not None:
             counts.append(int(reply[2]))
         return reply[1] if want_state else None
