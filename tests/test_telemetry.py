@@ -17,8 +17,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from _servers import skip_without
+from _slots import SlotCheckedRedis, cluster_layout
 from redis_agent_sessions import (
     Content,
     Event,
@@ -327,3 +329,29 @@ def test_the_url_turns_it_on() -> None:
     service = RedisSessionService.from_url("redis://h/0?telemetry=true")
     assert service.config.telemetry
     assert "append_event" in vars(service)
+
+
+async def test_cluster_app_writes_applied_late_are_counted(
+    exported: Exported, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster_layout(monkeypatch)
+    shared = SlotCheckedRedis(server=fakeredis.FakeServer())
+    writer = RedisSessionService(shared, config=ON)
+    session = await writer.create_session(app_name="shop", user_id="alice", session_id="s")
+
+    async def died(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("the worker died between the two steps")
+
+    layout: Any = writer._engine.layout
+    layout.settle = died  # its app step never runs
+    with pytest.raises(RedisConnectionError):
+        await writer.append_event(session, delta(**{"app:k": 1, "app:j": 2}))
+    before = exported.total("cluster.app_writes_applied_late")
+    reader = RedisSessionService(shared, config=ON)
+    found = await reader.get_session(app_name="shop", user_id="alice", session_id="s")
+    assert found is not None
+    assert found.state["app:k"] == 1
+    # One outbox entry (the append's), applied by a reader, not by its writer.
+    assert exported.total("cluster.app_writes_applied_late") == before + 1
+    await reader.get_session(app_name="shop", user_id="alice", session_id="s")
+    assert exported.total("cluster.app_writes_applied_late") == before + 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.topology import Topology
@@ -14,6 +14,9 @@ from redis_agent_sessions.sessions._outbox import AppOutbox
 from redis_agent_sessions.sessions._replies import pairs
 from redis_agent_sessions.sessions._runner import ScriptRunner
 from redis_agent_sessions.sessions._sweep import AppRegistry, SweepReport
+
+if TYPE_CHECKING:  # imported only when telemetry is on
+    from redis_agent_sessions._telemetry import Telemetry
 
 __all__ = ["ClusterLayout"]
 
@@ -36,6 +39,9 @@ class ClusterLayout(Layout):
         super().__init__(topology, keys, runner)
         self.outbox = AppOutbox(topology.client)
         self.registry = AppRegistry(runner, keys, self.outbox)
+
+    def observe(self, telemetry: Telemetry) -> None:
+        self.outbox.telemetry = telemetry
 
     def mode(self, keys: SessionKeys) -> str:
         return f"cluster:{self._first_unapplied(keys)}"
@@ -199,7 +205,7 @@ class ClusterLayout(Layout):
         pending = AppOutbox.pending(AppOutbox.entries(outbox), applied)
         if not pending:
             return app_raw
-        return await self._apply(keys, pending, want_state=True)
+        return await self._apply(keys, pending, want_state=True, late=True)
 
     async def _apply(
         self,
@@ -208,6 +214,7 @@ class ClusterLayout(Layout):
         *,
         want_state: bool,
         shortfalls: list[str] | None = None,
+        late: bool = False,
     ) -> Any:
         """Apply a user's outbox entries (an XRANGE reply, or parsed) in the app's slot."""
         return await self.outbox.apply(
@@ -220,4 +227,5 @@ class ClusterLayout(Layout):
             want_state=want_state,
             concern=self.runner.concern,
             shortfalls=shortfalls,
+            late=late,
         )

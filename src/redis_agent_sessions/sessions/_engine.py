@@ -102,6 +102,7 @@ class SessionEngine(Generic[S, E]):
 
         telemetry = Telemetry(self.config, self.layout.topology.endpoint)
         self.ctx.telemetry = telemetry
+        self.layout.observe(telemetry)
         instrument(service, operations, telemetry)
 
     async def check_ready(self, timeout: float) -> Readiness:

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.keys import KeySpace, SessionKeys
 from redis_agent_sessions.sessions._runner import ScriptRunner
 from redis_agent_sessions.sessions._sweep import SweepReport
+
+if TYPE_CHECKING:  # imported only when telemetry is on
+    from redis_agent_sessions._telemetry import Telemetry
 
 __all__ = ["Layout"]
 
@@ -46,6 +49,10 @@ class Layout(ABC):
     async def ready(self) -> None:
         """Before a client's first command (see :meth:`Topology.ready`)."""
         await self.topology.ready()
+
+    @abstractmethod
+    def observe(self, telemetry: Telemetry) -> None:
+        """Count what only this layout sees (telemetry on)."""
 
     @abstractmethod
     def mode(self, keys: SessionKeys) -> str:

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import stream_id, text
 from redis_agent_sessions._redis.concern import WriteConcern, run
 from redis_agent_sessions.errors import CorruptDataError
+
+if TYPE_CHECKING:  # imported only when telemetry is on
+    from redis_agent_sessions._telemetry import Telemetry
 
 __all__ = ["AppOutbox", "Entry"]
 
@@ -39,6 +42,7 @@ class AppOutbox:
     def __init__(self, client: Any) -> None:
         self._apply = _scripts.register(client, "app_apply")
         self._applied: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.telemetry: Telemetry | None = None
 
     def first_unapplied(self, applied_key: str, user_member: str) -> str:
         """The lowest outbox id that may not be applied yet, as far as this engine knows."""
@@ -92,11 +96,13 @@ class AppOutbox:
         concern: WriteConcern | None = None,
         shortfalls: list[str] | None = None,
         counts: list[int] | None = None,
+        late: bool = False,
     ) -> Any:
         """Apply ``entries`` (one user's, oldest first) in the app's slot; with a
         ``concern``, wait for it there too and add any shortfall to ``shortfalls``. With
         ``counts``, add to it how many of the entries this call applied (others, applying
-        the same entries at the same time, may have applied the rest).
+        the same entries at the same time, may have applied the rest). ``late``: the
+        entries are another operation's, left pending (counted by telemetry).
 
         Returns the app state hash as a flat list when ``want_state``, else None.
         """
@@ -115,4 +121,6 @@ class AppOutbox:
             self.learn(app_applied, user_member, reply[0])
         if counts is not None:
             counts.append(int(reply[2]))
+        if late and self.telemetry is not None and int(reply[2]):
+            self.telemetry.count("cluster.app_writes_applied_late", int(reply[2]))
         return reply[1] if want_state else None

@@ -317,6 +317,7 @@ OPERATIONS = (
     "get_user_state",
     "get_app_state",
     "check_ready",
+    "sweep_app_writes",
 )
 """What telemetry traces (``watch`` is not a call but a stream that may last for hours)."""
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions.keys import SessionKeys, escape
 from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._sweep import SweepReport
+
+if TYPE_CHECKING:  # imported only when telemetry is on
+    from redis_agent_sessions._telemetry import Telemetry
 
 __all__ = ["SingleNode"]
 
@@ -35,6 +38,9 @@ class SingleNode(Layout):
 
     def _app_updated(self, keys: SessionKeys) -> list[str]:
         return [keys.app_updated]
+
+    def observe(self, telemetry: Telemetry) -> None:
+        """Nothing: every operation is one script here, so nothing is ever applied late."""
 
     def recording(
         self, keys: SessionKeys, app_writes: bool = True

@@ -233,6 +233,7 @@ class AppRegistry:
                 concern=self._runner.concern,
                 shortfalls=shortfalls,
                 counts=counts,
+                late=True,
             )
             tally.applied += counts[0]
             created += _creation_times(pending)
