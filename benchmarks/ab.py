@@ -6,6 +6,7 @@ Usage (from the repository root)::
     .venv/bin/python -m benchmarks.ab v0.1.0 HEAD       # two revisions
     .venv/bin/python -m benchmarks.ab HEAD~3 --rounds 5 --json ab.json
     .venv/bin/python -m benchmarks.ab HEAD --quick      # fewer calls, 2 rounds
+    .venv/bin/python -m benchmarks.ab HEAD --ttl 3600   # the services give sessions a TTL
 
 Each revision named is checked out with ``git worktree add --detach`` into a temporary
 directory under /tmp (removed again with ``git worktree remove`` at the end, also on an
@@ -72,7 +73,7 @@ METRICS = {
 class Measurer:
     """One version's services and sessions on the shared server, and the timed blocks."""
 
-    async def setup(self, url: str) -> dict[str, Any]:
+    async def setup(self, url: str, ttl: int | None = None) -> dict[str, Any]:
         from redis.asyncio import Redis
 
         import redis_agent_sessions
@@ -82,7 +83,7 @@ class Measurer:
         prefix = f"ras-ab-{uuid.uuid4().hex[:8]}"
         self.invocation = str(uuid.uuid4())
         self.service = RedisSessionService(
-            self.client, config=SessionServiceConfig(key_prefix=prefix)
+            self.client, config=SessionServiceConfig(key_prefix=prefix, ttl_seconds=ttl)
         )
         # append_event: warm-up on a scratch session; the timed appends go to one session.
         await self.seeded(WARMUP_APPENDS)
@@ -154,11 +155,11 @@ class Measurer:
         return timing.percentile(samples, 50) / 1e3
 
 
-async def serve(url: str) -> None:
+async def serve(url: str, ttl: int | None = None) -> None:
     """Answer the orchestrator: one JSON line per command line on stdin."""
     measurer = Measurer()
     try:
-        print(json.dumps(await measurer.setup(url)), flush=True)
+        print(json.dumps(await measurer.setup(url, ttl)), flush=True)
         for line in sys.stdin:
             command = json.loads(line)
             if command.get("quit"):
@@ -172,7 +173,7 @@ async def serve(url: str) -> None:
 
 
 def worker(args: argparse.Namespace) -> int:
-    asyncio.run(serve(args.url))
+    asyncio.run(serve(args.url, args.ttl))
     return 0
 
 
@@ -235,11 +236,12 @@ class Worker:
     """One version's measuring subprocess: this venv's interpreter, ``PYTHONPATH`` = that
     tree's ``src`` (then this repository, for the measuring code), commands on its stdin."""
 
-    def __init__(self, version: Version, url: str) -> None:
+    def __init__(self, version: Version, url: str, ttl: int | None = None) -> None:
         self.version = version
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(version.src), str(REPO)])}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.ab", "--worker", "--url", url],
+            [sys.executable, "-m", "benchmarks.ab", "--worker", "--url", url]
+            + (["--ttl", str(ttl)] if ttl else []),
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,
@@ -296,7 +298,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         workers = {}
         for side, one in (("A", a), ("B", b)):
             progress(f"{side} = {one.label}: starting its worker (setup and warm-up)")
-            workers[side] = Worker(one, node.url)
+            workers[side] = Worker(one, node.url, args.ttl)
             stack.callback(workers[side].close)
         rounds: list[dict[str, dict[str, Any]]] = []
         for round_no in range(args.rounds):
@@ -307,7 +309,9 @@ def orchestrate(args: argparse.Namespace) -> int:
                 for side in order:
                     of_round[side][metric] = workers[side].block(metric, count)
             rounds.append(of_round)
-    env = report.environment({"redis": version}, appends=args.appends, reads=args.reads)
+    env = report.environment(
+        {"redis": version}, appends=args.appends, reads=args.reads, ttl_seconds=args.ttl
+    )
     result: dict[str, Any] = {
         "environment": env,
         "A": {"label": a.label, "src": str(a.src), **workers["A"].info},
@@ -377,6 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--ttl", type=int, default=None, help="ttl_seconds of the measured services (none)"
+    )
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (2 if args.quick else 3)
     args.appends = args.appends or (300 if args.quick else 2000)
