@@ -570,6 +570,8 @@ async def test_cli_sweep_and_stats(cli: Cli) -> None:
             "entries_applied": 0,
             "users_cleared": 0,
             "more": False,
+            "expired_due": 0,
+            "expired_dropped": 0,
         }
         # fay's create died before the apps index learnt of her app: stats finds it by name.
         assert cli.json("stats", OTHER)["apps"][0]["app_writes_unapplied_users"] == 1

@@ -167,7 +167,7 @@ def test_readme_key_examples_name_what_the_demo_writes() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     table = readme.split("## Redis layout", 1)[1].split("\n\n## ", 1)[0]
     examples = re.findall(r"`redis-cli \w+ '([^']+)'", table)
-    assert len(examples) == 16, examples
+    assert len(examples) == 17, examples
     session = KeySpace().session(APP, "user1", CONVERSATIONS["user1"].session_id)
     expected = {
         KeySpace().apps(),
@@ -176,6 +176,8 @@ def test_readme_key_examples_name_what_the_demo_writes() -> None:
         session.meta, session.state, session.events, session.event_ids, session.compactions,
         # Written on a Redis Cluster only (the demo's single node has none of them).
         session.app_outbox, session.app_versions, session.app_applied, session.app_pending,
+        # Written for sessions that expire only (the demo's do not).
+        session.app_expiry,
     }  # fmt: skip
     assert set(examples) == expected
 

@@ -8,6 +8,9 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>}:sessions                         zset   "<user>:<session>" by creation time
     ras:{<app>}:sessions_updated                 zset   "<user>:<session>" by last update time
                                                         (single node only)
+    ras:{<app>}:sessions_expiry                  zset   "<user>:<session>" of sessions that expire,
+                                                        by the ms time they do (a cluster's, by
+                                                        the time to check: see sessions/_layout)
     ras:{<app>}:app_versions                     hash   cluster: app-state field -> version
     ras:{<app>}:app_applied                      hash   cluster: user -> last outbox id applied
     ras:{<app>}:app_pending                      zset   cluster: users whose app-scope writes may
@@ -18,7 +21,8 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>:<user>}:user_state                hash   user-scope state, field -> JSON
     ras:{<app>:<user>}:sessions                  zset   session ids by creation time
     ras:{<app>:<user>}:sessions_updated          zset   session ids by last update time
-    ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev, ...)
+    ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev,
+                                                        expires, ...)
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
     ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> "<revision> <stream id>"
@@ -83,6 +87,7 @@ class SessionKeys:
     app_state: str
     app_sessions: str
     app_updated: str
+    app_expiry: str
     app_member: str
     """This session's member in the app-wide index."""
     user_member: str
@@ -91,6 +96,8 @@ class SessionKeys:
     app_versions: str
     app_applied: str
     app_pending: str
+    app_name: str
+    """The app's name as given (not a key): for the work a write leaves to its layout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +128,10 @@ class KeySpace:
 
     def app_updated(self, app_name: str) -> str:
         return f"{self._app(app_name)}:sessions_updated"
+
+    def app_expiry(self, app_name: str) -> str:
+        """Sessions of the app that expire, by when (see ``sessions/_layout.py``)."""
+        return f"{self._app(app_name)}:sessions_expiry"
 
     def app_versions(self, app_name: str) -> str:
         return f"{self._app(app_name)}:app_versions"
@@ -219,12 +230,14 @@ def _session_keys(space: KeySpace, app_name: str, user_id: str, session_id: str)
         app_state=space.app_state(app_name),
         app_sessions=space.app_sessions(app_name),
         app_updated=space.app_updated(app_name),
+        app_expiry=space.app_expiry(app_name),
         app_member=app_member(user_id, session_id),
         user_member=escape(user_id),
         app_outbox=f"{user}:app_outbox",
         app_versions=space.app_versions(app_name),
         app_applied=space.app_applied(app_name),
         app_pending=space.app_pending(app_name),
+        app_name=app_name,
     )
 
 

@@ -39,11 +39,11 @@ DENIED = -4
 def lua_source(name: str) -> str:
     """The text of ``lua/<name>.lua`` inside this package, after the libraries every script
     may call: the ACL prelude (``lua/_permitted.lua``), which every script calls before its
-    first command, and the layout argument's reader (``lua/_layout.lua``)."""
+    first command, the layout argument's reader (``lua/_layout.lua``) and the expiry index's
+    helpers (``lua/_expiry.lua``)."""
     lua = resources.files(__package__).joinpath("lua")
-    return "".join(
-        lua.joinpath(f"{part}.lua").read_text("utf-8") for part in ("_permitted", "_layout", name)
-    )
+    parts = ("_permitted", "_layout", "_expiry", name)
+    return "".join(lua.joinpath(f"{part}.lua").read_text("utf-8") for part in parts)
 
 
 def register(client: Any, name: str) -> AsyncScript:

@@ -29,6 +29,7 @@ _COMMANDS = {
     "migrate": ("_migrate", "copy sessions from google-adk's DatabaseSessionService"),
     "delete": ("_remove", "delete one session"),
     "purge": ("_remove", "delete an app's sessions not updated for a while"),
+    "expired": ("_expired", "drop the index entries of an app's sessions that no longer exist"),
     "sweep": ("_sweep", "apply app-scope writes that workers left half done (Redis Cluster)"),
     "ping": ("_ping", "readiness: Redis answers, scripts run, write concern and memory work"),
 }

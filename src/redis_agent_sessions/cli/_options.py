@@ -130,6 +130,12 @@ def _purge(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="only count them")
 
 
+def _expired(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    p.add_argument("--dry-run", action="store_true", help="only count them")
+    _json(p)
+
+
 def _ping(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true", help="check the memory service too")
     p.add_argument(
@@ -166,6 +172,7 @@ _ADD = {
     "migrate": _migrate,
     "delete": _delete,
     "purge": _purge,
+    "expired": _expired,
     "sweep": _sweep,
 }
 

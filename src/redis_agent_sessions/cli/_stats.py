@@ -1,9 +1,9 @@
-"""``stats``: per app, sessions, users, events, memory entries and (sampled) bytes; on a
-cluster, the users whose app-scope writes a sweep is due to look at; the memory backend; the
-server's version and modules.
+"""``stats``: per app, sessions, users, events, index entries of sessions that no longer
+exist, memory entries and (sampled) bytes; on a cluster, the users whose app-scope writes a
+sweep is due to look at; the memory backend; the server's version and modules.
 
-Counts walk the app's session index a page at a time with pipelined XLEN/ZCARD, so they
-cost O(sessions) round-trip-free work on the server but never a keyspace scan. Bytes are
+Counts walk the app's session index a page at a time with pipelined XLEN/EXISTS/ZCARD, so
+they cost O(sessions) round-trip-free work on the server but never a keyspace scan. Bytes are
 MEMORY USAGE of a bounded, evenly spread sample of sessions, scaled to all of them. The
 sweep's counts are a dry run of it (at most 10,000 users).
 """
@@ -51,12 +51,13 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         f"Redis {server['version']} ({server['mode']}); modules: "
         f"{', '.join(server['modules']) or 'none'}; memory backend: {report['memory_backend']}"
     )
-    columns = ["APP", "SESSIONS", "USERS", "EVENTS", "MEMORY ENTRIES", "BYTES (EST.)"]
+    columns = ["APP", "SESSIONS", "EXPIRED", "USERS", "EVENTS", "MEMORY ENTRIES", "BYTES (EST.)"]
     table = ctx.table(*columns, *(["SWEEP DUE", "UNAPPLIED"] if ctx.cluster else []))
     for row in rows:
         cells = [
             row["app_name"],
             str(row["sessions"]),
+            str(row["expired_sessions"]),
             str(row["users"]),
             str(row["events"]),
             str(row["memory_entries"]),
@@ -71,6 +72,11 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             ]
         table.add_row(*cells)
     ctx.out.print(table)
+    ctx.out.print(
+        "EXPIRED: sessions of the app's index that no longer exist (each leaves an entry in "
+        "the app's and its user's indexes until a write or `redis-agent-sessions expired "
+        "APP` drops them)"
+    )
     ctx.out.print(
         f"BYTES: MEMORY USAGE of the session keys of up to {args.sample} sessions per app "
         "and of their users' keys, scaled to all; memory entries not included"
@@ -88,7 +94,7 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
     index = ctx.keys.app_sessions(app)
     total = await ctx.client.zcard(index)
     users: set[str] = set()
-    events = 0
+    events = expired = 0
     step = max(1, total // sample) if total else 1
     sampled: list[tuple[str, str]] = []
     for start in range(0, total, _PAGE):
@@ -97,10 +103,14 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
         for offset, member in enumerate(members):
             user, sid = split_app_member(text(member))
             users.add(user)
-            pipe.xlen(ctx.keys.session(app, user, sid).events)
+            keys = ctx.keys.session(app, user, sid)
+            pipe.xlen(keys.events)
+            pipe.exists(keys.meta)
             if (start + offset) % step == 0 and len(sampled) < sample:
                 sampled.append((user, sid))
-        events += sum(await pipe.execute())
+        counts = await pipe.execute()
+        events += sum(counts[::2])
+        expired += counts[1::2].count(0)
     pipe = ctx.client.pipeline(transaction=False)
     for user in sorted(users):
         pipe.zcard(ctx.keys.memory_entries(app, user))
@@ -109,6 +119,7 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
     return {
         "app_name": app,
         "sessions": total,
+        "expired_sessions": expired,
         "users": len(users),
         "events": events,
         "memory_entries": entries,

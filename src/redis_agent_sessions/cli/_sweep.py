@@ -1,7 +1,10 @@
-"""``sweep``: finish the app-scope writes that workers left half done on a Redis Cluster.
+"""``sweep``: finish the app-scope writes that workers left half done on a Redis Cluster,
+and check the sessions its app's expiry index says are due (their index entries go when they
+are gone).
 
 Calls :meth:`sweep_app_writes` until no registered user older than the bound remains (each
-call examines at most ``--limit`` users), or once with ``--dry-run``, which only counts.
+call examines at most ``--limit`` users and expiry index members), or once with
+``--dry-run``, which only counts.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
                 total = _sum(total, report)
                 bar.advance(bar.task_ids[0], report.users_examined)
                 # Users still due that this call could not clear were registered again
-                # meanwhile: the next call would find them again, so stop.
-                if not report.more or not report.users_cleared:
+                # meanwhile: the next call would find them again, so stop. Expiry index
+                # members it checked are claimed for a minute: the next call takes others.
+                if not report.more or not (report.users_cleared or report.expired_due):
                     break
     if ctx.json:
         ctx.print_json(
@@ -49,13 +53,15 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         return 0
     due = f"{total.users_examined} users registered over {args.older_than:g} s ago"
     found = f"{total.users_pending} with {total.entries_pending} unapplied app-scope writes"
+    expiring = f"{total.expired_due} sessions due for an expiry check"
     more = "; more remain (run again)" if total.more else ""
     if args.dry_run:
-        ctx.out.print(f"{due}: {found} (dry run){more}")
+        ctx.out.print(f"{due}: {found}; {expiring} (dry run){more}")
     else:
         ctx.err.print(
             f"{due}: {found}; applied {total.entries_applied}, cleared {total.users_cleared} "
-            f"users from the registry{more}",
+            f"users from the registry; {expiring}, {total.expired_dropped} of them gone "
+            f"(index entries dropped){more}",
             soft_wrap=True,
         )
     return 0
@@ -69,4 +75,6 @@ def _sum(a: SweepReport, b: SweepReport) -> SweepReport:
         entries_applied=a.entries_applied + b.entries_applied,
         users_cleared=a.users_cleared + b.users_cleared,
         more=b.more,
+        expired_due=a.expired_due + b.expired_due,
+        expired_dropped=a.expired_dropped + b.expired_dropped,
     )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
-from redis_agent_sessions.keys import KeySpace, SessionKeys, escape
+from redis_agent_sessions.keys import KeySpace, SessionKeys, escape, split_app_member
 from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._outbox import AppOutbox
 from redis_agent_sessions.sessions._replies import pairs
@@ -21,6 +24,7 @@ if TYPE_CHECKING:  # imported only when telemetry is on
 __all__ = ["ClusterLayout"]
 
 _NO_APP_WRITES: AbstractAsyncContextManager[None] = nullcontext()
+_EXPIRY_BATCH = 100  # due members of the expiry index a sweep checks per script call
 
 
 class ClusterLayout(Layout):
@@ -57,7 +61,7 @@ class ClusterLayout(Layout):
     def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
         return keys.app_outbox
 
-    def _app_updated(self, keys: SessionKeys) -> list[str]:
+    def _app_indexes(self, keys: SessionKeys) -> list[str]:
         return []
 
     def recording(
@@ -79,16 +83,27 @@ class ClusterLayout(Layout):
             else:
                 await listed
             return None
-        applied = self._apply(keys, reply[2], want_state=True, shortfalls=shortfalls)
-        return (await asyncio.gather(listed, applied))[1]
+        due: list[Any] = []
+        applied = self._apply(keys, reply[2], want_state=True, shortfalls=shortfalls, due=due)
+        app_raw = (await asyncio.gather(listed, applied))[1]
+        await self.drop_expired(app_name, due)
+        return app_raw
 
     async def settle(
-        self, keys: SessionKeys, outbox: Any, shortfalls: list[str] | None = None
+        self,
+        keys: SessionKeys,
+        after: Any,
+        shortfalls: list[str] | None = None,
+        *,
+        cleanup: bool = True,
     ) -> None:
         # The user-slot step is done; if this one fails the caller retries, and the retry
         # (finding its write done) finishes the apply.
-        if outbox:
-            await self._apply(keys, outbox, want_state=False, shortfalls=shortfalls)
+        if after:
+            due: list[Any] | None = [] if cleanup else None
+            await self._apply(keys, after, want_state=False, shortfalls=shortfalls, due=due)
+            if due:
+                await self.drop_expired(keys.app_name, due)
 
     async def snapshot(
         self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
@@ -183,7 +198,40 @@ class ClusterLayout(Layout):
     async def sweep(
         self, app_name: str, older_than: float, limit: int, *, dry_run: bool
     ) -> SweepReport:
-        return await self.registry.sweep(app_name, older_than, limit, dry_run=dry_run)
+        """The registry's sweep, then up to ``limit`` due members of the app's expiry
+        index checked (appends without ``app:`` keys never reach the app's slot, so an app
+        whose sessions are rarely created relies on this)."""
+        report = await self.registry.sweep(app_name, older_than, limit, dry_run=dry_run)
+        due, dropped, more = await self._sweep_expired(app_name, limit, dry_run)
+        return dataclasses.replace(
+            report, expired_due=due, expired_dropped=dropped, more=report.more or more
+        )
+
+    async def _sweep_expired(
+        self, app_name: str, limit: int, dry_run: bool
+    ) -> tuple[int, int, bool]:
+        """(members due, sessions found gone and dropped, more due than ``limit``)."""
+        key = self.keys.app_expiry(app_name)
+
+        async def take(n: int, claim: bool) -> list[Any]:
+            now = int(time.time() * 1000)
+            args = [now, n, "1" if claim else ""]
+            found: list[Any] = await self.runner.run(self.runner.expiry_due, [key], args, [])
+            return found
+
+        if dry_run:
+            found = await take(limit + 1, claim=False)
+            return min(len(found), limit), 0, len(found) > limit
+        seen = dropped = 0
+        while seen < limit:
+            batch = await take(min(_EXPIRY_BATCH, limit - seen), claim=True)
+            seen += len(batch)
+            if batch:
+                pairs = [split_app_member(text(member)) for member in batch]
+                dropped += await self.prune(app_name, pairs)
+            if len(batch) < _EXPIRY_BATCH:
+                return seen, dropped, False
+        return seen, dropped, bool(await take(1, claim=False))
 
     def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
         # One script per user: each touches only that user's slot.
@@ -193,7 +241,15 @@ class ClusterLayout(Layout):
         return list(by_user.values())
 
     def _prune_keys(self, first: SessionKeys) -> list[str]:
-        return [first.app_outbox, first.user_updated]
+        return [first.app_outbox]
+
+    async def _pruned(self, first: SessionKeys, outbox: Any) -> None:
+        # The user's next script would drop the entries just applied; a user whose sessions
+        # expired may never write again, and a stream holding entries keeps a whole node
+        # (~4 KB) where an empty one takes a few hundred bytes.
+        if outbox:
+            minid = self._first_unapplied(first)
+            await self.client.xtrim(first.app_outbox, minid=minid, approximate=False)
 
     async def _finish_pending(
         self, keys: SessionKeys, outbox: Any, applied: bytes | str | None, app_raw: Any
@@ -215,17 +271,22 @@ class ClusterLayout(Layout):
         want_state: bool,
         shortfalls: list[str] | None = None,
         late: bool = False,
+        due: list[Any] | None = None,
     ) -> Any:
-        """Apply a user's outbox entries (an XRANGE reply, or parsed) in the app's slot."""
+        """Apply a user's outbox entries (an XRANGE reply, or parsed) in the app's slot;
+        with ``due``, take members of the app's expiry index due for a check there too."""
         return await self.outbox.apply(
             app_state=keys.app_state,
             app_versions=keys.app_versions,
             app_sessions=keys.app_sessions,
             app_applied=keys.app_applied,
+            app_expiry=keys.app_expiry,
             user_member=keys.user_member,
             entries=AppOutbox.entries(raw_entries),
             want_state=want_state,
             concern=self.runner.concern,
             shortfalls=shortfalls,
             late=late,
+            due=due,
+            take=self.expired_per_write,
         )

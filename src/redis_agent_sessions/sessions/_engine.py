@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Generic
 
 from redis_agent_sessions._health import PROBE_ID, Readiness, run_checks
+from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError
@@ -127,6 +128,13 @@ class SessionEngine(Generic[S, E]):
     async def ready(self) -> None:
         """Before a read of this engine's client (see :meth:`Context.ready`)."""
         await self.ctx.ready()
+
+    async def prune(self, app_name: str, pairs: list[tuple[str, str]]) -> int:
+        """Drop the index entries of the (user, session) pairs that no longer exist (each
+        re-checked in the script): how many were dropped. For operators' backlogs."""
+        check_id("app_name", app_name)
+        await self.ctx.ready(write=True)
+        return await self.layout.prune(app_name, pairs) if pairs else 0
 
     async def sweep_app_writes(
         self, *, app_name: str, older_than: float, limit: int, dry_run: bool

@@ -14,16 +14,36 @@ The scripts learn the layout from one argument, :meth:`Layout.mode`: ``single``,
 ``cluster:<id>`` with the lowest outbox id that may not be applied yet (``_layout.lua``).
 On a cluster, users whose app-scope writes may be pending are registered first, for the
 sweep (:mod:`._sweep`).
+
+Expired sessions leave their index entries behind (Redis expires keys, not members of a
+sorted set). So each session that expires is also in its app's expiry index
+(``ras:{<app>}:sessions_expiry``, a zset), scored by when to check it, and writes take up to
+:attr:`Layout.expired_per_write` due members there (claiming them for a minute, so that
+concurrent writers take different ones) and hand them to :meth:`Layout.prune`, which drops
+the index entries of those that are gone and re-schedules the others: a score is never
+trusted, so no clock needs to agree with another. On one node the write scripts keep the
+scores exact (create and every append set them, from the worker's clock and the TTL they
+apply); on a cluster the index is in the app's slot, which an append without ``app:`` keys
+does not reach, so a create's app step sets it and a check that finds the session alive
+moves it to the time its metadata says (``expires``), and the app step of every write, and
+the sweep, take the due ones.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
+from redis.exceptions import RedisError
+
+from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
-from redis_agent_sessions.keys import KeySpace, SessionKeys
+from redis_agent_sessions.errors import RedisSessionsError
+from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
 from redis_agent_sessions.sessions._runner import ScriptRunner
 from redis_agent_sessions.sessions._sweep import SweepReport
 
@@ -39,6 +59,9 @@ class Layout(ABC):
     name: Literal["single", "cluster"]
     app_wide_by_update = True
     """Whether the app-wide by-update index (``sessions_updated``) is kept."""
+    expired_per_write = 4
+    """How many due members of the app's expiry index a write takes to check (0: none, the
+    cleanup off, for benchmarks)."""
 
     def __init__(self, topology: Topology, keys: KeySpace, runner: ScriptRunner) -> None:
         self.topology = topology
@@ -90,7 +113,7 @@ class Layout(ABC):
 
     def _closing(self, keys: SessionKeys) -> list[str]:
         """The KEYS after the first six of append and delete (KEYS[7..])."""
-        return [keys.user_updated, keys.compactions, *self._app_updated(keys)]
+        return [keys.user_updated, keys.compactions, *self._app_indexes(keys)]
 
     @abstractmethod
     def _create_app_keys(self, keys: SessionKeys) -> list[str]: ...
@@ -103,7 +126,8 @@ class Layout(ABC):
         """Where a user-slot script writes what goes to ``app_key``."""
 
     @abstractmethod
-    def _app_updated(self, keys: SessionKeys) -> list[str]: ...
+    def _app_indexes(self, keys: SessionKeys) -> list[str]:
+        """The app's by-update and expiry indexes, when a user-slot script writes them."""
 
     @abstractmethod
     def recording(
@@ -124,10 +148,16 @@ class Layout(ABC):
 
     @abstractmethod
     async def settle(
-        self, keys: SessionKeys, outbox: Any, shortfalls: list[str] | None = None
+        self,
+        keys: SessionKeys,
+        after: Any,
+        shortfalls: list[str] | None = None,
+        *,
+        cleanup: bool = True,
     ) -> None:
-        """The app step of an append, import, delete or prune: apply the ``outbox`` entries
-        its script returned (none on a single node)."""
+        """The app step of an append, import, delete or prune: apply the outbox entries its
+        script returned (``after``: on a single node, the expiry index's due members the
+        script took), then, with ``cleanup``, check those due (:meth:`drop_expired`)."""
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -153,20 +183,40 @@ class Layout(ABC):
 
     # -- the indexes ---------------------------------------------------------------------
 
-    async def prune(self, app_name: str, gone: list[tuple[str, str]]) -> None:
+    async def prune(self, app_name: str, gone: list[tuple[str, str]]) -> int:
         """Drop index entries of (user, session) pairs found gone (each re-checked in the
-        script)."""
-        for group in self._prune_groups(gone):
-            first = self.keys.session(app_name, group[0][0], group[0][1])
-            keys = self._prune_keys(first)
-            args: list[str] = [self.mode(first)]
-            for u, s in group:
-                sk = self.keys.session(app_name, u, s)
-                keys += (sk.meta, sk.user_sessions, sk.user_updated)
-                args += (s, sk.app_member)
-            async with self.recording(first):
-                reply = await self.runner.run(self.runner.prune, keys, args, [])
-            await self.settle(first, reply[1])
+        script; the expiry index re-schedules those that exist): how many were dropped. One
+        script per group of pairs (on a cluster, per user: run concurrently)."""
+        groups = self._prune_groups(gone)
+        if len(groups) == 1:
+            return await self._prune_group(app_name, groups[0])
+        return sum(await asyncio.gather(*(self._prune_group(app_name, g) for g in groups)))
+
+    async def _prune_group(self, app_name: str, group: list[tuple[str, str]]) -> int:
+        first = self.keys.session(app_name, group[0][0], group[0][1])
+        keys = self._prune_keys(first)
+        args: list[str] = [self.mode(first), str(int(time.time() * 1000))]
+        for u, s in group:
+            sk = self.keys.session(app_name, u, s)
+            keys += (sk.meta, sk.user_sessions, sk.user_updated)
+            args += (s, sk.app_member)
+        async with self.recording(first):
+            reply = await self.runner.run(self.runner.prune, keys, args, [])
+        await self.settle(first, reply[1], cleanup=False)
+        await self._pruned(first, reply[1])
+        return int(reply[0])
+
+    async def drop_expired(self, app_name: str, due: list[Any]) -> None:
+        """After a write landed: check the sessions its step found due in the app's expiry
+        index (``due``: app index members), dropping the index entries of those that are
+        gone. Best effort: a failure is not the write's, and the members it claimed come
+        due again within a minute."""
+        if not due:
+            return
+        pairs = [split_app_member(text(member)) for member in due]
+        # Raised, the write that landed would look failed; the next writer checks them.
+        with contextlib.suppress(RedisError, RedisSessionsError):
+            await self.prune(app_name, pairs)
 
     @abstractmethod
     async def sweep(
@@ -179,6 +229,10 @@ class Layout(ABC):
 
     @abstractmethod
     def _prune_keys(self, first: SessionKeys) -> list[str]: ...
+
+    @abstractmethod
+    async def _pruned(self, first: SessionKeys, outbox: Any) -> None:
+        """After a prune of ``first``'s user and its app step (``outbox``: the prune's)."""
 
 
 def _own(keys: SessionKeys) -> list[str]:

@@ -16,6 +16,7 @@ operation re-send entries that ``app_apply`` then skips.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -90,6 +91,7 @@ class AppOutbox:
         app_versions: str,
         app_sessions: str,
         app_applied: str,
+        app_expiry: str,
         user_member: str,
         entries: list[Entry],
         want_state: bool,
@@ -97,19 +99,25 @@ class AppOutbox:
         shortfalls: list[str] | None = None,
         counts: list[int] | None = None,
         late: bool = False,
+        due: list[Any] | None = None,
+        take: int = 0,
     ) -> Any:
         """Apply ``entries`` (one user's, oldest first) in the app's slot; with a
         ``concern``, wait for it there too and add any shortfall to ``shortfalls``. With
         ``counts``, add to it how many of the entries this call applied (others, applying
         the same entries at the same time, may have applied the rest). ``late``: the
-        entries are another operation's, left pending (counted by telemetry).
+        entries are another operation's, left pending (counted by telemetry). With ``due``
+        and ``take``, add to ``due`` up to ``take`` members of the app's expiry index that
+        are due for a check, claimed in the same step (``expiry_due`` in ``_expiry.lua``).
 
         Returns the app state hash as a flat list when ``want_state``, else None.
         """
-        args: list[Any] = [user_member, "1" if want_state else "0"]
+        take = take if due is not None else 0
+        now = int(time.time() * 1000)
+        args: list[Any] = [user_member, "1" if want_state else "0", now, take]
         for entry_id, fields in entries:
             args += (entry_id, len(fields) // 2, *fields)
-        keys = [app_state, app_versions, app_sessions, app_applied]
+        keys = [app_state, app_versions, app_sessions, app_applied, app_expiry]
         short = len(shortfalls) if shortfalls is not None else 0
         reply = await run(concern, self._apply, keys, args, shortfalls, "app step: ")
         if reply and reply[0] == -3:
@@ -123,4 +131,6 @@ class AppOutbox:
             counts.append(int(reply[2]))
         if late and self.telemetry is not None and int(reply[2]):
             self.telemetry.count("cluster.app_writes_applied_late", int(reply[2]))
+        if due is not None:
+            due += reply[3]
         return reply[1] if want_state else None

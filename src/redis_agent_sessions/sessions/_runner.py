@@ -32,6 +32,7 @@ class ScriptRunner:
         self.delete = _scripts.register(client, "delete_session")
         self.prune = _scripts.register(client, "prune_index")
         self.read_hashes = _scripts.register(client, "read_hashes")
+        self.expiry_due = _scripts.register(client, "expiry_due")
 
     async def run(
         self,

@@ -293,9 +293,12 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
 
         Looks at up to ``limit`` (1 to 10,000) users registered more than ``older_than``
         seconds ago (at least 120), oldest first, applies what they left pending and takes
-        them off the registry; ``more`` says that others are due: call again. Idempotent,
-        safe to run concurrently. ``dry_run`` only counts. On a single node nothing is ever
-        pending: it returns zeros without a command.
+        them off the registry; then checks up to ``limit`` sessions that the app's expiry
+        index says are due, and drops the index entries of those that are gone (appends
+        without ``app:`` keys never reach the app's slot, where that index is). ``more``
+        says that others are due: call again. Idempotent, safe to run concurrently.
+        ``dry_run`` only counts. On a single node nothing is ever pending, and every write
+        checks the expiry index itself: it returns zeros without a command.
 
         Raises:
             InvalidInputError: a bad app name, ``older_than`` or ``limit``.

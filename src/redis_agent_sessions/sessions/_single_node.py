@@ -28,7 +28,13 @@ class SingleNode(Layout):
         return "single"
 
     def _create_app_keys(self, keys: SessionKeys) -> list[str]:
-        return [keys.app_state, keys.app_sessions, keys.app_updated, self.keys.apps()]
+        return [
+            keys.app_state,
+            keys.app_sessions,
+            keys.app_updated,
+            self.keys.apps(),
+            keys.app_expiry,
+        ]
 
     def _create_tail(self, app_name: str) -> list[Any]:
         return [escape(app_name)]
@@ -36,8 +42,8 @@ class SingleNode(Layout):
     def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
         return app_key
 
-    def _app_updated(self, keys: SessionKeys) -> list[str]:
-        return [keys.app_updated]
+    def _app_indexes(self, keys: SessionKeys) -> list[str]:
+        return [keys.app_updated, keys.app_expiry]
 
     def observe(self, telemetry: Telemetry) -> None:
         """Nothing: every operation is one script here, so nothing is ever applied late."""
@@ -51,12 +57,23 @@ class SingleNode(Layout):
     async def created(
         self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
     ) -> Any:
-        return reply[2] if reply[0] == 1 else None
+        if reply[0] != 1:
+            return None
+        await self.drop_expired(app_name, reply[3])
+        return reply[2]
 
     async def settle(
-        self, keys: SessionKeys, outbox: Any, shortfalls: list[str] | None = None
+        self,
+        keys: SessionKeys,
+        after: Any,
+        shortfalls: list[str] | None = None,
+        *,
+        cleanup: bool = True,
     ) -> None:
-        """Nothing: the script wrote the app's keys too."""
+        """The script wrote the app's keys too; what remains is to check the members of the
+        expiry index it found due (``after``)."""
+        if cleanup:
+            await self.drop_expired(keys.app_name, after)
 
     async def snapshot(
         self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
@@ -114,4 +131,7 @@ class SingleNode(Layout):
         return [gone]
 
     def _prune_keys(self, first: SessionKeys) -> list[str]:
-        return [first.app_sessions, first.app_updated]
+        return [first.app_sessions, first.app_updated, first.app_expiry]
+
+    async def _pruned(self, first: SessionKeys, outbox: Any) -> None:
+        """Nothing: the prune script wrote the app's keys too."""

@@ -81,7 +81,13 @@ class SweepReport:
     users_cleared: int = 0
     """Users taken off the registry (0 in a dry run)."""
     more: bool = False
-    """More users are due than ``limit``: call again."""
+    """More users (or expiry index members) are due than ``limit``: call again."""
+    expired_due: int = 0
+    """Cluster: members of the app's expiry index due for a check (sessions that may have
+    expired; at most ``limit``)."""
+    expired_dropped: int = 0
+    """Of those, the sessions found gone, whose index entries this call dropped (0 in a dry
+    run)."""
 
 
 def check_sweep(app_name: object, older_than: object, limit: object) -> None:
@@ -227,6 +233,7 @@ class AppRegistry:
                 app_versions=self._keys.app_versions(app_name),
                 app_sessions=self._keys.app_sessions(app_name),
                 app_applied=applied_key,
+                app_expiry=self._keys.app_expiry(app_name),
                 user_member=user,
                 entries=pending,
                 want_state=False,

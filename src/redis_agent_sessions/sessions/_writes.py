@@ -94,6 +94,8 @@ class Writes(Generic[S, E]):
                     keys.app_member,
                     layout.mode(keys),
                     "" if own_ttl is None else "1",
+                    int(time.time() * 1000),
+                    layout.expired_per_write,
                 ],
                 fields,
                 shortfalls,
@@ -255,8 +257,11 @@ class Writes(Generic[S, E]):
         hints: tuple[str, str],
         *,
         catch_up: bool = False,
+        cleanup: bool = True,
     ) -> tuple[list[str], list[Any]]:
-        """append_event.lua's KEYS and ARGV up to (not including) the state fields."""
+        """append_event.lua's KEYS and ARGV up to (not including) the state fields; with
+        ``cleanup``, the script takes members of the app's expiry index due for a check
+        (single node: :meth:`Layout.settle` checks them)."""
         script_keys = self._ctx.layout.append_keys(keys)
         args = [
             "" if revision is None else revision,
@@ -273,6 +278,8 @@ class Writes(Generic[S, E]):
             *hints,
             self.catch_up_events if self._ctx.config.stale_policy == "reject" else 0,
             "1" if catch_up else "",
+            int(time.time() * 1000),
+            self._ctx.layout.expired_per_write if cleanup else 0,
         ]
         return script_keys, args
 
@@ -303,6 +310,7 @@ class Writes(Generic[S, E]):
                 event.timestamp,
                 update_time if revision == len(events) - 1 else event.timestamp,
                 self._codec.read_hints(event),
+                cleanup=revision == len(events) - 1,
             )
             calls.append((script_keys, [*args, 0, 0, 0]))  # no state fields in any scope
         shortfalls: list[str] = []

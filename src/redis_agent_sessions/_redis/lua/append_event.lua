@@ -4,6 +4,7 @@
 -- KEYS[6] app state hash, or (cluster layout) the user's app outbox stream
 -- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see ARGV[12])
 -- KEYS[9] app sessions-by-update zset (single node only)
+-- KEYS[10] the app's expiry index (_expiry.lua; single node only)
 -- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
 -- ARGV[2] id of the last event the writer has ('' = none)
 -- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
@@ -28,9 +29,16 @@
 --          what it lacks with its refusal (see {-2 ...} below); 0 = never
 -- ARGV[15] '' or '1': an appended event's reply carries the catch-up too (other writers
 --          of this worker hold copies at the writer's old revision and wait their turn)
--- ARGV[16..18] number of session, user and app fields, then that many field/JSON pairs
+-- ARGV[16] the caller's clock, whole ms since the epoch: when the session expires (it has a
+--          TTL), the metadata keeps when ('expires', ARGV[16] + TTL), and on a single node so
+--          does the app's expiry index (on a cluster that is in another slot: see
+--          sessions/_cluster.py)
+-- ARGV[17] (single-node layout) how many due members of the expiry index to claim and return
+-- ARGV[18..20] number of session, user and app fields, then that many field/JSON pairs
 -- The by-update indexes get the new last_update_time; the others are scored by creation.
--- returns {1, new revision, stream id, outbox, catch-up if ARGV[15]} appended,
+-- returns {1, new revision, stream id, after, catch-up if ARGV[15]} appended, where after is
+--         the outbox on a cluster and, on a single node, the expiry index's due members that
+--         this call claimed (see expiry_due in _expiry.lua),
 --         {2, revision the event produced, '', outbox} already stored (a retry),
 --         {-1} no such session, {-2, current revision, catch-up} stale writer,
 --         {-3, key, found type} when a key has a foreign type, {-4, command, key} when the
@@ -54,11 +62,12 @@
 local cluster, unapplied = layout(ARGV[9])
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
     'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
-  or (ARGV[16] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
-  or (ARGV[17] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
+  or (ARGV[18] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
+  or (ARGV[19] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
-  or (not cluster and ARGV[18] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
-  or (not cluster and denied('TYPE', KEYS[9], 'ZADD', KEYS[9]))
+  or (not cluster and ARGV[20] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
+  or (not cluster and denied('TYPE', KEYS[9], 'ZADD', KEYS[9], 'TYPE', KEYS[10],
+    'ZADD', KEYS[10], 'ZRANGE', KEYS[10]))
   or (ARGV[12] ~= '' and denied('TYPE', KEYS[8], 'ZADD', KEYS[8], 'ZRANGE', KEYS[8],
     'ZREM', KEYS[8]))
 -- Whether the session expires is known only once its metadata is read: ask now, refuse
@@ -76,17 +85,20 @@ if refused then return refused end
 local has_outbox = false
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
-  if ARGV[15 + scope] ~= '0' or (cluster and i == 6) then
+  if ARGV[17 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
-    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[18] ~= '0' end
+    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[20] ~= '0' end
   end
 end
--- The by-update indexes (7, and 9 on a single node), and the compactions zset (8) when
--- this event is a summary; a numeric loop, as this runs on every append.
-for i = 7, cluster and 7 or 9, 2 do
-  local t = redis.call('TYPE', KEYS[i])['ok']
-  if t ~= 'none' and t ~= 'zset' then return {-3, KEYS[i], t} end
+-- The by-update indexes (7, and 9 on a single node, with the expiry index 10), and the
+-- compactions zset (8) when this event is a summary; a numeric loop, as this runs on every
+-- append.
+for i = 7, cluster and 7 or 10 do
+  if i ~= 8 then
+    local t = redis.call('TYPE', KEYS[i])['ok']
+    if t ~= 'none' and t ~= 'zset' then return {-3, KEYS[i], t} end
+  end
 end
 if ARGV[12] ~= '' then
   local t = redis.call('TYPE', KEYS[8])['ok']
@@ -163,9 +175,9 @@ end
 local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', 'event', ARGV[5])
 if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
 
-local pos = 19
+local pos = 21
 for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
-  local n = tonumber(ARGV[15 + scope])
+  local n = tonumber(ARGV[17 + scope])
   -- unpack() is bounded by the Lua stack, so very large deltas go in slices.
   while n > 0 do
     local take = math.min(n, 1000)
@@ -186,8 +198,15 @@ for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
 end
 
 rev = rev + 1
-redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event_id', ARGV[4],
-  'last_ms', ms)
+if ttl > 0 then
+  local expires = expires_at(ARGV[16], ttl)
+  redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event_id', ARGV[4],
+    'last_ms', ms, 'expires', expires)
+  if not cluster then redis.call('ZADD', KEYS[10], expires, ARGV[11]) end
+else
+  redis.call('HSET', KEYS[1], 'rev', rev, 'last_update_time', ARGV[7], 'last_event_id', ARGV[4],
+    'last_ms', ms)
+end
 -- '<revision> <stream id>': the revision answers retries, the stream id lets a watcher
 -- resume after an event it names.
 redis.call('HSET', KEYS[4], ARGV[4], rev .. ' ' .. stream_id)
@@ -213,5 +232,6 @@ if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
   redis.call('EXPIRE', KEYS[8], ttl)
 end
-if ARGV[15] ~= '' then return {1, rev, stream_id, outbox(), catch_up()} end
-return {1, rev, stream_id, outbox()}
+local after = cluster and outbox() or expiry_due(KEYS[10], ARGV[16], tonumber(ARGV[17]))
+if ARGV[15] ~= '' then return {1, rev, stream_id, after, catch_up()} end
+return {1, rev, stream_id, after}

@@ -5,7 +5,8 @@
 -- KEYS[7] user sessions-by-update zset
 -- KEYS[8] app state hash         KEYS[9] app sessions zset    KEYS[10] app sessions-by-update
 -- KEYS[11] the apps zset (member: the escaped app name, scored by its first creation time)
---   (cluster layout: KEYS[8] is the user's app outbox stream, no KEYS[9..11]:
+-- KEYS[12] the app's expiry index (_expiry.lua)
+--   (cluster layout: KEYS[8] is the user's app outbox stream, no KEYS[9..12]:
 --   the caller adds the app to the apps zset, which lives in no app's slot, itself)
 -- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
@@ -15,9 +16,15 @@
 --         refresh ('' = the service default, which appends pass themselves)
 -- The session indexes are scored by creation time, the -by-update ones by last update
 -- (appends move those).
--- ARGV[9..11] number of session, user and app fields, then that many field/JSON pairs in order,
---   then (single-node layout) the app's member in the apps zset
--- returns {1, user state as field/value list, app state as field/value list} when created
+-- ARGV[9] the caller's clock, whole ms since the epoch: with a TTL, the session's metadata
+--   keeps when it expires ('expires', ARGV[9] + TTL) and so does the app's expiry index
+--   (on a cluster through the outbox's index_add, 'expire' -> ms); without one, any entry of a
+--   session that had this id before is dropped there
+-- ARGV[10] (single-node layout) how many due members of the expiry index to claim and return
+-- ARGV[11..13] number of session, user and app fields, then that many field/JSON pairs in
+--   order, then (single-node layout) the app's member in the apps zset
+-- returns {1, user state as field/value list, app state as field/value list, due} when
+--         created (due: the expiry index's members claimed, see expiry_due in _expiry.lua)
 --         ({1, user state, outbox entries from the layout's id on} in the cluster layout, where the
 --         app index entry and app fields are recorded in the outbox for the caller to apply),
 --         {0} when the session exists ({0, outbox entries from the layout's id on} in the cluster
@@ -29,12 +36,12 @@ local refused = denied_each('TYPE', KEYS)
     'HSET', KEYS[2], 'HSET', KEYS[5], 'ZADD', KEYS[6], 'ZADD', KEYS[7], 'HGETALL', KEYS[5])
   or (cluster and denied('XADD', KEYS[8], 'XTRIM', KEYS[8], 'XRANGE', KEYS[8]))
   or (not cluster and denied('HSET', KEYS[8], 'HGETALL', KEYS[8], 'ZADD', KEYS[9],
-    'ZADD', KEYS[10], 'ZADD', KEYS[11]))
+    'ZADD', KEYS[10], 'ZADD', KEYS[11], 'ZADD', KEYS[12], 'ZREM', KEYS[12], 'ZRANGE', KEYS[12]))
   or (tonumber(ARGV[5]) > 0 and denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2]))
 if refused then return refused end
 
 local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'hash', 'zset', 'zset',
-  'zset'}
+  'zset', 'zset'}
 if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'stream'} end
 for i, want in ipairs(expected) do
   local t = redis.call('TYPE', KEYS[i])
@@ -50,13 +57,19 @@ end
 -- Leftovers of an expired or hand-deleted session must not reappear under the new one.
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 
-local counts = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])}
-local pos = 12
+local ttl = tonumber(ARGV[5])
+local expires = ttl > 0 and expires_at(ARGV[9], ttl)
+local counts = {tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])}
+local pos = 14
 for scope, target in ipairs({KEYS[2], KEYS[5], KEYS[8]}) do
   if cluster and scope == 3 then
     -- The app's slot is elsewhere: its index entry and app fields go to the outbox, in
     -- entries of at most 1000 fields (unpack() is bounded by the Lua stack).
     local entry = {'index_add', ARGV[6], 'score', ARGV[4]}
+    if expires then
+      entry[5] = 'expire'
+      entry[6] = expires
+    end
     for _ = 1, counts[3] do
       entry[#entry + 1] = 'app:' .. ARGV[pos]
       entry[#entry + 1] = ARGV[pos + 1]
@@ -80,8 +93,8 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'app_name', ARGV[2], 'user_id', ARGV[
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'ttl', ARGV[5]) end
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
 redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1])
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
+if expires then
+  redis.call('HSET', KEYS[1], 'expires', expires)
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[2], ttl)
 end
@@ -92,4 +105,11 @@ end
 redis.call('ZADD', KEYS[9], ARGV[4], ARGV[6])
 redis.call('ZADD', KEYS[10], ARGV[4], ARGV[6])
 redis.call('ZADD', KEYS[11], 'NX', ARGV[4], ARGV[pos])
-return {1, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[8])}
+-- A session that had this id before and expired must not be taken for this one.
+if expires then
+  redis.call('ZADD', KEYS[12], expires, ARGV[6])
+else
+  redis.call('ZREM', KEYS[12], ARGV[6])
+end
+local due = expiry_due(KEYS[12], ARGV[9], tonumber(ARGV[10]))
+return {1, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[8]), due}

@@ -4,6 +4,8 @@
 --   (cluster layout) the user's app outbox stream
 -- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see append_event.lua)
 -- KEYS[9] app sessions-by-update zset (single node only)
+-- KEYS[10] the app's expiry index (_expiry.lua; single node only: on a cluster the outbox's
+--   index_rem drops the session there too)
 -- ARGV[1] session id   ARGV[2] member in the app sessions zset
 -- ARGV[3] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
 --         that may not be applied yet: older entries are dropped, newer ones returned
@@ -17,9 +19,10 @@ local refused = denied('TYPE', KEYS[5], 'TYPE', KEYS[6], 'DEL', KEYS[1], 'DEL', 
     'DEL', KEYS[3], 'DEL', KEYS[4], 'DEL', KEYS[8], 'ZREM', KEYS[5], 'TYPE', KEYS[7],
     'ZREM', KEYS[7])
   or (cluster and denied('XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
-  or (not cluster and denied('ZREM', KEYS[6], 'TYPE', KEYS[9], 'ZREM', KEYS[9]))
+  or (not cluster and denied('ZREM', KEYS[6], 'TYPE', KEYS[9], 'ZREM', KEYS[9],
+    'TYPE', KEYS[10], 'ZREM', KEYS[10]))
 if refused then return refused end
-for i, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9]}) do
+for i, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10]}) do
   local want = (cluster and i == 2) and 'stream' or 'zset'
   local t = redis.call('TYPE', key)
   if type(t) == 'table' then t = t['ok'] end
@@ -31,6 +34,7 @@ n = n + redis.call('ZREM', KEYS[7], ARGV[1])
 if not cluster then
   n = n + redis.call('ZREM', KEYS[6], ARGV[2])
   n = n + redis.call('ZREM', KEYS[9], ARGV[2])
+  redis.call('ZREM', KEYS[10], ARGV[2])
   return {n > 0 and 1 or 0, {}}
 end
 -- The app index is in another slot: its removal is applied from the outbox, after any

@@ -1,0 +1,406 @@
+"""Expired sessions leave the indexes by themselves: ordinary writes check the app's expiry
+index a few members at a time, and drop the entries of sessions that are gone.
+
+Each test runs on fakeredis, on the cluster code path over a slot-checking fakeredis, on
+Redis 7 (as an admin, and as the README's least-privilege ACL user) and on a real cluster.
+Sessions expire for real: TTLs of a second or two, and waits. Memory is compared with a store
+that never had the expired sessions: on real servers by ``MEMORY USAGE ... SAMPLES 0`` of
+every key under each store's prefix (what each store's keys hold, without the server's own
+overhead and allocator noise that ``INFO used_memory`` carries), on fakeredis (which has no
+MEMORY command) by what the keys hold: members, fields and entries, and the bytes of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from _acl import acl_user
+from _servers import skip_without
+from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
+from redis_agent_sessions import (
+    CorruptDataError,
+    Event,
+    EventActions,
+    RedisSessionService,
+    SessionServiceConfig,
+)
+from redis_agent_sessions.keys import KeySpace, split_app_member
+from test_bad_input import snapshot
+from test_cli import Cli, _drop
+
+APP = "exp_app"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("fake", marks=pytest.mark.fake),
+        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
+        pytest.param("real", marks=pytest.mark.real),
+        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
+        pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
+    ]
+)
+async def admin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Like conftest's ``redis_client``, without the read cache variants (nothing here
+    depends on it, and every test waits for TTLs)."""
+    if request.param in ("fake", "fake-slots"):
+        server = fakeredis.FakeServer()
+        client: Any
+        if request.param == "fake":
+            client = fakeredis.FakeAsyncRedis(server=server)
+        else:
+            cluster_layout(monkeypatch)
+            client = SlotCheckedRedis(server=server)
+        yield client
+        await client.aclose()
+        return
+    if request.param == "cluster":
+        cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+        await flush_cluster(cluster)
+        yield cluster
+        await flush_cluster(cluster)
+        await cluster.aclose()
+        return
+    client = Redis.from_url(skip_without("REDIS_URL"))
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+@pytest.fixture
+async def worker(admin: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """What the services run on: ``admin``, or under ``acl`` the README's user."""
+    if request.node.callspec.params.get("admin") != "acl":
+        yield admin
+        return
+    async with acl_user(admin) as client:
+        yield client
+
+
+def service(client: Any, prefix: str = "ras", **config: Any) -> RedisSessionService:
+    return RedisSessionService(client, config=SessionServiceConfig(key_prefix=prefix, **config))
+
+
+def event(i: int, text: str = "") -> Event:
+    return Event(author="agent", actions=EventActions(state_delta={"n": i, "note": text}))
+
+
+def cluster_path(svc: RedisSessionService) -> bool:
+    return svc._engine.layout.name == "cluster"
+
+
+async def indexed(admin: Any, prefix: str, users: list[str]) -> list[tuple[str, str, str]]:
+    """Every (index key, user, session) that the app's and ``users``' indexes hold."""
+    keys = KeySpace(prefix)
+    found: list[tuple[str, str, str]] = []
+    for index in (keys.app_sessions(APP), keys.app_updated(APP)):
+        for member in await admin.zrange(index, 0, -1):
+            user, sid = split_app_member(member.decode())
+            found.append((index, user, sid))
+    for user in users:
+        for index in (keys.user_sessions(APP, user), keys.user_updated(APP, user)):
+            found += [(index, user, m.decode()) for m in await admin.zrange(index, 0, -1)]
+    return found
+
+
+async def stale(admin: Any, prefix: str, users: list[str]) -> list[tuple[str, str, str]]:
+    """The index members that name sessions that no longer exist."""
+    keys = KeySpace(prefix)
+    return [
+        (index, user, sid)
+        for index, user, sid in await indexed(admin, prefix, users)
+        if not await admin.exists(keys.session(APP, user, sid).meta)
+    ]
+
+
+async def footprint(admin: Any, prefix: str) -> int:
+    """What the keys under ``prefix`` take: MEMORY USAGE on a real server, else the bytes of
+    their members, fields, values and entries (fakeredis has no MEMORY command)."""
+    total = 0
+    real = not isinstance(admin, fakeredis.FakeAsyncRedis)
+    async for key in admin.scan_iter(match=f"{prefix}:*", count=1000):
+        if real:
+            total += await admin.memory_usage(key, samples=0) or 0
+            continue
+        kind = (await admin.type(key)).decode()
+        if kind == "zset":
+            items = await admin.zrange(key, 0, -1, withscores=True)
+            total += sum(len(m) + 8 for m, _ in items)
+        elif kind == "hash":
+            total += sum(len(k) + len(v) for k, v in (await admin.hgetall(key)).items())
+        elif kind == "stream":
+            for entry_id, fields in await admin.xrange(key):
+                total += len(entry_id) + sum(len(k) + len(v) for k, v in fields.items())
+        else:
+            total += len(await admin.dump(key) or b"")
+        total += len(key)
+    return total
+
+
+async def others_write(client: Any, prefix: str, count: int, tag: str) -> None:
+    """``count`` ordinary writes of users who are not the ones whose sessions expired: each a
+    create (with a day's TTL) then an append, as a Runner's turn does; no listing."""
+    svc = service(client, prefix, ttl_seconds=86_400)
+    for i in range(0, count, 2):
+        s = await svc.create_session(app_name=APP, user_id=f"other{i % 17}", session_id=f"{tag}{i}")
+        await svc.append_event(s, event(i, "x" * 800))
+
+
+# -- the proof: per layout, expired sessions leave by themselves ----------------------------
+
+
+async def test_expired_sessions_leave_the_indexes_with_ordinary_writes(
+    admin: Any, worker: Any
+) -> None:
+    """300 sessions of 30 users expire; 300 ordinary writes of other users later, the index
+    members naming them are gone (<= 1%), and the store holds about what a store that
+    never had them holds."""
+    expiring = service(worker, "ras:a", ttl_seconds=1)
+    users = [f"user{u}" for u in range(30)]
+    for i in range(300):
+        user = users[i % 30]
+        s = await expiring.create_session(app_name=APP, user_id=user, session_id=f"s{i}")
+        await expiring.append_event(s, event(i))
+    await asyncio.sleep(1.5)
+    left = await stale(admin, "ras:a", users)
+    assert len(left) == 300 * (3 if cluster_path(expiring) else 4)
+
+    await others_write(worker, "ras:a", 300, "o")
+    await others_write(worker, "ras:b", 300, "o")  # a store that never had them
+
+    remaining = await stale(admin, "ras:a", users)
+    assert len(remaining) <= len(left) // 100, remaining[:10]
+    with_them, without = await footprint(admin, "ras:a"), await footprint(admin, "ras:b")
+    # Users who ever wrote keep a little on a cluster (their outbox, their registration for
+    # the sweep): the README's "What expires".
+    assert with_them <= without * 1.05, (with_them, without)
+
+
+async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:
+    """Per-session TTLs mixed with the service's and with none: those without a TTL stay,
+    a session whose TTL appends slid stays until it really expires, and a session made
+    again under an expired one's id is not taken for its predecessor."""
+    short = service(worker, ttl_seconds=1)
+    plain = service(worker)
+    long = service(worker, ttl_seconds=3600)
+    users = ["ann", "bob"]
+    made = {  # id -> (the service that made it and appends to it, its user, its own TTL)
+        "default": (short, "ann", None),
+        "own": (plain, "ann", 1),
+        "zero": (short, "ann", 0),
+        "none": (plain, "bob", None),
+        "slid": (long, "bob", 2),
+        "again": (short, "bob", None),
+        "again_ttl": (short, "ann", None),
+    }
+    sessions = {}
+    for sid, (svc, user, ttl) in made.items():
+        sessions[sid] = await svc.create_session(
+            app_name=APP, user_id=user, session_id=sid, ttl=ttl
+        )
+        await svc.append_event(sessions[sid], event(1))
+    start = time.monotonic()
+    await asyncio.sleep(1.3)
+    # Slid by an append (its own TTL of 2 s, whoever appends): now due at ~3.3 s.
+    await plain.append_event(sessions["slid"], event(2))
+    # Expired, then made again: without a TTL, and with a long one.
+    await plain.create_session(app_name=APP, user_id="bob", session_id="again")
+    await long.create_session(app_name=APP, user_id="ann", session_id="again_ttl")
+
+    async def present() -> set[str]:
+        return {sid for _, user, sid in await indexed(admin, "ras", users) if user in users}
+
+    await others_write(worker, "ras", 40, "p")
+    assert await present() == {"zero", "none", "slid", "again", "again_ttl"}
+    assert await stale(admin, "ras", users) == []
+    # Past the slid session's first TTL (a cluster's app index still has that estimate):
+    # checked, found alive, kept.
+    await asyncio.sleep(max(0.0, 2.4 - (time.monotonic() - start)))
+    await others_write(worker, "ras", 40, "q")
+    assert "slid" in await present()
+    assert await short.get_session(app_name=APP, user_id="bob", session_id="slid") is not None
+    # Past its slid TTL: gone, and only it.
+    await asyncio.sleep(max(0.0, 3.6 - (time.monotonic() - start)))
+    await others_write(worker, "ras", 40, "r")
+    assert await present() == {"zero", "none", "again", "again_ttl"}
+    assert await stale(admin, "ras", users) == []
+    for sid, user in (("zero", "ann"), ("none", "bob"), ("again", "bob"), ("again_ttl", "ann")):
+        assert await plain.get_session(app_name=APP, user_id=user, session_id=sid) is not None
+
+
+async def test_a_session_deleted_or_made_again_leaves_no_due_entry(admin: Any, worker: Any) -> None:
+    svc = service(worker, ttl_seconds=600)
+    keys = KeySpace()
+    s = await svc.create_session(app_name=APP, user_id="ann", session_id="s")
+    await svc.append_event(s, event(1))
+    assert await admin.zrange(keys.app_expiry(APP), 0, -1) == [b"ann:s"]
+    assert int(await admin.hget(keys.session(APP, "ann", "s").meta, "expires")) > 0
+    await svc.delete_session(app_name=APP, user_id="ann", session_id="s")
+    assert await admin.exists(keys.app_expiry(APP)) == 0
+    await svc.create_session(app_name=APP, user_id="ann", session_id="s")
+    await service(worker).delete_session(app_name=APP, user_id="ann", session_id="s")
+    await service(worker).create_session(app_name=APP, user_id="ann", session_id="s")
+    assert await admin.exists(keys.app_expiry(APP)) == 0  # made again without a TTL
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(
+    "admin",
+    [
+        pytest.param("fake-slots", marks=pytest.mark.fake),
+        pytest.param("cluster", marks=pytest.mark.real),
+    ],
+    indirect=True,
+)
+async def test_the_sweep_checks_what_appends_cannot_reach(admin: Any, worker: Any) -> None:
+    """On a cluster an append without app: keys never reaches the app's slot: the sweep
+    checks the due members there (on a single node every write reaches the index)."""
+    svc = service(worker, ttl_seconds=1)
+    assert cluster_path(svc)
+    users = [f"u{i}" for i in range(5)]
+    for i in range(20):
+        await svc.create_session(app_name=APP, user_id=users[i % 5], session_id=f"s{i}")
+    keeper = await svc.create_session(app_name=APP, user_id="keeper", ttl=0)
+    await asyncio.sleep(1.5)
+    for i in range(20):
+        await svc.append_event(keeper, event(i))
+    assert len(await stale(admin, "ras", users)) == 60
+    before = await snapshot(admin)
+    dry = await svc.sweep_app_writes(app_name=APP, dry_run=True)
+    assert (dry.expired_due, dry.expired_dropped) == (20, 0)
+    assert await snapshot(admin) == before
+    done = await svc.sweep_app_writes(app_name=APP, limit=150)
+    assert (done.expired_due, done.expired_dropped, done.more) == (20, 20, False)
+    assert await stale(admin, "ras", users) == []
+    assert await admin.zcard(KeySpace().app_sessions(APP)) == 1
+
+
+# -- bad input and permissions ---------------------------------------------------------------
+
+
+async def test_an_expiry_index_of_foreign_type_is_named_and_nothing_written(
+    admin: Any, worker: Any
+) -> None:
+    svc = service(worker, ttl_seconds=600)
+    s = await svc.create_session(app_name=APP, user_id="ann", session_id="s")
+    key = KeySpace().app_expiry(APP)
+    await admin.delete(key)
+    await admin.set(key, "not a zset")
+    pattern = key.replace("{", r"\{").replace("}", r"\}")
+    if cluster_path(svc):
+        # The app's slot is the second step, as for every app key (README: Deployment).
+        with pytest.raises(CorruptDataError, match=pattern):
+            await svc.create_session(app_name=APP, user_id="ann", session_id="t")
+        return
+    before = await snapshot(admin)
+    with pytest.raises(CorruptDataError, match=pattern):
+        await svc.create_session(app_name=APP, user_id="ann", session_id="t")
+    with pytest.raises(CorruptDataError, match=pattern):
+        await svc.append_event(s, event(1))
+    with pytest.raises(CorruptDataError, match=pattern):
+        await svc.delete_session(app_name=APP, user_id="ann", session_id="s")
+    assert await snapshot(admin) == before
+
+
+@pytest.mark.real
+@pytest.mark.acl
+@pytest.mark.parametrize("layout", ["single", "cluster-layout"])
+async def test_the_readme_user_cleans_up_and_nothing_new_is_refused(layout: str) -> None:
+    admin = Redis.from_url(skip_without("REDIS_URL"))
+    await admin.flushdb()
+    try:
+        async with acl_user(admin) as worker:
+            cluster = layout != "single" or None
+            svc = RedisSessionService(
+                worker, config=SessionServiceConfig(ttl_seconds=1, cluster=cluster)
+            )
+            users = ["ann", "bob"]
+            for i in range(8):
+                s = await svc.create_session(app_name=APP, user_id=users[i % 2], session_id=f"s{i}")
+                await svc.append_event(s, event(i))
+            await asyncio.sleep(1.5)
+            keep = RedisSessionService(
+                worker, config=SessionServiceConfig(ttl_seconds=600, cluster=cluster)
+            )
+            for i in range(4):
+                s = await keep.create_session(app_name=APP, user_id="cat", session_id=f"k{i}")
+                await keep.append_event(s, event(i))
+            assert await stale(admin, "ras", users) == []
+            report = await keep.sweep_app_writes(app_name=APP, older_than=120)
+            assert report.expired_dropped == 0
+            assert await keep.check_ready()
+    finally:
+        await admin.flushdb()
+        await admin.aclose()
+
+
+# -- the operator's path: a backlog written before the expiry index --------------------------
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("REDIS_URL", marks=pytest.mark.real),
+        pytest.param("REDIS_CLUSTER_URL", marks=[pytest.mark.real, pytest.mark.cluster]),
+    ]
+)
+async def cli(request: pytest.FixtureRequest) -> AsyncIterator[Cli]:
+    found = Cli(skip_without(request.param), cluster=request.param == "REDIS_CLUSTER_URL")
+    yield found
+    await _drop(found, found.prefix)
+
+
+async def prefixed(client: Any, prefix: str) -> dict[bytes, Any]:
+    return {k: v for k, v in (await snapshot(client)).items() if k.startswith(prefix.encode())}
+
+
+async def test_the_cli_drops_a_backlog_and_stats_counts_it(cli: Cli) -> None:
+    users = ["u0", "u1", "u2", "u3"]
+    async with cli.service() as svc:
+        for i in range(12):
+            s = await svc.create_session(
+                app_name=APP, user_id=users[i % 4], session_id=f"s{i}", ttl=1
+            )
+            await svc.append_event(s, event(i))
+        for i in range(3):
+            await svc.create_session(app_name=APP, user_id="keeper", session_id=f"k{i}")
+    client = cli.client()
+    async with client:
+        # Data written before the expiry index existed: none of it is in there.
+        await client.delete(KeySpace(cli.prefix).app_expiry(APP))
+        await asyncio.sleep(1.5)
+        row = cli.json("stats", APP)["apps"][0]
+        assert (row["sessions"], row["expired_sessions"]) == (15, 12)
+        human = cli.run("stats", APP)
+        assert human.returncode == 0, human.stderr
+        assert "EXPIRED" in human.stdout
+
+        before = await prefixed(client, cli.prefix)
+        dry = cli.run("expired", APP, "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert f"12 of 15 sessions in the index of app {APP!r} no longer exist" in dry.stdout
+        assert cli.json("expired", APP, "--dry-run")["dropped"] == 0
+        assert await prefixed(client, cli.prefix) == before
+        assert len(await stale(client, cli.prefix, users)) == 12 * (3 if cli.cluster else 4)
+
+        done = cli.run("expired", APP)
+        assert done.returncode == 0, done.stderr
+        assert "dropped the index entries of 12" in done.stderr
+        assert await stale(client, cli.prefix, users) == []
+        row = cli.json("stats", APP)["apps"][0]
+        assert (row["sessions"], row["expired_sessions"]) == (3, 0)
+        again = cli.json("expired", APP)
+        assert (again["checked"], again["expired"], again["dropped"]) == (3, 0, 0)
+
+        assert cli.run("expired", "nope").returncode == 1
+        bad = cli.run("expired", " padded ")
+        assert bad.returncode == 2
+        assert "app_name" in bad.stderr
