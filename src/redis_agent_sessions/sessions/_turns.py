@@ -77,7 +77,7 @@ class Turns:
                 self._wakers.setdefault(key, {})[queued] = waker
                 try:
                     await asyncio.wait_for(waker, min(lapses) - now if lapses else None)
-                except TimeoutError:
+                except asyncio.TimeoutError:  # not yet the builtin TimeoutError on 3.10
                     pass
                 finally:
                     wakers = self._wakers.get(key)
