@@ -16,32 +16,32 @@ exactly once, the session and ``user:`` state are the fold of the stored deltas,
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
-from redis.cluster import key_slot
 from redis.exceptions import ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from _folds import fold_deltas
+from _cluster_load import (
+    Ack,
+    Load,
+    WorkerLog,
+    check_app_writes,
+    check_stored,
+    spread_users,
+    worker,
+)
 from _local_cluster import LocalCluster, parse_nodes, settled, throwaway_cluster
-from cluster_worker import version
-from redis_agent_sessions import Event, EventActions, RedisSessionService, Session
-from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.state import merge_state
+from redis_agent_sessions import RedisSessionService
 
 APP = "failover_app"
-KEYS = KeySpace()
 # A manual failover does not wait on it; a node starved for this long on a loaded runner
 # must not be failed over automatically behind the test's back.
 NODE_TIMEOUT_MS = 5000
@@ -55,8 +55,8 @@ AFTER_SECONDS = 1.0  # appends after the last failover completed
 WORKERS = 3  # each owns one user on every shard
 
 # What a worker may get from redis-py while a primary hands over (after redis-py's own
-# retries): it retries the append with the same event.
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
+# retries): it retries the append with the same event; any other error ends the test.
+LOAD = Load(APP, (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError))
 
 
 @pytest.fixture
@@ -129,98 +129,6 @@ async def fail_over(ports: list[int], step: Failover) -> None:
 # -- workers ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Ack:
-    """An append that returned without error."""
-
-    user: str
-    event_id: str
-    delta: dict[str, Any]
-    sent: float  # time.monotonic() of the first attempt
-    acked: float
-    attempts: int
-
-
-@dataclass
-class WorkerLog:
-    acks: list[Ack] = field(default_factory=list)
-    app_writes: list[tuple[str, str, str]] = field(default_factory=list)  # version, key, value
-    retried: Counter[str] = field(default_factory=Counter)  # exception type -> retries
-
-
-async def until_done(what: str, deadline: float, log: WorkerLog, call: Any) -> Any:
-    """``await call()``, retried after the errors a handover may cause, until ``deadline``."""
-    while True:
-        try:
-            return await call()
-        except TRANSIENT as exc:
-            log.retried[type(exc).__name__] += 1
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: still failing at the deadline") from exc
-            await asyncio.sleep(0.02)
-
-
-async def worker(
-    n: int, url: str, users: list[str], stop: asyncio.Event, deadline: float
-) -> WorkerLog:
-    """Appends to one session per user, round robin, until ``stop``; the event in flight
-    when ``stop`` is set is still retried until acknowledged."""
-    log = WorkerLog()
-    rng = random.Random(n)
-    client = RedisCluster.from_url(url, socket_timeout=5, socket_connect_timeout=2)
-    service = RedisSessionService(client)
-    try:
-        sessions: dict[str, Session] = {}
-        for user in users:
-            found = await service.get_session(app_name=APP, user_id=user, session_id="s")
-            assert found is not None
-            sessions[user] = found
-        i = 0
-        while not stop.is_set():
-            user = users[i % len(users)]
-            session = sessions[user]
-            k = i // len(users)  # this user's k-th event: session-only, + user:, + app:
-            delta: dict[str, Any] = {"n": k, f"s{k % 4}": f"{user}-{k}"}
-            if k % 3 >= 1:
-                delta |= {"user:n": k, f"user:u{k % 2}": f"{user}-{k}"}
-            app: dict[str, str] = {}
-            if k % 3 == 2:
-                app = {f"k{j}": f"{user}-{k}-{j}" for j in rng.sample(range(3), rng.randint(1, 2))}
-                delta |= {f"app:{k}": v for k, v in app.items()}
-            event = Event(author=f"w{n}", actions=EventActions(state_delta=dict(delta)))
-            sent = time.monotonic()
-            attempts = 0
-
-            async def append(session: Session = session, event: Event = event) -> Event:
-                nonlocal attempts
-                attempts += 1
-                # The same event every time: a retry of an append that did land is a no-op.
-                return await service.append_event(session, event)
-
-            await until_done(f"append of {event.id} for {user}", deadline, log, append)
-            log.acks.append(Ack(user, event.id, delta, sent, time.monotonic(), attempts))
-            assert session.events[-1].id == event.id  # the copy follows, retried or not
-            if app:
-                # The version this write got: its entry is the newest of the user's outbox
-                # (this worker is the user's only writer; the next operation may trim it).
-                outbox = KEYS.app_outbox(APP, user)
-                [(stream_id, fields)] = await until_done(
-                    f"outbox of {user}",
-                    deadline,
-                    log,
-                    lambda outbox=outbox: client.xrevrange(outbox, "+", "-", count=1),
-                )
-                for key, value in app.items():
-                    assert fields[f"app:{key}".encode()] == f'"{value}"'.encode(), (fields, app)
-                    log.app_writes.append((version(stream_id, user), key, value))
-            i += 1
-            await asyncio.sleep(0)
-    finally:
-        await service.aclose()
-        await client.aclose()
-    return log
-
-
 # -- the test --------------------------------------------------------------------------------
 
 
@@ -244,21 +152,8 @@ async def failover_under_load(cluster: LocalCluster) -> None:
     # Users spread over every shard: one per shard for each worker.
     async with Redis(port=ports[0], socket_timeout=2) as probe:
         ranges = await probe.execute_command("CLUSTER", "SLOTS")
-
-    def shard(user: str) -> int:
-        slot = key_slot(KEYS.user_state(APP, user).encode())
-        return next(int(r[2][1]) for r in ranges if int(r[0]) <= slot <= int(r[1]))
-
-    by_shard: dict[int, list[str]] = {p: [] for p in pairs}
-    for i in range(10_000):
-        user = f"u{i}"
-        if len(by_shard[shard(user)]) < WORKERS:
-            by_shard[shard(user)].append(user)
-        if all(len(us) == WORKERS for us in by_shard.values()):
-            break
-    owned = [[us[w] for us in by_shard.values()] for w in range(WORKERS)]
-    users = [u for us in owned for u in us]
-    shard_of = {u: shard(u) for u in users}
+    owned, shard_of = spread_users(APP, ranges, list(pairs), WORKERS)
+    users = list(shard_of)
 
     async with RedisSessionService.from_url(cluster.url, cluster=True) as service:
         for user in users:
@@ -266,8 +161,9 @@ async def failover_under_load(cluster: LocalCluster) -> None:
 
     stop = asyncio.Event()
     hard_deadline = time.monotonic() + BODY_SECONDS - 6  # leaves time for the checks
+    logs = [WorkerLog() for _ in range(WORKERS)]
     tasks = [
-        asyncio.create_task(worker(w, cluster.url, owned[w], stop, hard_deadline))
+        asyncio.create_task(worker(LOAD, w, cluster.url, owned[w], stop, hard_deadline, logs[w]))
         for w in range(WORKERS)
     ]
     steps = [Failover(primary, replica) for primary, replica in pairs.items()]
@@ -279,7 +175,7 @@ async def failover_under_load(cluster: LocalCluster) -> None:
         await asyncio.sleep(AFTER_SECONDS)
     finally:
         stop.set()
-        logs: list[WorkerLog] = await asyncio.gather(*tasks)
+        await asyncio.gather(*tasks)
 
     # The roles really switched: every old primary now replicates from its old replica.
     assert await topology(ports[0]) == {s.replica: s.primary for s in steps}
@@ -306,40 +202,9 @@ async def failover_under_load(cluster: LocalCluster) -> None:
     # whatever the old primary acknowledged is on the new one: with asynchronous
     # replication a write acknowledged just before an *unplanned* failover may be lost,
     # but here not one acknowledged append may be missing, before, during or after.
-    async with RedisSessionService.from_url(cluster.url, cluster=True) as service:
-        app_state = await service.get_app_state(app_name=APP)
-        for user in users:
-            mine = [a for a in acks if a.user == user]
-            session = await service.get_session(app_name=APP, user_id=user, session_id="s")
-            assert session is not None
-            stored = [e.id for e in session.events]
-            assert [i for i, c in Counter(stored).items() if c > 1] == [], f"{user}: twice"
-            missing = Counter(phase(a) for a in mine if a.event_id not in set(stored))
-            assert not missing, f"{user} (shard {shard_of[user]}) lost acked appends: {missing}"
-            # One writer per session, so the stored order is the order of the acks, and
-            # nothing is stored that was not acknowledged (no attempt was abandoned).
-            assert stored == [a.event_id for a in mine], user
-            assert [e.actions.state_delta for e in session.events] == [a.delta for a in mine]
-            fold, user_fold = fold_deltas(session.events)
-            assert await service.get_user_state(app_name=APP, user_id=user) == user_fold, user
-            assert session.state == merge_state(fold, user_fold, app_state), user
-
+    app_state = await check_stored(APP, cluster.url, acks, shard_of, phase)
     # Every app: key holds its newest acknowledged write, whichever shard recorded it.
-    newest: dict[str, tuple[str, str]] = {}
-    writers: dict[str, set[int]] = {}
-    for log in logs:
-        for ver, key, value in log.app_writes:
-            if key not in newest or ver > newest[key][0]:
-                newest[key] = (ver, value)
-            writers.setdefault(key, set()).add(shard_of[value.split("-")[0]])
-    # (users of every shard wrote every key, else newest-wins would prove little)
-    assert writers == {key: set(pairs) for key in newest}
-    assert app_state == {key: value for key, (_, value) in newest.items()}
-    async with RedisCluster.from_url(cluster.url) as client:
-        versions = await client.hgetall(KEYS.app_versions(APP))
-    assert {k.decode(): v.decode() for k, v in versions.items()} == {
-        key: ver for key, (ver, _) in newest.items()
-    }
+    await check_app_writes(APP, cluster.url, logs, shard_of, set(pairs), app_state)
 
     # What the handovers looked like to the workers (shown with -s, or on failure).
     retried = sum((log.retried for log in logs), Counter())

@@ -21,25 +21,29 @@ fails the test with its type and traceback.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
-from redis.cluster import key_slot
 from redis.exceptions import ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from _folds import fold_deltas
+from _cluster_load import (
+    Ack,
+    Load,
+    WorkerLog,
+    check_app_writes,
+    check_stored,
+    spread_users,
+    worker,
+)
 from _local_cluster import (
     LocalCluster,
     admin,
@@ -48,20 +52,13 @@ from _local_cluster import (
     ready,
     throwaway_cluster,
 )
-from cluster_worker import version
 from redis_agent_sessions import (
-    Event,
-    EventActions,
     RedisSessionService,
-    Session,
     SessionServiceConfig,
     WriteConcernError,
 )
-from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.state import merge_state
 
 APP = "kill_app"
-KEYS = KeySpace()
 # Short, so that a killed primary is replaced within a few seconds; long enough that a node
 # starved on a loaded runner is not failed over behind the test's back.
 NODE_TIMEOUT_MS = 1500
@@ -80,13 +77,14 @@ WORKERS = 3  # each owns one user on every shard
 MAX_UNEXPECTED = 20  # a worker stops after this many errors a failover does not explain
 
 # What a failover may legitimately raise (after redis-py's own retries): the worker retries
-# the append with the same event.
-FAILOVER_ERRORS = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    ClusterDownError,
-    TryAgainError,
-    WriteConcernError,
+# the append with the same event. Other errors are counted, retried, and fail the test.
+LOAD = Load(
+    APP,
+    (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, WriteConcernError),
+    config=CONCERN,
+    max_unexpected=MAX_UNEXPECTED,
+    # A retry after a WriteConcernError from the app step learns it applied, and drops it.
+    app_entry_may_be_gone=True,
 )
 
 
@@ -174,115 +172,6 @@ async def kill_and_rejoin(cluster: LocalCluster, step: Kill) -> None:
 # -- workers ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Ack:
-    """An append that returned without error: a replica confirmed it."""
-
-    user: str
-    event_id: str
-    delta: dict[str, Any]
-    sent: float  # time.monotonic() of the first attempt
-    acked: float
-    attempts: int
-
-
-@dataclass
-class WorkerLog:
-    acks: list[Ack] = field(default_factory=list)
-    app_writes: list[tuple[str, str, str]] = field(default_factory=list)  # version, key, value
-    retried: Counter[str] = field(default_factory=Counter)  # error type -> retries
-    unexpected: Counter[str] = field(default_factory=Counter)  # error type -> count
-    tracebacks: dict[str, str] = field(default_factory=dict)  # error type -> the first one
-
-
-async def until_done(what: str, deadline: float, log: WorkerLog, call: Any) -> Any:
-    """``await call()``, retried after the errors a failover may cause, until ``deadline``.
-    Any other error is recorded (the test fails on it at the end) and retried as well, so
-    that the count shows how often it happens."""
-    while True:
-        try:
-            return await call()
-        except FAILOVER_ERRORS as exc:
-            log.retried[type(exc).__name__] += 1
-            error: Exception = exc
-        except Exception as exc:
-            name = type(exc).__name__
-            log.unexpected[name] += 1
-            log.tracebacks.setdefault(name, traceback.format_exc())
-            if sum(log.unexpected.values()) >= MAX_UNEXPECTED:
-                raise
-            error = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still failing at the deadline") from error
-        await asyncio.sleep(0.02)
-
-
-async def worker(
-    n: int, url: str, users: list[str], stop: asyncio.Event, deadline: float, log: WorkerLog
-) -> None:
-    """Appends to one session per user, round robin, until ``stop``; the event in flight
-    when ``stop`` is set is still retried until acknowledged."""
-    rng = random.Random(n)
-    client = RedisCluster.from_url(url, socket_timeout=5, socket_connect_timeout=2)
-    service = RedisSessionService(client, config=CONCERN)
-    try:
-        sessions: dict[str, Session] = {}
-        for user in users:
-            found = await service.get_session(app_name=APP, user_id=user, session_id="s")
-            assert found is not None
-            sessions[user] = found
-        i = 0
-        while not stop.is_set():
-            user = users[i % len(users)]
-            session = sessions[user]
-            k = i // len(users)  # this user's k-th event: session-only, + user:, + app:
-            delta: dict[str, Any] = {"n": k, f"s{k % 4}": f"{user}-{k}"}
-            if k % 3 >= 1:
-                delta |= {"user:n": k, f"user:u{k % 2}": f"{user}-{k}"}
-            app: dict[str, str] = {}
-            if k % 3 == 2:
-                app = {f"k{j}": f"{user}-{k}-{j}" for j in rng.sample(range(3), rng.randint(1, 2))}
-                delta |= {f"app:{k}": v for k, v in app.items()}
-            event = Event(author=f"w{n}", actions=EventActions(state_delta=dict(delta)))
-            sent = time.monotonic()
-            attempts = 0
-
-            async def append(session: Session = session, event: Event = event) -> Event:
-                nonlocal attempts
-                attempts += 1
-                # The same event every time: a retry of an append that did land is a no-op.
-                return await service.append_event(session, event)
-
-            await until_done(f"append of {event.id} for {user}", deadline, log, append)
-            log.acks.append(Ack(user, event.id, delta, sent, time.monotonic(), attempts))
-            assert session.events[-1].id == event.id  # the copy follows, retried or not
-            if app:
-                # The version this write got: its outbox entry is the user's newest (this
-                # worker is the user's only writer, and a retry adds none). The entry itself
-                # may be gone: a retry after a WriteConcernError from the app step knows it
-                # applied, and drops it.
-                outbox = KEYS.app_outbox(APP, user)
-                info = await until_done(
-                    f"outbox of {user}",
-                    deadline,
-                    log,
-                    lambda outbox=outbox: client.xinfo_stream(outbox),
-                )
-                stream_id = info["last-generated-id"]
-                if info["last-entry"] is not None:
-                    entry_id, fields = info["last-entry"]
-                    assert entry_id == stream_id, info
-                    for key, value in app.items():
-                        assert fields[f"app:{key}".encode()] == f'"{value}"'.encode(), info
-                for key, value in app.items():
-                    log.app_writes.append((version(stream_id, user), key, value))
-            i += 1
-            await asyncio.sleep(0)
-    finally:
-        await service.aclose()
-        await client.aclose()
-
-
 # -- the test --------------------------------------------------------------------------------
 
 
@@ -313,20 +202,8 @@ async def kills_under_load(cluster: LocalCluster) -> None:
     # Users spread over every shard (named by its first primary): one per shard per worker.
     with admin(ports[0]) as probe:
         ranges = probe.execute_command("CLUSTER", "SLOTS")
-
-    def shard(user: str) -> int:
-        slot = key_slot(KEYS.user_state(APP, user).encode())
-        return next(int(r[2][1]) for r in ranges if int(r[0]) <= slot <= int(r[1]))
-
-    by_shard: dict[int, list[str]] = {p: [] for p in pairs}
-    for i in range(10_000):
-        if len(by_shard[shard(f"u{i}")]) < WORKERS:
-            by_shard[shard(f"u{i}")].append(f"u{i}")
-        if all(len(us) == WORKERS for us in by_shard.values()):
-            break
-    owned = [[us[w] for us in by_shard.values()] for w in range(WORKERS)]
-    users = [u for us in owned for u in us]
-    shard_of = {u: shard(u) for u in users}
+    owned, shard_of = spread_users(APP, ranges, list(pairs), WORKERS)
+    users = list(shard_of)
 
     async with RedisSessionService.from_url(cluster.url, cluster=True) as service:
         for user in users:
@@ -336,7 +213,7 @@ async def kills_under_load(cluster: LocalCluster) -> None:
     hard_deadline = time.monotonic() + BODY_SECONDS - 6  # leaves time for the checks
     logs = [WorkerLog() for _ in range(WORKERS)]
     tasks = [
-        asyncio.create_task(worker(w, cluster.url, owned[w], stop, hard_deadline, logs[w]))
+        asyncio.create_task(worker(LOAD, w, cluster.url, owned[w], stop, hard_deadline, logs[w]))
         for w in range(WORKERS)
     ]
     steps = [Kill(primary, replica) for primary, replica in pairs.items()]
@@ -393,38 +270,9 @@ async def kills_under_load(cluster: LocalCluster) -> None:
 
     # Each acknowledged append was on a replica before any kill could take it (the killed
     # node's own writes are gone, its replica's are not): none may be missing.
-    async with RedisSessionService.from_url(cluster.url, cluster=True) as service:
-        app_state = await service.get_app_state(app_name=APP)
-        for user in users:
-            mine = [a for a in acks if a.user == user]
-            session = await service.get_session(app_name=APP, user_id=user, session_id="s")
-            assert session is not None
-            stored = [e.id for e in session.events]
-            assert [i for i, c in Counter(stored).items() if c > 1] == [], f"{user}: twice"
-            missing = Counter(phase(a) for a in mine if a.event_id not in set(stored))
-            assert not missing, f"{user} (shard {shard_of[user]}) lost acked appends: {missing}"
-            # One writer per session, retrying each event until acknowledged: the stored
-            # order is the order of the acks, and nothing else is stored.
-            assert stored == [a.event_id for a in mine], user
-            assert [e.actions.state_delta for e in session.events] == [a.delta for a in mine]
-            fold, user_fold = fold_deltas(session.events)
-            assert await service.get_user_state(app_name=APP, user_id=user) == user_fold, user
-            assert session.state == merge_state(fold, user_fold, app_state), user
+    app_state = await check_stored(APP, cluster.url, acks, shard_of, phase)
 
     # Every app: key holds its newest acknowledged write, whichever shard recorded it: an
     # append with app: keys is acknowledged only once a replica of the app's shard has
     # applied them too, so the kill of either shard's primary cannot take them back.
-    newest: dict[str, tuple[str, str]] = {}
-    writers: dict[str, set[int]] = {}
-    for log in logs:
-        for ver, key, value in log.app_writes:
-            if key not in newest or ver > newest[key][0]:
-                newest[key] = (ver, value)
-            writers.setdefault(key, set()).add(shard_of[value.split("-")[0]])
-    assert writers == {key: set(pairs) for key in newest}
-    assert app_state == {key: value for key, (_, value) in newest.items()}
-    async with RedisCluster.from_url(cluster.url) as client:
-        versions = await client.hgetall(KEYS.app_versions(APP))
-    assert {k.decode(): v.decode() for k, v in versions.items()} == {
-        key: ver for key, (ver, _) in newest.items()
-    }
+    await check_app_writes(APP, cluster.url, logs, shard_of, set(pairs), app_state)
