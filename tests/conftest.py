@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user
+from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig

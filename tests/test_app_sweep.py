@@ -26,6 +26,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from _acl import acl_user
+from _cli import Cli
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
@@ -41,7 +42,6 @@ from redis_agent_sessions import (
 from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.sessions import _sweep
 from test_bad_input import snapshot
-from test_cli import Cli, _drop
 
 APP, OTHER = "sweep_app", "sweep other"
 KEYS = KeySpace()
@@ -509,18 +509,6 @@ async def test_the_readme_user_may_sweep(url: str, bound: float) -> None:
 
 
 # -- the CLI ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("REDIS_URL", marks=pytest.mark.real),
-        pytest.param("REDIS_CLUSTER_URL", marks=[pytest.mark.real, pytest.mark.cluster]),
-    ]
-)
-async def cli(request: pytest.FixtureRequest) -> AsyncIterator[Cli]:
-    found = Cli(skip_without(request.param), cluster=request.param == "REDIS_CLUSTER_URL")
-    yield found
-    await _drop(found, found.prefix)
 
 
 async def test_cli_sweep_and_stats(cli: Cli) -> None:

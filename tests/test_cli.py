@@ -7,17 +7,13 @@ import json
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
-from _servers import skip_without
+from _cli import Cli, drop
 from redis_agent_sessions import (
     Event,
     RedisMemoryService,
@@ -25,62 +21,6 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
-
-
-@dataclass
-class Cli:
-    url: str
-    cluster: bool
-    prefix: str = field(default_factory=lambda: f"cli-{uuid.uuid4().hex[:8]}")
-
-    def run(self, *args: str, stdin: str | None = None, prefix: str | None = None) -> Any:
-        flags = ["--url", self.url, "--key-prefix", prefix or self.prefix]
-        result = subprocess.run(
-            [sys.executable, "-m", "redis_agent_sessions", *args, *flags]
-            + (["--cluster"] if self.cluster else []),
-            capture_output=True,
-            text=True,
-            input=stdin,
-            timeout=120,
-        )
-        assert "Traceback" not in result.stderr, result.stderr
-        if result.returncode:
-            # Every failure is one clear line on stderr.
-            assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-        return result
-
-    def json(self, *args: str) -> Any:
-        result = self.run(*args, "--json")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    def client(self) -> Any:
-        return RedisCluster.from_url(self.url) if self.cluster else Redis.from_url(self.url)
-
-    def service(self, prefix: str | None = None) -> RedisSessionService:
-        config = SessionServiceConfig(key_prefix=prefix or self.prefix)
-        return RedisSessionService.from_url(self.url, config=config, cluster=self.cluster)
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("REDIS_URL", marks=pytest.mark.real),
-        pytest.param("REDIS_CLUSTER_URL", marks=[pytest.mark.real, pytest.mark.cluster]),
-    ]
-)
-async def cli(request: pytest.FixtureRequest) -> AsyncIterator[Cli]:
-    found = Cli(skip_without(request.param), cluster=request.param == "REDIS_CLUSTER_URL")
-    yield found
-    await _drop(found, found.prefix)
-
-
-async def _drop(cli: Cli, prefix: str) -> None:
-    """Delete every key under ``prefix`` (a test may scan; the CLI never does)."""
-    client = cli.client()
-    async with client:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
-        for key in keys:
-            await client.delete(key)
 
 
 def _bare(*args: str) -> Any:
@@ -256,7 +196,7 @@ async def test_export_flush_import_export_is_byte_identical(cli: Cli, tmp_path: 
     first.write_bytes((tmp_path / "b1.jsonl").read_bytes() + (tmp_path / "o1.jsonl").read_bytes())
     async with cli.service() as svc:
         before = await svc.get_session(app_name="booking", user_id="alice", session_id="a1")
-    await _drop(cli, cli.prefix)
+    await drop(cli, cli.prefix)
     assert cli.run("ls").returncode == 1
 
     imported = cli.run("import", str(first))
@@ -320,9 +260,9 @@ async def test_a_bad_line_stops_the_import_with_earlier_sessions_whole(
             assert ids == ["a1"]  # the first line whole, nothing of the second or third
             shown = cli.run("show", "booking", "alice", "a1", "--json", prefix=target)
             assert len(json.loads(shown.stdout)["events"]) == 4
-            await _drop(cli, target)
+            await drop(cli, target)
     finally:
-        await _drop(cli, target)
+        await drop(cli, target)
 
 
 async def test_delete_asks_first_and_purge_deletes_only_old_sessions(cli: Cli) -> None:

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user
+from _cli import Cli
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
@@ -35,7 +36,6 @@ from redis_agent_sessions import (
 from redis_agent_sessions.keys import KeySpace, split_app_member
 from redis_agent_sessions.sessions._layout import Layout
 from test_bad_input import snapshot
-from test_cli import Cli, _drop
 
 APP = "exp_app"
 
@@ -349,18 +349,6 @@ async def test_the_readme_user_cleans_up_and_nothing_new_is_refused(layout: str)
 
 
 # -- the operator's path: a backlog written before the expiry index --------------------------
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("REDIS_URL", marks=pytest.mark.real),
-        pytest.param("REDIS_CLUSTER_URL", marks=[pytest.mark.real, pytest.mark.cluster]),
-    ]
-)
-async def cli(request: pytest.FixtureRequest) -> AsyncIterator[Cli]:
-    found = Cli(skip_without(request.param), cluster=request.param == "REDIS_CLUSTER_URL")
-    yield found
-    await _drop(found, found.prefix)
 
 
 async def prefixed(client: Any, prefix: str) -> dict[bytes, Any]:
