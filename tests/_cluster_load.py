@@ -152,6 +152,24 @@ async def worker(
         await client.aclose()
 
 
+async def start(
+    load: Load, url: str, owned: list[list[str]], deadline: float
+) -> tuple[asyncio.Event, list[WorkerLog], list[asyncio.Task[None]]]:
+    """Each user's session ``s``, then one worker per list of ``owned`` users: the event
+    that stops them, their logs and their tasks."""
+    async with RedisSessionService.from_url(url, cluster=True) as service:
+        for users in owned:
+            for user in users:
+                await service.create_session(app_name=load.app, user_id=user, session_id="s")
+    stop = asyncio.Event()
+    logs = [WorkerLog() for _ in owned]
+    tasks = [
+        asyncio.create_task(worker(load, n, url, users, stop, deadline, logs[n]))
+        for n, users in enumerate(owned)
+    ]
+    return stop, logs, tasks
+
+
 async def _app_version(
     load: Load, client: Any, user: str, app: dict[str, str], deadline: float, log: WorkerLog
 ) -> str:

@@ -32,14 +32,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from _cluster_load import (
     Ack,
     Load,
-    WorkerLog,
     check_app_writes,
     check_stored,
     spread_users,
-    worker,
+    start,
 )
 from _local_cluster import LocalCluster, parse_nodes, settled, throwaway_cluster
-from redis_agent_sessions import RedisSessionService
 
 APP = "failover_app"
 # A manual failover does not wait on it; a node starved for this long on a loaded runner
@@ -155,17 +153,8 @@ async def failover_under_load(cluster: LocalCluster) -> None:
     owned, shard_of = spread_users(APP, ranges, list(pairs), WORKERS)
     users = list(shard_of)
 
-    async with RedisSessionService.from_url(cluster.url, cluster=True) as service:
-        for user in users:
-            await service.create_session(app_name=APP, user_id=user, session_id="s")
-
-    stop = asyncio.Event()
     hard_deadline = time.monotonic() + BODY_SECONDS - 6  # leaves time for the checks
-    logs = [WorkerLog() for _ in range(WORKERS)]
-    tasks = [
-        asyncio.create_task(worker(LOAD, w, cluster.url, owned[w], stop, hard_deadline, logs[w]))
-        for w in range(WORKERS)
-    ]
+    stop, logs, tasks = await start(LOAD, cluster.url, owned, hard_deadline)
     steps = [Failover(primary, replica) for primary, replica in pairs.items()]
     try:
         await asyncio.sleep(WARMUP_SECONDS)
