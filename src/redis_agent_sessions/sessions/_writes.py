@@ -74,7 +74,7 @@ class Writes(Generic[S, E]):
         if state is not None and not isinstance(state, Mapping):
             raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
         scoped = split_state_delta(state or {})
-        fields = [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
+        fields = _encoded(scoped)
         self._runner.check_size("initial state", stored_bytes(fields))
         now = time.time() if create_time is None else create_time
         keys = self._ctx.keys.session(app_name, user_id, sid)
@@ -133,10 +133,7 @@ class Writes(Generic[S, E]):
             raise InvalidInputError(f"state_delta must be a mapping, got {type(delta).__name__}")
         temp = {k: v for k, v in delta.items() if isinstance(k, str) and k.startswith(TEMP_PREFIX)}
         stored_delta = {k: v for k, v in delta.items() if k not in temp} if temp else dict(delta)
-        fields = [
-            encode_fields(part, scope)
-            for part, scope in zip(split_state_delta(stored_delta), _SCOPES, strict=True)
-        ]
+        fields = _encoded(split_state_delta(stored_delta))
         revision = self._codec.revision(session)
         events = self._codec.events_of(session)
         keys = self._ctx.keys.session(session.app_name, session.user_id, session.id)
@@ -222,11 +219,7 @@ class Writes(Generic[S, E]):
         exist, with a change in every scope. It asks for every permission an append needs
         before it reads or writes anything, then finds no session and writes nothing."""
         keys = self._ctx.keys.session(app_name, user_id, session_id)
-        delta = {"probe": 0, "user:probe": 0, "app:probe": 0}
-        fields = [
-            encode_fields(part, scope)
-            for part, scope in zip(split_state_delta(delta), _SCOPES, strict=True)
-        ]
+        fields = _encoded(split_state_delta({"probe": 0, "user:probe": 0, "app:probe": 0}))
         script_keys, args = self._append_call(
             keys, session_id, 0, "", "probe", b"{}", 0.0, 0.0, ("", "")
         )
@@ -352,3 +345,9 @@ class Writes(Generic[S, E]):
         await layout.settle(keys, reply[1], shortfalls)
         if reply[0] == 1:  # a retry that finds nothing to delete has nothing to confirm
             self._runner.confirmed("delete_session", shortfalls)
+
+
+def _encoded(scoped: Sequence[Mapping[str, Any]]) -> list[list[bytes | str]]:
+    """A state delta split by scope (session, user, app) as the scripts take it: per scope,
+    field/JSON pairs."""
+    return [encode_fields(part, scope) for part, scope in zip(scoped, _SCOPES, strict=True)]
