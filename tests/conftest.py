@@ -15,6 +15,7 @@ Tests inspect and corrupt data through ``redis_client`` (an admin); services are
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,6 +43,29 @@ CACHE_BYTES = 64 << 20
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "explore"))
+
+
+# Tests that need an extra are marked with it; without the extra installed they skip, as the
+# real-server tests do without their server (the core suite runs with no extras at all).
+EXTRAS = {"adk": ("google.adk", "[adk]"), "cli": ("rich", "[cli]")}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for marker, (module, extra) in EXTRAS.items():
+        if _installed(module):
+            continue
+        skip = pytest.mark.skip(reason=f"needs the {extra} extra ({module} is not installed)")
+        for item in items:
+            # A test of the operator commands takes a `cli` fixture, or is marked.
+            if item.get_closest_marker(marker) is not None or marker in item.fixturenames:
+                item.add_marker(skip)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
 @pytest.fixture(params=["nocache", "cache"])

@@ -345,6 +345,7 @@ def test_operator_commands_without_the_extra_say_what_to_install() -> None:
 
 
 @pytest.mark.fake
+@pytest.mark.cli
 async def test_an_import_failing_part_way_leaves_no_partial_session(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

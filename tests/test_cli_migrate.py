@@ -31,7 +31,7 @@ from _servers import skip_without
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.adk import RedisSessionService
 
-pytestmark = [pytest.mark.real, pytest.mark.adk]
+pytestmark = [pytest.mark.real, pytest.mark.adk, pytest.mark.cli]
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary \x00"
 

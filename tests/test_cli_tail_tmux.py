@@ -22,6 +22,8 @@ import redis
 
 from _servers import REQUIRE_SERVERS, skip_without
 
+pytestmark = pytest.mark.cli
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tail_in_tmux.sh"
 APPENDED = (
     "user: first follow: Zürich → Lisboa, 2 adults ✈",

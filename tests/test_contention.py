@@ -16,11 +16,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from google.adk.events import Event as AdkEvent
 
 from _spies import decoded
 from redis_agent_sessions import RedisSessionService, Session, StaleSessionError
-from redis_agent_sessions.adk import RedisSessionService as AdkService
 from redis_agent_sessions.sessions import _catch_up, _turns
 from test_sessions import APP, USER, delta_event, fresh
 
@@ -111,10 +109,13 @@ async def test_merge_policy_asks_for_no_catch_up(make_service: Any) -> None:
     assert len(service._engine.catch_ups) == 0
 
 
+@pytest.mark.adk
 async def test_adk_refusal_carries_the_catch_up_too(
     worker_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_catch_up, "SECONDS", 60.0)  # as above: the lapse is tested apart
+    from redis_agent_sessions.adk import RedisSessionService as AdkService
+
     adk_service = AdkService(worker_client)
     s = await adk_service.create_session(app_name=APP, user_id=USER)
     first = await adk_service.get_session(app_name=APP, user_id=USER, session_id=s.id)
@@ -134,7 +135,9 @@ async def test_adk_refusal_carries_the_catch_up_too(
     await adk_service.append_event(second, _adk_event("second"))
 
 
-def _adk_event(author: str) -> AdkEvent:
+def _adk_event(author: str) -> Any:
+    from google.adk.events import Event as AdkEvent
+
     return AdkEvent(author=author, invocation_id=str(uuid.uuid4()))
 
 

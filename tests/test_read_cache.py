@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.adk.events import Event as AdkEvent
-from google.adk.events import EventActions as AdkActions
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
@@ -32,9 +30,16 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
-from redis_agent_sessions.adk import RedisSessionService as AdkService
 from redis_agent_sessions.sessions._cache import MEMORY_PER_JSON_BYTE
 from test_sessions import delta_event
+
+try:  # the [adk] extra: the tests that use it are marked, and skip without it
+    from google.adk.events import Event as AdkEvent
+    from google.adk.events import EventActions as AdkActions
+
+    from redis_agent_sessions.adk import RedisSessionService as AdkService
+except ImportError:
+    pass
 
 APP, USER = "cache_app", "cache_user"
 WRITER = Path(__file__).with_name("cache_writer.py")
@@ -190,6 +195,7 @@ async def test_the_memory_bound(make_service: Any) -> None:
     assert len(tiny._engine.cache) == 0
 
 
+@pytest.mark.adk
 async def test_adk_warm_read_decodes_only_new_events(worker_client: Any) -> None:
     cached = AdkService(worker_client, config=SessionServiceConfig(read_cache_bytes=BIG))
     other = AdkService(worker_client)
@@ -221,7 +227,9 @@ async def real_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("adk", [False, True], ids=["core", "adk"])
+@pytest.mark.parametrize(
+    "adk", [False, pytest.param(True, marks=pytest.mark.adk)], ids=["core", "adk"]
+)
 @pytest.mark.parametrize("action", ["append", "delete", "recreate", "recreate-same"])
 async def test_another_process_changes_the_session_between_cached_reads(
     real_client: Any, action: str, adk: bool

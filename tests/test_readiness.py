@@ -154,6 +154,7 @@ def ping(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.real
+@pytest.mark.cli
 @pytest.mark.parametrize("variable", ["REDIS_URL", "REDIS_CLUSTER_URL"])
 def test_the_ping_command_exits_0_1_or_2(variable: str) -> None:
     url = skip_without(variable) + ("?cluster=true" if "CLUSTER" in variable else "")

@@ -10,9 +10,6 @@ import time
 from typing import Any
 
 import pytest
-from google.adk.errors.session_not_found_error import SessionNotFoundError as AdkNotFoundError
-from google.adk.events import Event as AdkEvent
-from google.adk.events import EventActions as AdkActions
 
 from _spies import decoded
 from redis_agent_sessions import (
@@ -23,8 +20,18 @@ from redis_agent_sessions import (
     SessionNotFoundError,
     StaleSessionError,
 )
-from redis_agent_sessions.adk import RedisSessionService as AdkService
 from test_sessions import APP, USER, delta_event, fresh
+
+try:  # the [adk] extra: the tests that use it are marked, and skip without it
+    from google.adk.errors.session_not_found_error import (
+        SessionNotFoundError as AdkNotFoundError,
+    )
+    from google.adk.events import Event as AdkEvent
+    from google.adk.events import EventActions as AdkActions
+
+    from redis_agent_sessions.adk import RedisSessionService as AdkService
+except ImportError:
+    pass
 
 
 async def _with_events(service: RedisSessionService, n: int) -> Any:
@@ -240,6 +247,7 @@ async def test_refresh_of_corrupt_new_event_leaves_the_copy(
 # -- through the ADK extra -----------------------------------------------------------------
 
 
+@pytest.mark.adk
 async def test_adk_refresh_reads_only_the_new_events(worker_client: Any) -> None:
     service = AdkService(worker_client)
     s = await service.create_session(app_name=APP, user_id=USER)

@@ -312,6 +312,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.real
+@pytest.mark.cli
 def test_the_cli_connects_with_tls_from_the_url(tls_server: TlsServer, pki: Pki) -> None:
     prefix = f"tls-cli-{uuid.uuid4().hex[:8]}"
     url = tls_url(tls_server.port, ssl_ca_certs=pki.ca, ssl_cert_reqs="required", key_prefix=prefix)
@@ -448,6 +449,7 @@ def test_bad_values_are_invalid_input_naming_the_parameter(query: str, name: str
         RedisMemoryService.from_url(url)
 
 
+@pytest.mark.cli
 def test_the_cli_refuses_an_unknown_parameter_in_one_line() -> None:
     result = _cli("stats", "--url", "rediss://127.0.0.1:1/0?ssl_ca_cert=/x")
     assert result.returncode == 2

@@ -58,6 +58,7 @@ async def wait_for(what: str, check: Any, seconds: float) -> None:
 
 @pytest.mark.real
 @pytest.mark.slow
+@pytest.mark.cli
 async def test_a_quiet_longer_than_the_socket_timeout_ends_neither_watch_nor_tail(
     quiet_service: tuple[Any, str],
 ) -> None:
