@@ -10,6 +10,17 @@ import pytest
 REQUIRE_SERVERS = os.environ.get("RAS_REQUIRE_SERVERS") == "1"
 
 
+ACL_DB = 3
+"""The database the least-privilege suites use: any but 0 needs the user to run SELECT."""
+
+
+def on_db(url: str, db: int) -> str:
+    """``url`` (``redis://host:port[/n]``) naming database ``db`` instead."""
+    scheme, rest = url.split("://", 1)
+    address = rest.split("?", 1)[0].split("/", 1)[0]
+    return f"{scheme}://{address}/{db}"
+
+
 def skip_without(variable: str) -> str:
     """The server URL in env ``variable``; skips the test without it (fails it in CI)."""
     url = os.environ.get(variable)

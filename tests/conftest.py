@@ -28,7 +28,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user
 from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
-from _servers import skip_without
+from _servers import ACL_DB, on_db, skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
@@ -118,7 +118,9 @@ async def redis_client(
         await flush_cluster(cluster)
         await cluster.aclose()
         return
-    client = Redis.from_url(skip_without("REDIS_URL"))
+    url = skip_without("REDIS_URL")
+    # The least-privilege suites run on another database than 0, which needs SELECT.
+    client = Redis.from_url(on_db(url, ACL_DB) if request.param == "acl" else url)
     await client.flushdb()
     yield client
     await client.flushdb()

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user, readme_commands, readme_rules
-from _servers import skip_without
+from _servers import ACL_DB, on_db, skip_without
 from _slots import flush_cluster
 from redis_agent_sessions import (
     Content,
@@ -41,7 +41,10 @@ Step = Callable[[], Awaitable[Any]]
 
 @pytest.fixture(params=["REDIS_URL", "REDIS_SEARCH_URL"])
 async def admin(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
-    client = Redis.from_url(skip_without(request.param))
+    # Not database 0 where the backend allows it: the README's line must work for any (the
+    # user needs SELECT). RediSearch indexes only database 0 ("Cannot create index on db != 0").
+    url = skip_without(request.param)
+    client = Redis.from_url(on_db(url, ACL_DB) if request.param == "REDIS_URL" else url)
     await client.flushdb()
     yield client
     await client.flushdb()
