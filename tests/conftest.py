@@ -20,16 +20,12 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-import fakeredis
 import pytest
 from hypothesis import settings
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user
+from _backends import BACKENDS, backend
 from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
-from _servers import ACL_DB, on_db, skip_without
-from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 
@@ -87,44 +83,12 @@ def read_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return True
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("fake", marks=pytest.mark.fake),
-        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
-        pytest.param("real", marks=pytest.mark.real),
-        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
-        pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
-    ]
-)
+@pytest.fixture(params=BACKENDS)
 async def redis_client(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, read_cache: bool
 ) -> AsyncIterator[Any]:
-    if request.param in ("fake", "fake-slots"):
-        # A fresh server per test: a script that leaked a global would break later ones.
-        server = fakeredis.FakeServer()
-        client: Any
-        if request.param == "fake":
-            client = fakeredis.FakeAsyncRedis(server=server)
-        else:
-            cluster_layout(monkeypatch)
-            client = SlotCheckedRedis(server=server)
+    async with backend(request.param, monkeypatch) as client:
         yield client
-        await client.aclose()
-        return
-    if request.param == "cluster":
-        cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
-        await flush_cluster(cluster)
-        yield cluster
-        await flush_cluster(cluster)
-        await cluster.aclose()
-        return
-    url = skip_without("REDIS_URL")
-    # The least-privilege suites run on another database than 0, which needs SELECT.
-    client = Redis.from_url(on_db(url, ACL_DB) if request.param == "acl" else url)
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
 
 
 @pytest.fixture

@@ -20,12 +20,11 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user
+from _backends import BACKENDS, backend
 from _cli import Cli
 from _servers import skip_without
-from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
     CorruptDataError,
     Event,
@@ -40,41 +39,12 @@ from test_bad_input import snapshot
 APP = "exp_app"
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("fake", marks=pytest.mark.fake),
-        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
-        pytest.param("real", marks=pytest.mark.real),
-        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
-        pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
-    ]
-)
+@pytest.fixture(params=BACKENDS)
 async def admin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Like conftest's ``redis_client``, without the read cache variants (nothing here
     depends on it, and every test waits for TTLs)."""
-    if request.param in ("fake", "fake-slots"):
-        server = fakeredis.FakeServer()
-        client: Any
-        if request.param == "fake":
-            client = fakeredis.FakeAsyncRedis(server=server)
-        else:
-            cluster_layout(monkeypatch)
-            client = SlotCheckedRedis(server=server)
+    async with backend(request.param, monkeypatch) as client:
         yield client
-        await client.aclose()
-        return
-    if request.param == "cluster":
-        cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
-        await flush_cluster(cluster)
-        yield cluster
-        await flush_cluster(cluster)
-        await cluster.aclose()
-        return
-    client = Redis.from_url(skip_without("REDIS_URL"))
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
 
 
 @pytest.fixture

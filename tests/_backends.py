@@ -1,0 +1,60 @@
+"""The backends of the contract suites (see conftest.py): fakeredis, fakeredis checking
+slots under the cluster layout, real Redis (also on the least-privilege user's database),
+and a real Redis Cluster."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from _servers import ACL_DB, on_db, skip_without
+from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
+
+__all__ = ["BACKENDS", "backend"]
+
+
+BACKENDS = [
+    pytest.param("fake", marks=pytest.mark.fake),
+    pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
+    pytest.param("real", marks=pytest.mark.real),
+    pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
+    pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
+]
+"""The backends of the contract suites, for a fixture's ``params``."""
+
+
+@asynccontextmanager
+async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+    """An admin client of backend ``kind`` (one of :data:`BACKENDS`), empty before and after."""
+    if kind in ("fake", "fake-slots"):
+        # A fresh server per test: a script that leaked a global would break later ones.
+        server = fakeredis.FakeServer()
+        client: Any
+        if kind == "fake":
+            client = fakeredis.FakeAsyncRedis(server=server)
+        else:
+            cluster_layout(monkeypatch)
+            client = SlotCheckedRedis(server=server)
+        yield client
+        await client.aclose()
+        return
+    if kind == "cluster":
+        cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+        await flush_cluster(cluster)
+        yield cluster
+        await flush_cluster(cluster)
+        await cluster.aclose()
+        return
+    url = skip_without("REDIS_URL")
+    # The least-privilege suites run on another database than 0, which needs SELECT.
+    client = Redis.from_url(on_db(url, ACL_DB) if kind == "acl" else url)
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
