@@ -34,7 +34,8 @@ try:
     from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "redis_agent_sessions.adk needs google-adk: pip install 'redis-agent-sessions[adk]'"
+        "redis_agent_sessions.adk needs google-adk, which needs Python 3.11 or newer: "
+        "pip install 'redis-agent-sessions[adk]'"
     ) from exc
 
 from typing_extensions import override
