@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("google.adk")
+pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
 import warnings
 

@@ -15,7 +15,7 @@ import pytest
 
 from _servers import skip_without
 
-pytest.importorskip("google.adk")
+pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
 from google.adk.events import Event
 from google.adk.memory import BaseMemoryService, InMemoryMemoryService

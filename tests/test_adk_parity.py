@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("google.adk")
+pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 pytest.importorskip("sqlalchemy", reason="the parity suite needs google-adk[db] (sqlalchemy)")
 
 from google.adk.errors import StaleSessionError as AdkStaleSessionError

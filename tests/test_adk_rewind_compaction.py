@@ -29,7 +29,7 @@ import pytest
 from _processes import run_helper
 from _servers import skip_without
 
-pytest.importorskip("google.adk")
+pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
 from google.adk.apps.compaction import _run_compaction_for_sliding_window
 from google.adk.errors import StaleSessionError as AdkStaleSessionError

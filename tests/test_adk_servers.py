@@ -27,7 +27,7 @@ import pytest
 
 from _servers import skip_without
 
-pytest.importorskip("google.adk")
+pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
 import httpx
 from redis.asyncio import Redis

