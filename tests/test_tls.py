@@ -48,6 +48,18 @@ def tls_url(port: int, host: str = "127.0.0.1", /, **params: str | Path) -> str:
     return f"rediss://{host}:{port}/0" + (f"?{query}" if query else "")
 
 
+def mtls_url(port: int, pki: Pki, **params: str | Path) -> str:
+    """A verifying URL that also presents the client certificate, plus ``params``."""
+    return tls_url(
+        port,
+        ssl_ca_certs=pki.ca,
+        ssl_cert_reqs="required",
+        ssl_certfile=pki.client.cert,
+        ssl_keyfile=pki.client.key,
+        **params,
+    )
+
+
 # -- the PKI and the servers, once per session -----------------------------------------------
 
 
@@ -218,14 +230,7 @@ async def test_a_server_asking_for_client_certificates_gets_them_from_the_url(
 ) -> None:
     verified: dict[str, str | Path] = {"ssl_ca_certs": pki.ca, "ssl_cert_reqs": "required"}
     await refused(tls_url(mtls_server.port, **verified))
-    await round_trip(
-        tls_url(
-            mtls_server.port,
-            **verified,
-            ssl_certfile=pki.client.cert,
-            ssl_keyfile=pki.client.key,
-        )
-    )
+    await round_trip(mtls_url(mtls_server.port, pki))
 
 
 # -- 6: the ADK drop-ins and the memory service -----------------------------------------------
@@ -234,14 +239,8 @@ async def test_a_server_asking_for_client_certificates_gets_them_from_the_url(
 @pytest.mark.real
 async def test_the_memory_service_takes_the_same_url(mtls_server: TlsServer, pki: Pki) -> None:
     app = f"tls-mem-{uuid.uuid4().hex[:8]}"
-    url = tls_url(
-        mtls_server.port,
-        ssl_ca_certs=pki.ca,
-        ssl_cert_reqs="required",
-        ssl_certfile=pki.client.cert,
-        ssl_keyfile=pki.client.key,
-        memory_backend="plain",  # Redis 7.0 on PATH has no search module
-    )
+    # Redis 7.0 on PATH has no search module.
+    url = mtls_url(mtls_server.port, pki, memory_backend="plain")
     async with (
         RedisSessionService.from_url(url) as sessions,
         RedisMemoryService.from_url(url) as memory,
@@ -266,14 +265,7 @@ async def test_the_adk_drop_ins_take_the_same_url(mtls_server: TlsServer, pki: P
     from redis_agent_sessions import adk
 
     app = f"tls-adk-{uuid.uuid4().hex[:8]}"
-    url = tls_url(
-        mtls_server.port,
-        ssl_ca_certs=pki.ca,
-        ssl_cert_reqs="required",
-        ssl_certfile=pki.client.cert,
-        ssl_keyfile=pki.client.key,
-        memory_backend="plain",
-    )
+    url = mtls_url(mtls_server.port, pki, memory_backend="plain")
     sessions = adk.RedisSessionService(uri=url)
     memory = adk.RedisMemoryService(uri=url)
     try:
