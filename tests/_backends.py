@@ -13,10 +13,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from _acl import acl_user
 from _servers import ACL_DB, on_db, skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 
-__all__ = ["BACKENDS", "backend"]
+__all__ = ["BACKENDS", "backend", "worker"]
 
 
 BACKENDS = [
@@ -58,3 +59,14 @@ async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[A
     yield client
     await client.flushdb()
     await client.aclose()
+
+
+@asynccontextmanager
+async def worker(kind: str, admin: Any) -> AsyncIterator[Any]:
+    """The client services run on over ``admin`` (from :func:`backend`): ``admin`` itself, or
+    under ``acl`` the README's least-privilege user."""
+    if kind != "acl":
+        yield admin
+        return
+    async with acl_user(admin) as client:
+        yield client

@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from _acl import acl_user
-from _backends import BACKENDS, backend
+from _backends import BACKENDS, backend, worker
 from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
@@ -94,11 +93,8 @@ async def redis_client(
 @pytest.fixture
 async def worker_client(redis_client: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     """The client services run on: ``redis_client``, or under ``acl`` the README's user."""
-    if request.node.callspec.params.get("redis_client") != "acl":
-        yield redis_client
-        return
-    async with acl_user(redis_client) as worker:
-        yield worker
+    async with worker(request.node.callspec.params.get("redis_client"), redis_client) as client:
+        yield client
 
 
 @pytest.fixture

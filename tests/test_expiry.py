@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from _acl import acl_user
 from _backends import BACKENDS, backend
+from _backends import worker as service_client
 from _cli import Cli
 from _servers import skip_without
 from redis_agent_sessions import (
@@ -50,10 +51,7 @@ async def admin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 @pytest.fixture
 async def worker(admin: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     """What the services run on: ``admin``, or under ``acl`` the README's user."""
-    if request.node.callspec.params.get("admin") != "acl":
-        yield admin
-        return
-    async with acl_user(admin) as client:
+    async with service_client(request.node.callspec.params.get("admin"), admin) as client:
         yield client
 
 
