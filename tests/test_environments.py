@@ -34,7 +34,8 @@ def test_requires_python_and_the_classifiers_name_the_same_oldest_version() -> N
 
 def test_ci_runs_the_oldest_and_the_newest_promised_version() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
-    oldest, newest = _promised_versions()[0], _promised_versions()[-1]
+    versions = _promised_versions()
+    oldest, newest = versions[0], versions[-1]
     for major, minor in (oldest, newest):
         assert f"find_python {major}.{minor}" in ci
     # The oldest runs the core alone; the newest every extra.
@@ -44,7 +45,8 @@ def test_ci_runs_the_oldest_and_the_newest_promised_version() -> None:
 
 def test_the_readme_says_which_python_each_extra_needs() -> None:
     readme = (ROOT / "README.md").read_text()
-    oldest, newest = _promised_versions()[0], _promised_versions()[-1]
+    versions = _promised_versions()
+    oldest, newest = versions[0], versions[-1]
     assert f"Python {oldest[0]}.{oldest[1]} to {newest[0]}.{newest[1]}" in readme
     assert "`[adk]` needs Python 3.11" in readme
 
