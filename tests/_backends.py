@@ -1,6 +1,7 @@
 """The backends of the contract suites (see conftest.py): fakeredis, fakeredis checking
-slots under the cluster layout, real Redis (also on the least-privilege user's database),
-and a real Redis Cluster."""
+slots under the cluster layout, fakeredis with every stored event validated on read
+(``validate_reads``; the others rebuild the events this library wrote without validating
+them), real Redis (also on the least-privilege user's database), and a real Redis Cluster."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from redis.asyncio.cluster import RedisCluster
 from _acl import acl_user
 from _servers import ACL_DB, on_db, skip_without
 from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
+from redis_agent_sessions import SessionServiceConfig
+from redis_agent_sessions.sessions._engine import SessionEngine
 
 __all__ = ["BACKENDS", "backend", "worker"]
 
@@ -23,6 +26,7 @@ __all__ = ["BACKENDS", "backend", "worker"]
 BACKENDS = [
     pytest.param("fake", marks=pytest.mark.fake),
     pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
+    pytest.param("validate", marks=pytest.mark.fake),
     pytest.param("real", marks=pytest.mark.real),
     pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
     pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
@@ -33,11 +37,13 @@ BACKENDS = [
 @asynccontextmanager
 async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
     """An admin client of backend ``kind`` (one of :data:`BACKENDS`), empty before and after."""
-    if kind in ("fake", "fake-slots"):
+    if kind in ("fake", "fake-slots", "validate"):
         # A fresh server per test: a script that leaked a global would break later ones.
         server = fakeredis.FakeServer()
         client: Any
-        if kind == "fake":
+        if kind == "validate":
+            validate_reads(monkeypatch)
+        if kind in ("fake", "validate"):
             client = fakeredis.FakeAsyncRedis(server=server)
         else:
             cluster_layout(monkeypatch)
@@ -59,6 +65,17 @@ async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[A
     yield client
     await client.flushdb()
     await client.aclose()
+
+
+def validate_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every session service built from now on in this test validates what it reads."""
+    original = SessionEngine.__init__
+
+    def validating(self: Any, client: Any, codec: Any, config: Any = None) -> None:
+        config = (config or SessionServiceConfig()).model_copy(update={"validate_reads": True})
+        original(self, client, codec, config)
+
+    monkeypatch.setattr(SessionEngine, "__init__", validating)
 
 
 @asynccontextmanager

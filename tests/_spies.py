@@ -15,9 +15,9 @@ def decoded(service: Any, method: str = "decode") -> Iterator[list[int]]:
     counts: list[int] = []
     original = getattr(engine, method)
 
-    def counting(key: str, items: list[Any]) -> Any:
+    def counting(key: str, items: list[Any], *more: Any) -> Any:
         counts.append(len(items))
-        return original(key, items)
+        return original(key, items, *more)
 
     setattr(engine, method, counting)
     try:

@@ -61,9 +61,9 @@ async def test_a_page_reads_only_its_events(service: RedisSessionService) -> Non
     codec = service._engine.ctx.codec
     original = codec.decode_events
 
-    def counting(raws: Any) -> Any:
+    def counting(raws: Any, schemas: Any = None) -> Any:
         decoded.append(len(raws))
-        return original(raws)
+        return original(raws, schemas)
 
     codec.decode_events = counting  # type: ignore[method-assign]
     page = await service.list_events(

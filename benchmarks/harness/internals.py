@@ -295,7 +295,16 @@ def append_lua_calls(
         raw = models.encode_event(event)
         ts = event.timestamp
         keys, args = writes._append_call(
-            k, session.id, None, "", event.id, raw, ts, ts, models.read_hints(event)
+            k,
+            session.id,
+            None,
+            "",
+            event.id,
+            raw,
+            ts,
+            ts,
+            models.read_hints(event),
+            schema=models.fingerprint,
         )
         counts = [len(f) // 2 for f in fields]
         calls.append([*keys, *args, *counts, *(v for f in fields for v in f)])

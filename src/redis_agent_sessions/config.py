@@ -51,8 +51,16 @@ class SessionServiceConfig(BaseModel):
     decoded events of sessions this service read recently, so that a full get_session
     reads and parses only the events after them (the state is always read; any doubt
     means a full read). Least recently read sessions go first. Counted as 12 bytes per
-    byte of stored event JSON (the measured Python size is 9-12x). 0 = off. The events
-    of sessions read through the cache are shared with it: treat them as read-only."""
+    byte of stored event JSON (the measured Python size is 9-12x). 0 = off. Left unset,
+    off for the core service and 128 MiB for the ADK extra's (ADK's flows never change an
+    event in place; the contract suites check every event the cache held). The events of
+    sessions read through the cache are shared with it: treat them as read-only."""
+    validate_reads: bool = False
+    """Per worker: validate every stored event on every read. Off (the default), an event
+    stored with the fingerprint of this worker's own model classes (written by the same
+    versions of them, which validated it on the way in) is rebuilt from its JSON without
+    validating it again, which is most of the cost of a read; events of other model
+    versions, imported or added by hand are validated either way."""
     telemetry: bool = False
     """Per worker: an OpenTelemetry span (kind CLIENT, database-client conventions) for each
     call of the service's public API, the ``db.client.operation.duration`` histogram, and

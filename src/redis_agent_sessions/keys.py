@@ -25,6 +25,8 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
                                                         expires, ...)
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
+                                                        (and "schema" -> the writing models'
+                                                        fingerprint: sessions/_trusted)
     ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> "<revision> <stream id>"
     ras:{<app>:<user>}:session:<id>:compactions  zset   "<stream id> <start> <end>" of each
                                                         compaction summary that counts, by start

@@ -32,6 +32,8 @@ try:
     from google.adk.events import Event
     from google.adk.sessions import BaseSessionService, Session
     from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
+    from google.genai import _common as _genai_common
+    from google.genai import types as _genai_types
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "redis_agent_sessions.adk needs google-adk, which needs Python 3.11 or newer: "
@@ -49,6 +51,7 @@ from redis_agent_sessions.adk._memory import RedisMemoryService
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec, private
 from redis_agent_sessions.sessions._service import SessionServiceBase
+from redis_agent_sessions.sessions._trusted import Hooks
 from redis_agent_sessions.sessions._types import ErrorTypes
 
 __all__ = [
@@ -83,6 +86,26 @@ class _AdkCodec(PydanticCodec[Session, Event]):
     attribute ADK reserves for exactly this, so pydantic ``==`` between a session we
     returned and one read back holds.
     """
+
+    # On by default: ADK's own flows (the Runner, rewind, compaction, ...) never change a
+    # session event in place, which is what the contract suites check of every event the
+    # cache held (tests/conftest.py, read_cache). 0 in the config turns it off.
+    read_cache_bytes = 128 << 20
+
+    # What the schema cannot tell the trusted decode (sessions/_trusted.py); each is
+    # checked against validation by tests/test_trusted_decode.py.
+    hooks = Hooks(
+        skip_before={
+            # Only warns when a field holds a model instance of another class: JSON never does.
+            _genai_common.BaseModel._check_field_type_mismatches.__func__: frozenset(),
+            # Routes convenience kwargs; stored events never have them.
+            Event._accept_convenience_kwargs.__func__: frozenset(
+                {"message", "state", "route", "node_path"}
+            ),
+        },
+        # Part.__init__ drops fields given as None, then validates the rest as is.
+        plain_inits=frozenset({_genai_types.Part}),
+    )
 
     def __init__(self) -> None:
         # genai decodes base64 bytes itself, so binary parts survive dict validation

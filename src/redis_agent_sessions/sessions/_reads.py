@@ -11,7 +11,7 @@ from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.sessions._cache import MEMORY_PER_JSON_BYTE, Cached, ReadCache, fits
 from redis_agent_sessions.sessions._context import Context
-from redis_agent_sessions.sessions._replies import first_id, raw_events, stored_session
+from redis_agent_sessions.sessions._replies import first_id, stored_events, stored_session
 from redis_agent_sessions.sessions._types import E, S, Snapshot, StoredSession
 from redis_agent_sessions.state import merge_state
 
@@ -27,6 +27,7 @@ class Reads(Generic[S, E]):
     def __init__(self, ctx: Context[S, E]) -> None:
         self._ctx = ctx
         self._codec = ctx.codec
+        self._trusting = not ctx.config.validate_reads
 
     async def get_session(
         self,
@@ -90,8 +91,8 @@ class Reads(Generic[S, E]):
 
     def _cached(self, keys: SessionKeys, entry: Cached[E] | None, found: Snapshot) -> Cached[E]:
         """``entry`` (or nothing) extended by the entries ``found`` read after it."""
-        raws = raw_events(keys.events, found.entries)
-        decoded = self.decode_raws(keys.events, raws)
+        raws, schemas = stored_events(keys.events, found.entries)
+        decoded = self.decode_raws(keys.events, raws, schemas)
         size = sum(len(raw) for raw in raws) * MEMORY_PER_JSON_BYTE
         if entry is None:
             created = meta_field(found.meta, "create_time") or ""
@@ -163,13 +164,18 @@ class Reads(Generic[S, E]):
 
     def decode(self, key: str, entries: list[Any]) -> list[E]:
         """The events of stream ``key``'s ``entries``; CorruptDataError for a bad one."""
-        return self.decode_raws(key, raw_events(key, entries))
+        return self.decode_raws(key, *stored_events(key, entries))
 
-    def decode_raws(self, key: str, raws: list[bytes | str]) -> list[E]:
+    def decode_raws(
+        self, key: str, raws: list[bytes | str], schemas: list[str | None] | None = None
+    ) -> list[E]:
+        """The events of ``raws``; with ``schemas`` (what each was stored with), those this
+        worker's models wrote are rebuilt without validation unless ``validate_reads``."""
         try:
             with gc_paused():
-                return self._codec.decode_events(raws)
-        except (ValueError, TypeError) as exc:
+                return self._codec.decode_events(raws, schemas if self._trusting else None)
+        except Exception as exc:  # the models' own validators raise what they like
+            # (genai's enums an AttributeError for a list where a name goes)
             raise CorruptDataError(key, f"an event is not valid event JSON: {exc}") from exc
 
     @property

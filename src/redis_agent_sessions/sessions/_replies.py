@@ -24,12 +24,14 @@ __all__ = [
     "pairs",
     "raw_events",
     "stored_bytes",
+    "stored_events",
     "stored_session",
     "typed",
 ]
 
 OK, DUPLICATE, NOT_FOUND, STALE, WRONG_TYPE = 1, 2, -1, -2, -3
 _EVENT_FIELD = (b"event", "event")
+_SCHEMA_FIELD = (b"schema", "schema")
 
 
 def typed(reply: Any) -> Any:
@@ -50,16 +52,31 @@ def appended(reply: Any, session_id: str, errors: ErrorTypes) -> None:
 def raw_events(key: str, entries: list[Any]) -> list[bytes | str]:
     """The stored event JSON of stream ``entries`` (as XRANGE returns them, parsed into
     dicts or left flat), in order."""
-    raws = []
+    return stored_events(key, entries)[0]
+
+
+def stored_events(key: str, entries: list[Any]) -> tuple[list[bytes | str], list[str | None]]:
+    """The stored event JSON of stream ``entries`` (as XRANGE returns them, parsed into
+    dicts or left flat), in order, and beside each the fingerprint of the models that
+    wrote it (None when the entry has none: it is validated when read)."""
+    raws: list[bytes | str] = []
+    schemas: list[str | None] = []
     for stream_id, fields in entries:
+        schema = None
         if isinstance(fields, dict):
             raw = fields.get(b"event", fields.get("event"))
+            schema = fields.get(b"schema", fields.get("schema"))
+        elif len(fields) == 2 and fields[0] in _EVENT_FIELD:
+            raw = fields[1]
+        elif len(fields) == 4 and fields[0] in _EVENT_FIELD and fields[2] in _SCHEMA_FIELD:
+            raw, schema = fields[1], fields[3]
         else:
-            raw = fields[1] if len(fields) == 2 and fields[0] in _EVENT_FIELD else None
+            raw = None
         if raw is None:
             raise CorruptDataError(key, f"entry {text(stream_id)} has no 'event' field")
         raws.append(raw)
-    return raws
+        schemas.append(None if schema is None else text(schema))
+    return raws, schemas
 
 
 def stored_session(key: str, meta: Mapping[Any, Any]) -> StoredSession:

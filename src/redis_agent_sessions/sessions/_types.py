@@ -92,8 +92,20 @@ class ModelCodec(Protocol[S, E]):
         """Event JSON as stored: snake_case, None fields left out."""
         ...
 
-    def decode_events(self, raws: Sequence[bytes | str]) -> list[E]:
-        """Events from stored JSON; raises ValueError naming the bad one's index."""
+    read_cache_bytes: int
+    """The read cache a service of these models gets when its config does not say."""
+
+    @property
+    def fingerprint(self) -> str:
+        """What names these models' encoding, stored with each event they encode ('' for
+        none): events stored under it may be decoded without validation."""
+        ...
+
+    def decode_events(
+        self, raws: Sequence[bytes | str], schemas: Sequence[str | None] | None = None
+    ) -> list[E]:
+        """Events from stored JSON, each beside the fingerprint it was stored with (None
+        for every event: validate them all); raises ValueError for a bad one."""
         ...
 
     def revision(self, session: S) -> int | None: ...

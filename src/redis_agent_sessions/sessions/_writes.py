@@ -168,6 +168,7 @@ class Writes(Generic[S, E]):
                 timestamp,
                 self._codec.read_hints(event),
                 catch_up=turns is not None and turns.waiting(keys.meta, place),
+                schema=self._codec.fingerprint,
             )
             async with self._ctx.layout.recording(keys, app_writes=bool(fields[2])):
                 reply = await self._runner.run(
@@ -251,10 +252,13 @@ class Writes(Generic[S, E]):
         *,
         catch_up: bool = False,
         cleanup: bool = True,
+        schema: str = "",
     ) -> tuple[list[str], list[Any]]:
         """append_event.lua's KEYS and ARGV up to (not including) the state fields; with
         ``cleanup``, the script takes members of the app's expiry index due for a check
-        (single node: :meth:`Layout.settle` checks them)."""
+        (single node: :meth:`Layout.settle` checks them). ``schema`` is the fingerprint of
+        the models that encoded ``raw_event`` ('' when it is not their own encoding, as
+        for imported JSON: readers then validate it)."""
         script_keys = self._ctx.layout.append_keys(keys)
         args = [
             "" if revision is None else revision,
@@ -273,6 +277,7 @@ class Writes(Generic[S, E]):
             "1" if catch_up else "",
             int(time.time() * 1000),
             self._ctx.layout.expired_per_write if cleanup else 0,
+            schema,
         ]
         return script_keys, args
 

@@ -34,7 +34,10 @@
 --          does the app's expiry index (on a cluster that is in another slot: see
 --          sessions/_cluster.py)
 -- ARGV[17] (single-node layout) how many due members of the expiry index to claim and return
--- ARGV[18..20] number of session, user and app fields, then that many field/JSON pairs
+-- ARGV[18] '' or the fingerprint of the model classes that wrote ARGV[5], stored beside it
+--          (field 'schema'): a reader with the same classes may rebuild the event without
+--          validating it again (sessions/_trusted.py)
+-- ARGV[19..21] number of session, user and app fields, then that many field/JSON pairs
 -- The by-update indexes get the new last_update_time; the others are scored by creation.
 -- returns {1, new revision, stream id, after, catch-up if ARGV[15]} appended, where after is
 --         the outbox on a cluster and, on a single node, the expiry index's due members that
@@ -62,10 +65,10 @@
 local cluster, unapplied = layout(ARGV[9])
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
     'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
-  or (ARGV[18] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
-  or (ARGV[19] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
+  or (ARGV[19] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
+  or (ARGV[20] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
-  or (not cluster and ARGV[20] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
+  or (not cluster and ARGV[21] ~= '0' and denied('TYPE', KEYS[6], 'HSET', KEYS[6]))
   or (not cluster and denied('TYPE', KEYS[9], 'ZADD', KEYS[9], 'TYPE', KEYS[10],
     'ZADD', KEYS[10], 'ZRANGE', KEYS[10]))
   or (ARGV[12] ~= '' and denied('TYPE', KEYS[8], 'ZADD', KEYS[8], 'ZRANGE', KEYS[8],
@@ -85,10 +88,10 @@ if refused then return refused end
 local has_outbox = false
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
-  if ARGV[17 + scope] ~= '0' or (cluster and i == 6) then
+  if ARGV[18 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
-    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[20] ~= '0' end
+    if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[21] ~= '0' end
   end
 end
 -- The by-update indexes (7, and 9 on a single node, with the expiry index 10), and the
@@ -172,12 +175,14 @@ if last_ms and tonumber(last_ms) > tonumber(ms) then
   ms = last_ms
   if full_reads == '' then full_reads = 'clock' end
 end
-local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', 'event', ARGV[5])
+local stored = {'event', ARGV[5]}
+if ARGV[18] ~= '' then stored = {'event', ARGV[5], 'schema', ARGV[18]} end
+local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', unpack(stored))
 if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
 
-local pos = 21
+local pos = 22
 for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
-  local n = tonumber(ARGV[17 + scope])
+  local n = tonumber(ARGV[18 + scope])
   -- unpack() is bounded by the Lua stack, so very large deltas go in slices.
   while n > 0 do
     local take = math.min(n, 1000)
