@@ -18,13 +18,19 @@ event). Ways of catching up, each on a session that already holds ``--history`` 
 - ``reload+cache``: the same with the verified read cache on (``read_cache_bytes``), when the
   installed version has it;
 - ``refresh``: ``refresh(session)``: reads only the events the copy lacks (on a single node,
-  nothing: the refusal carried it).
+  nothing: the refusal carried it);
+- ``adk`` and ``adk+cache``: the way ADK's users retry (issue 26): on StaleSessionError a new
+  ``get_session``, a new event (another id), append again, at most 20 tries; neither the
+  session object nor the event of the retry is the one refused.
 
 The baseline is the same writers appending to distinct sessions (no contention). The target:
 same-session appends/s with ``refresh`` >= 50% of the distinct-session figure, no writer
 giving up, nothing lost (every acknowledged event is stored, once, and the count of stored
 events adds up). Each figure is a ratio of two measured in the same round of one run;
 each mode runs once per round (``--rounds``), and the median of the rounds is reported.
+
+Targets of the ``adk`` modes (issue 26): no append given up after 20 tries at 2, 4 and 8
+writers, with the cache off and on; with the cache on, appends/s >= 50% of one writer alone.
 
 Also measured: one writer alone appending back to back to one session. Under the reject
 policy each append to a session must follow the one before it (a writer must have seen
@@ -57,7 +63,9 @@ from redis_agent_sessions import (
 APP = "contention_app"
 WRITERS = (2, 4, 8)
 MAX_TRIES = 10
+ADK_TRIES = 20
 TARGET_SHARE = 0.5
+TARGET_ADK_VS_ALONE = 0.5
 
 
 @dataclass
@@ -83,10 +91,13 @@ async def _writer(
 ) -> None:
     turn = len(session.events)
     invocation = str(uuid.uuid4())
+    adk_style = mode == "adk"
     while time.perf_counter() < deadline:
         event = make_event(turn, invocation)
         turn += 1
-        for _ in range(MAX_TRIES):
+        for _ in range(ADK_TRIES if adk_style else MAX_TRIES):
+            if adk_style:
+                event = make_event(turn - 1, invocation)  # a new event (new id) every try
             try:
                 await service.append_event(session, event)
             except StaleSessionError:
@@ -137,6 +148,8 @@ async def run_case(
     started = time.perf_counter()
     deadline = started + seconds
     catch_up = "refresh" if mode in ("refresh", "distinct") else "reload"
+    if mode.startswith("adk"):
+        catch_up = "adk"
     await asyncio.gather(*(_writer(service, c, catch_up, deadline, acked, counts) for c in copies))
     elapsed = time.perf_counter() - started
     lost = 0
@@ -169,7 +182,14 @@ async def bench(url: str, seconds: float, history: int, rounds: int) -> dict[str
     all modes of a round alike; ratios are taken within a round."""
     client = Redis.from_url(url)
     prefix = f"ras-contention-{uuid.uuid4().hex[:8]}"
-    modes = ["distinct", "reload", *(["reload+cache"] if has_cache() else []), "refresh"]
+    modes = [
+        "distinct",
+        "reload",
+        *(["reload+cache"] if has_cache() else []),
+        "refresh",
+        "adk",
+        "adk+cache",
+    ]
     runs: list[Run] = []
     try:
         env = await report.server_environment(
@@ -218,6 +238,11 @@ def ratios(runs: list[Run]) -> dict[str, dict[str, list[float]]]:
             per_mode.setdefault("refresh/alone", []).append(
                 of_round["refresh"].per_second / of_round["alone"].per_second
             )
+            for mode in ("adk", "adk+cache"):
+                if mode in of_round:
+                    per_mode.setdefault(f"{mode}/alone", []).append(
+                        of_round[mode].per_second / of_round["alone"].per_second
+                    )
         out[str(writers)] = {
             mode: [round(median_of(xs), 3), round(min(xs), 3), round(max(xs), 3)]
             for mode, xs in per_mode.items()
@@ -247,6 +272,25 @@ def render(result: dict[str, Any]) -> str:
         lost = sum(r["lost"] for r in refreshes)
         verdict = "met" if ok and not gave_up and not lost else "MISSED"
         out.append(f"  {writers} writers: {line} -> {verdict} (gave up {gave_up}, lost {lost})")
+    out.append(
+        f"ADK-style retries (new get_session, new event, <= {ADK_TRIES} tries): given up / lost "
+        f"(target none), adk+cache appends/s vs one writer alone (target >= "
+        f"{TARGET_ADK_VS_ALONE:.0%}):"
+    )
+    for writers, by_mode in result["ratios"].items():
+        cells = []
+        for mode in ("adk", "adk+cache"):
+            runs = [r for r in result["runs"] if r["writers"] == int(writers) and r["mode"] == mode]
+            gave_up = sum(r["gave_up"] for r in runs)
+            lost = sum(r["lost"] for r in runs)
+            rate = median_of([r["per_second"] for r in runs]) if runs else 0.0
+            cells.append(f"{mode} {rate:.0f}/s gave up {gave_up} lost {lost}")
+            if gave_up or lost:
+                cells[-1] += " MISSED"
+        share = by_mode.get("adk+cache/alone", [0.0, 0.0, 0.0])
+        verdict = "met" if share[0] >= TARGET_ADK_VS_ALONE else "MISSED"
+        cells.append(f"adk+cache/alone {share[0]:.0%} ({share[1]:.0%}-{share[2]:.0%}) {verdict}")
+        out.append(f"  {writers} writers: " + "; ".join(cells))
     return "\n".join(out)
 
 

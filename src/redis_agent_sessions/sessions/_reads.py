@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Generic
 
 from redis_agent_sessions._redis import scripts as _scripts
@@ -46,6 +47,20 @@ class Reads(Generic[S, E]):
         num_recent_events, after_timestamp = self._codec.narrowing(config)
         if num_recent_events is not None and num_recent_events < 0:
             raise InvalidInputError("num_recent_events must be greater than or equal to 0.")
+        turns = self._ctx.turns
+        if turns is None or not turns.in_line(keys.meta):
+            return await self._get_session(keys, num_recent_events, after_timestamp)
+        # A writer that lost a race keeps its turn while it reads the session again.
+        task = asyncio.current_task()
+        turns.reading(keys.meta, task, done=False)
+        try:
+            return await self._get_session(keys, num_recent_events, after_timestamp)
+        finally:
+            turns.reading(keys.meta, task, done=True)
+
+    async def _get_session(
+        self, keys: SessionKeys, num_recent_events: int | None, after_timestamp: float | None
+    ) -> S | None:
         cache = self._ctx.cache
         if cache is not None and num_recent_events is None and after_timestamp is None:
             return await self._read_cached(keys, cache)

@@ -4,16 +4,19 @@ When writers race on one session, Redis runs their appends in arrival order; the
 learns first that it won and sends its next append first, so in a tight loop it wins
 again and a loser can fail try after try. Here a writer that just lost a race is owed
 a turn: this worker's other appends to that session wait while writers are owed, and the
-owed go one at a time, in the order they lost, each until its retry is done (a retry is
-recognised by the same session object or the same event).
+owed go one at a time, in the order they lost, each until its retry is done. A retry is
+recognised by the same session object, the same event, or the same asyncio task: callers
+retry the way ADK's users do (read the session again, build a new event, append again) in
+the task that lost, and while that task reads the session its place is held.
 
 A writer that waits is in line too, behind those before it. So the writer whose turn
 just ended queues behind the waiters instead of sending its next append at once, which
 would leave the next waiter's copy stale again and cost it a refused round trip: under
 contention this worker's writers of a session go one at a time, one round trip each.
 
-A lost writer keeps its place for at most :data:`GRACE` seconds, so one that retries
-later, or differently, holds nobody up for long. Only the writer at the head of the line
+A lost writer keeps its place for at most :data:`GRACE` seconds after its refusal or
+after its last read of the session, so one that retries later, or not at all, holds
+nobody up for long. Only the writer at the head of the line
 is woken when it moves. Writers in other processes are not affected.
 """
 
@@ -22,13 +25,30 @@ from __future__ import annotations
 import asyncio
 import time
 
-__all__ = ["GRACE", "Turns"]
+__all__ = ["GRACE", "Ref", "Turns", "Writer"]
 
 GRACE = 0.01
 """How long a lost race keeps its writer's priority: the recipe retries at once."""
 
-Writer = tuple[int, str]
-"""(id of the session object, event id) of an append."""
+
+class Ref:
+    """An object, equal only to itself, kept alive while referenced: a copy freed after a
+    refusal would otherwise leave its ``id()`` to another writer's new copy."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ref) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+Writer = tuple[Ref, str, object]
+"""(session object, event id, asyncio task) of an append."""
 
 _HELD = float("inf")
 """The lapse time of a place whose writer waits in line, or whose append runs."""
@@ -103,6 +123,21 @@ class Turns:
         line = self._line.get(key)
         return line is not None and any(other != place for other in line)
 
+    def reading(self, key: str, task: object, *, done: bool) -> None:
+        """The task ``task`` starts (or is ``done`` with) a read of session ``key``: if it
+        lost a race there, its place is held while it reads and for :data:`GRACE` after."""
+        line = self._line.get(key)
+        if line is None:
+            return
+        for place, until in line.items():
+            if place[2] is task:
+                if done and until == _HELD and place not in self._wakers.get(key, ()):
+                    line[place] = time.monotonic() + GRACE
+                    self._moved(key)  # waiters behind it learn when it lapses
+                elif not done and until != _HELD:
+                    line[place] = _HELD
+                return
+
     def owe(self, key: str, writer: Writer) -> None:
         """``writer`` lost a race on session ``key``: it is owed a turn, after those
         already in line."""
@@ -138,5 +173,5 @@ class Turns:
 
 
 def _same(place: Writer, writer: Writer) -> bool:
-    """Whether ``writer`` is the one at ``place``: the same session object or event."""
-    return place[0] == writer[0] or place[1] == writer[1]
+    """Whether ``writer`` is the one at ``place``: the same session object, event or task."""
+    return place[0] == writer[0] or place[1] == writer[1] or place[2] is writer[2]

@@ -6,6 +6,7 @@ the user, for the sweep)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import uuid
@@ -34,6 +35,7 @@ from redis_agent_sessions.sessions._replies import (
     pairs,
     stored_bytes,
 )
+from redis_agent_sessions.sessions._turns import Ref
 from redis_agent_sessions.sessions._types import UNKNOWN, E, S, StoredSession
 from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
 
@@ -141,7 +143,7 @@ class Writes(Generic[S, E]):
         # failure the caller gets its event back as it was, ready to retry.
         event.actions.state_delta = stored_delta
         shortfalls: list[str] = []
-        writer = (id(session), event.id)
+        writer = (Ref(session), event.id, asyncio.current_task())
         turns = self._ctx.turns
         # No coroutine when nobody is in line: the uncontended append stays lean.
         place = (
