@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ from hypothesis import settings
 from _backends import BACKENDS, backend, worker
 from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
+from redis_agent_sessions.sessions._cache import ReadCache
 from redis_agent_sessions.sessions._engine import SessionEngine
 
 CACHE_BYTES = 64 << 20
@@ -64,13 +65,29 @@ def _installed(module: str) -> bool:
 
 
 @pytest.fixture(params=["nocache", "cache"])
-def read_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+def read_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
     """Each contract test runs twice: as configured, and with every session service of the
     test (core, ADK, built by the test or by a fixture) given the verified read cache,
-    unless its config sets one itself."""
-    if request.param == "nocache":
-        return False
+    unless its config sets one itself.
+
+    With the cache, every event it holds is also checked, when the test ends, to be
+    exactly as it was decoded: cached events are shared by every session read through the
+    cache, so an in-place change by a caller (or by ADK's own flows: the Runner, rewind,
+    compaction, ...) would reach later reads. This is the evidence that the ADK extra may
+    keep the cache on by default."""
     original = SessionEngine.__init__
+    if request.param == "nocache":
+
+        def without_cache(self: Any, client: Any, codec: Any, config: Any = None) -> None:
+            # Off where the service would take its models' default (the ADK extra's: on).
+            config = config or SessionServiceConfig()
+            if "read_cache_bytes" not in config.model_fields_set:
+                config = config.model_copy(update={"read_cache_bytes": 0})
+            original(self, client, codec, config)
+
+        monkeypatch.setattr(SessionEngine, "__init__", without_cache)
+        yield False
+        return
 
     def with_cache(self: Any, client: Any, codec: Any, config: Any = None) -> None:
         config = config or SessionServiceConfig()
@@ -79,7 +96,23 @@ def read_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         original(self, client, codec, config)
 
     monkeypatch.setattr(SessionEngine, "__init__", with_cache)
-    return True
+    decoded: dict[int, tuple[Any, bytes]] = {}
+    put = ReadCache.put
+
+    def recording(self: Any, key: str, entry: Any) -> None:
+        for event in entry.events:
+            if id(event) not in decoded:
+                decoded[id(event)] = (event, event.__pydantic_serializer__.to_json(event))
+        put(self, key, entry)
+
+    monkeypatch.setattr(ReadCache, "put", recording)
+    yield True
+    changed = [
+        (event, was)
+        for event, was in decoded.values()
+        if event.__pydantic_serializer__.to_json(event) != was
+    ]
+    assert not changed, f"events held by the read cache were changed in place: {changed[:3]}"
 
 
 @pytest.fixture(params=BACKENDS)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import fakeredis
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -270,3 +271,22 @@ async def test_another_process_changes_the_session_between_cached_reads(
             await real_client.delete(key)
         app = service._engine.keys.app_state(APP)
         await real_client.delete(app)
+
+
+@pytest.mark.adk
+async def test_the_adk_extra_caches_by_default_and_zero_turns_it_off() -> None:
+    from redis_agent_sessions.adk import RedisSessionService as AdkService
+
+    client = fakeredis.FakeAsyncRedis()
+    assert AdkService(client).config.read_cache_bytes == 128 << 20
+    assert AdkService(client)._engine.ctx.cache is not None
+    off = AdkService(client, config=SessionServiceConfig(read_cache_bytes=0))
+    assert off.config.read_cache_bytes == 0
+    assert off._engine.ctx.cache is None
+    by_url = AdkService(uri="redis://127.0.0.1:1/0?read_cache_bytes=0")
+    assert by_url._engine.ctx.cache is None
+    await by_url.close()
+    assert AdkService(client, config=SessionServiceConfig(ttl_seconds=5)).config.read_cache_bytes
+    # The core models' events are the caller's to change: off unless asked for.
+    assert RedisSessionService(client).config.read_cache_bytes == 0
+    await client.aclose()

@@ -177,7 +177,10 @@ def test_register_makes_adk_build_our_services_from_redis_uris() -> None:
     assert session.config.key_prefix == "ras"
     built = registry.create_session_service("redis://h/0?key_prefix=p&ttl_seconds=5")
     assert isinstance(built, adk.RedisSessionService)
-    assert built.config == SessionServiceConfig(key_prefix="p", ttl_seconds=5)
+    # The extra's read cache is on unless the URL says otherwise.
+    assert built.config == SessionServiceConfig(
+        key_prefix="p", ttl_seconds=5, read_cache_bytes=128 << 20
+    )
     with pytest.raises(InvalidInputError, match="unknown URL parameter 'prefix'"):
         registry.create_session_service("redis://h/0?prefix=p")
     with pytest.raises(InvalidInputError, match="a client or a uri"):

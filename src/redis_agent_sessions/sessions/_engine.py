@@ -54,7 +54,11 @@ class SessionEngine(Generic[S, E]):
     def __init__(
         self, client: Any, codec: ModelCodec[S, E], config: SessionServiceConfig | None = None
     ) -> None:
-        self.config = config = config or SessionServiceConfig()
+        config = config or SessionServiceConfig()
+        if "read_cache_bytes" not in config.model_fields_set and codec.read_cache_bytes:
+            # The model family's default (the ADK extra's: on), unless the caller chose.
+            config = config.model_copy(update={"read_cache_bytes": codec.read_cache_bytes})
+        self.config = config
         self.keys = KeySpace(config.key_prefix)
         runner = ScriptRunner(client, config)
         topology = Topology(client, cluster=config.cluster)
