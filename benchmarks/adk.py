@@ -19,8 +19,14 @@ before each call, what a call returns kept until it is timed, as a read keeps it
 then ``get_session`` with ``num_recent_events=20``, and ``append_event`` through the extra
 next to the core service's, same client, same events, alternating.
 
-Targets (issue 4): full read <= 1.2x the floor (events kept); last 20 <= 2 ms; append <=
-1.3x core. Ratios are taken within each round, then the median of the rounds.
+and, beside them, the same read validating every event (``validate_reads=True``, how every
+read worked before the trusted decode), and the core service reading the same events as
+core models next to ``model_validate_json`` of those.
+
+Targets: full read <= 1.2x the floor (events kept; issue 4); full read <= 0.5x
+``Event.model_validate_json`` of the same events, kept, for ADK's models and for the core
+models (issue 26); last 20 <= 2 ms; append <= 1.3x core. Ratios are taken within each
+round, then the median of the rounds.
 """
 
 from __future__ import annotations
@@ -40,12 +46,14 @@ from benchmarks.harness.workloads import make_adk_event, unique_prefix
 from redis_agent_sessions import Event as CoreEvent
 from redis_agent_sessions import RedisSessionService as CoreService
 from redis_agent_sessions import SessionServiceConfig
-from redis_agent_sessions.adk import RedisSessionService
+from redis_agent_sessions.adk import RedisSessionService, _AdkCodec
+from redis_agent_sessions.sessions._trusted import Plan
 
 APP, USER, SID = "bench", "u", "big"
 TARGET_FULL_VS_PARSE = 1.2
 TARGET_LAST20_MS = 2.0
 TARGET_APPEND = 1.3
+TARGET_READ_VS_JSON = 0.5
 WARMUP = 3
 
 progress = report.Progress("adk")
@@ -53,9 +61,14 @@ progress = report.Progress("adk")
 
 async def bench(url: str, n_events: int, rounds: int) -> dict[str, Any]:
     client = Redis.from_url(url)
-    config = SessionServiceConfig(key_prefix=unique_prefix("adk"))
+    # Cold reads: the cache (on by default in the extra) off, so every read parses it all.
+    config = SessionServiceConfig(key_prefix=unique_prefix("adk"), read_cache_bytes=0)
     adk = RedisSessionService(client, config=config)
     core = CoreService(client, config=config)
+    validating = RedisSessionService(
+        client, config=config.model_copy(update={"validate_reads": True})
+    )
+    default = RedisSessionService(client, config=SessionServiceConfig(key_prefix=config.key_prefix))
     try:
         env = await report.server_environment(client)
         progress(f"seeding {n_events:,} ADK events")
@@ -67,6 +80,15 @@ async def bench(url: str, n_events: int, rounds: int) -> dict[str, Any]:
         dicts = [orjson.loads(r) for r in raws]
         size = sum(map(len, raws)) / len(raws)
         ids = {"app_name": APP, "user_id": USER, "session_id": SID}
+        progress(f"seeding the same {n_events:,} events as core models")
+        core_ids = {**ids, "session_id": "core"}
+        core_session = await core.create_session(**core_ids)
+        for d in dicts:
+            await core.append_event(core_session, CoreEvent.model_validate(d))
+        core_raws: list[bytes] = [
+            fields[b"event"]
+            for _, fields in await client.xrange(internals.events_key(core, APP, USER, "core"))
+        ]
 
         def dropped() -> None:
             for d in dicts:
@@ -76,13 +98,21 @@ async def bench(url: str, n_events: int, rounds: int) -> dict[str, Any]:
             for r in raws:
                 Event.model_validate_json(r)
 
+        adk_plan, core_plan = Plan(Event, _AdkCodec.hooks), Plan(CoreEvent)
         progress(f"full reads and parse floors: {rounds} interleaved rounds")
         reads = await timing.interleave(
             {
                 "read": lambda: adk.get_session(**ids),
+                "validating": lambda: validating.get_session(**ids),
+                "default": lambda: default.get_session(**ids),
                 "parse": lambda: [Event.model_validate(d) for d in dicts],
                 "dropped": dropped,
                 "json": dropped_json,
+                "json_kept": lambda: [Event.model_validate_json(r) for r in raws],
+                "core_read": lambda: core.get_session(**core_ids),
+                "core_json": lambda: [CoreEvent.model_validate_json(r) for r in core_raws],
+                "plan": lambda: [adk_plan.decode(r) for r in raws],
+                "core_plan": lambda: [core_plan.decode(r) for r in core_raws],
             },
             rounds,
             warmup_rounds=WARMUP,
@@ -133,6 +163,16 @@ async def bench(url: str, n_events: int, rounds: int) -> dict[str, Any]:
         "read_vs_parse": reads.ratio("read", "parse"),
         "read_vs_dropped": reads.ratio("read", "dropped"),
         "read_vs_json": reads.ratio("read", "json"),
+        "validating_ms": reads.p50_ms("validating"),
+        "default_ms": reads.p50_ms("default"),
+        "json_kept_ms": reads.p50_ms("json_kept"),
+        "read_vs_json_kept": reads.ratio("read", "json_kept"),
+        "validating_vs_json_kept": reads.ratio("validating", "json_kept"),
+        "core_read_ms": reads.p50_ms("core_read"),
+        "core_json_ms": reads.p50_ms("core_json"),
+        "core_read_vs_json": reads.ratio("core_read", "core_json"),
+        "plan_vs_json_kept": reads.ratio("plan", "json_kept"),
+        "core_plan_vs_json": reads.ratio("core_plan", "core_json"),
         "last20_ms": timing.percentile(last20_ns, 50) / 1e6,
         "append_extra_ms": appends.p50_ms("extra"),
         "append_core_ms": appends.p50_ms("core"),
@@ -155,11 +195,44 @@ def render(r: dict[str, Any]) -> str:
             "",
         ),
         (
-            "get_session full",
+            "get_session full, cache off",
             f"{r['read_ms']:8.2f} ms",
             f"{r['read_vs_parse']:.2f}x parse floor (target <= {TARGET_FULL_VS_PARSE}x: "
             f"{verdict(r['read_vs_parse'] <= TARGET_FULL_VS_PARSE)}), "
             f"{r['read_vs_dropped']:.2f}x dropped, {r['read_vs_json']:.2f}x JSON floor",
+        ),
+        (f"JSON floor, kept: Event.model_validate_json x{n}", f"{r['json_kept_ms']:8.2f} ms", ""),
+        (
+            "get_session full, trusted decode (default)",
+            f"{r['read_ms']:8.2f} ms",
+            f"{r['read_vs_json_kept']:.2f}x JSON floor kept (target <= {TARGET_READ_VS_JSON}x: "
+            f"{verdict(r['read_vs_json_kept'] <= TARGET_READ_VS_JSON)})",
+        ),
+        (
+            "get_session full, validate_reads=True",
+            f"{r['validating_ms']:8.2f} ms",
+            f"{r['validating_vs_json_kept']:.2f}x JSON floor kept",
+        ),
+        (
+            "get_session full, default config (read cache on, warm)",
+            f"{r['default_ms']:8.2f} ms",
+            "",
+        ),
+        (
+            f"core models: model_validate_json x{n}, kept",
+            f"{r['core_json_ms']:8.2f} ms",
+            "",
+        ),
+        (
+            "core models: get_session full",
+            f"{r['core_read_ms']:8.2f} ms",
+            f"{r['core_read_vs_json']:.2f}x their JSON floor (target <= {TARGET_READ_VS_JSON}x: "
+            f"{verdict(r['core_read_vs_json'] <= TARGET_READ_VS_JSON)})",
+        ),
+        (
+            "decoding alone: trusted-decode plan / model_validate_json, kept",
+            "",
+            f"ADK models {r['plan_vs_json_kept']:.2f}x, core models {r['core_plan_vs_json']:.2f}x",
         ),
         (
             "get_session num_recent_events=20",
