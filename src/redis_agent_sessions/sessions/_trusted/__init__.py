@@ -34,9 +34,6 @@ class Plan:
 
     def __init__(self, model: type[BaseModel], hooks: Hooks | None = None) -> None:
         builder = _Builder(model.__pydantic_core_schema__, hooks or Hooks())
-        builder._cells = {}
-        builder.refs = {}
-        builder._models = []
         self._build, described = builder.convert(builder.root, {})
         # Definitions by model name: their refs carry ids that differ in every process.
         shared = sorted(f"{builder.described[ref]}={text}" for ref, text in builder.refs.items())

@@ -33,14 +33,20 @@ from redis_agent_sessions.sessions._trusted._models import FieldPlan, model_buil
 
 
 class _Builder:
-    """Walks one core schema; each ``_conv`` returns a converter and a description of it
-    (the descriptions make the fingerprint)."""
+    """Walks one core schema: :meth:`convert` (through the ``_<schema type>`` method) returns
+    a converter and a description of it (the descriptions make the fingerprint)."""
 
     def __init__(self, schema: Mapping[str, Any], hooks: Hooks) -> None:
         self.hooks = hooks
         self.definitions: dict[str, Mapping[str, Any]] = {}
-        self.models: dict[type, tuple[list[Convert], str]] = {}
         self.described: dict[str, str] = {}
+        """Definition ref -> the name of the model it defines."""
+        self.refs: dict[str, str] = {}
+        """Definition ref -> its description, once its converter is built."""
+        self._cells: dict[str, list[Convert]] = {}
+        """Definition ref -> its converter, filled in once built (recursion calls through)."""
+        self._models: list[tuple[type[BaseModel], Mapping[str, Any]]] = []
+        """The models being built, innermost last (their fields are built in between)."""
         self.root = schema
         if schema["type"] == "definitions":
             for definition in schema["definitions"]:
@@ -190,10 +196,6 @@ class _Builder:
         self.refs[ref] = described
         return converted, f"ref:{self.described[ref]}"
 
-    _cells: dict[str, list[Convert]]
-    refs: dict[str, str]
-    _models: list[tuple[type[BaseModel], Mapping[str, Any]]]
-
     def _function_before(
         self, schema: Mapping[str, Any], config: Mapping[str, Any]
     ) -> tuple[Convert, str]:
@@ -240,13 +242,7 @@ class _Builder:
             return untrusted, "untrusted:list"
         item, described = self.convert(schema.get("items_schema", {"type": "any"}), config)
         if item is identity:
-
-            def plain_list(value: Any) -> Any:
-                if type(value) is not list:
-                    raise Untrusted
-                return value
-
-            return plain_list, "list[any]"
+            return exact(list), "list[any]"
 
         def items(value: Any) -> Any:
             if type(value) is not list:
@@ -278,13 +274,7 @@ class _Builder:
             return untrusted, "untrusted:dict"
         value_of, described = self.convert(schema.get("values_schema", {"type": "any"}), config)
         if value_of is identity:
-
-            def plain_dict(value: Any) -> Any:
-                if type(value) is not dict:
-                    raise Untrusted
-                return value
-
-            return plain_dict, "dict[any]"
+            return exact(dict), "dict[any]"
 
         def values(value: Any) -> Any:
             if type(value) is not dict:
@@ -372,8 +362,7 @@ class _Builder:
                     factory = copier(default)
                 field_schema = field_schema["schema"]
             accept = accepts(field_schema)
-            if field_schema["type"] == "nullable":  # None is accepted inline: no wrapper
-                accept = accept | {type(None)}
+            if field_schema["type"] == "nullable":  # None is in ``accept``: no wrapper
                 converted, described_field = self.convert(field_schema["schema"], config)
                 described_field = "?" + described_field
             else:

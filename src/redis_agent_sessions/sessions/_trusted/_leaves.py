@@ -187,5 +187,5 @@ def copier(default: Any) -> Callable[[], Any]:
 
 
 def describe_leaf(schema: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    plain = {k: v for k, v in schema.items() if k not in ("metadata", "serialization")}
-    return f"{sorted(plain.items())!r}{sorted(config.items())!r}"
+    shown = {k: v for k, v in schema.items() if k not in ("metadata", "serialization")}
+    return f"{sorted(shown.items())!r}{sorted(config.items())!r}"

@@ -45,7 +45,6 @@ def model_builder(
     checked_get = checked.get
     needed = frozenset(required)
     factory_names = frozenset(factories)
-    set_dict = _setattr
 
     def slow(data: dict[str, Any]) -> tuple[dict[str, Any], set[str], dict[str, Any] | None]:
         """Keys given by alias, or not fields: each looked up in turn."""
@@ -97,7 +96,7 @@ def model_builder(
             for name in factory_names - fields_set:
                 values[name] = factories[name]()
         model = _new(cls)
-        set_dict(model, "__dict__", values)
+        _setattr(model, "__dict__", values)
         _set_fields_set(model, fields_set)
         _set_extra(model, extras)
         _set_private(model, None)
