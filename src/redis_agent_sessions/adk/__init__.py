@@ -79,6 +79,15 @@ class StaleSessionError(errors.StaleSessionError, _AdkStaleSessionError):
     """Another writer appended since this session copy was read; nothing was written."""
 
 
+def _skipped(owner: type, name: str, *unless: str) -> dict[Any, frozenset[str]]:
+    """``owner``'s before-validator ``name`` for :attr:`Hooks.skip_before`, skipped unless
+    one of ``unless`` is given. These are private to google-genai and google-adk: in a
+    version without it, nothing (the plan runs whatever validator there is)."""
+    method = getattr(owner, name, None)
+    function = getattr(method, "__func__", None)
+    return {} if function is None else {function: frozenset(unless)}
+
+
 class _AdkCodec(PydanticCodec[Session, Event]):
     """Maps the engine onto ADK's ``Session`` and ``Event``, raising ADK's errors.
 
@@ -92,15 +101,15 @@ class _AdkCodec(PydanticCodec[Session, Event]):
     # cache held (tests/conftest.py, read_cache). 0 in the config turns it off.
     read_cache_bytes = 128 << 20
 
-    # What the schema cannot tell the trusted decode (sessions/_trusted.py); each is
-    # checked against validation by tests/test_trusted_decode.py.
+    # What the schema cannot tell the trusted decode (sessions/_trusted); each is checked
+    # against validation by tests/test_trusted_decode.py.
     hooks = Hooks(
         skip_before={
             # Only warns when a field holds a model instance of another class: JSON never does.
-            _genai_common.BaseModel._check_field_type_mismatches.__func__: frozenset(),
+            **_skipped(_genai_common.BaseModel, "_check_field_type_mismatches"),
             # Routes convenience kwargs; stored events never have them.
-            Event._accept_convenience_kwargs.__func__: frozenset(
-                {"message", "state", "route", "node_path"}
+            **_skipped(
+                Event, "_accept_convenience_kwargs", "message", "state", "route", "node_path"
             ),
         },
         # Part.__init__ drops fields given as None, then validates the rest as is.

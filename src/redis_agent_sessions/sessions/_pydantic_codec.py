@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -16,7 +17,7 @@ __all__ = ["PydanticCodec", "private"]
 S = TypeVar("S", bound=BaseModel)
 E = TypeVar("E", bound=BaseModel)
 
-_PLANS: dict[type[BaseModel], Plan] = {}
+_PLANS: dict[tuple[type, type[BaseModel]], Plan] = {}
 
 
 class PydanticCodec(Generic[S, E]):
@@ -46,26 +47,21 @@ class PydanticCodec(Generic[S, E]):
         self._event_type = event_type
         self._config_type = config_type
         self._validator = event_type.__pydantic_validator__
-        self._plan: Plan | None = None
 
-    @property
+    @cached_property
     def plan(self) -> Plan:
         """The trusted-decode plan of the event class, built on first use (a few ms for
-        ADK's) and shared by every codec of that class."""
-        if self._plan is None:
-            plan = _PLANS.get(self._event_type)
-            if plan is None:
-                plan = _PLANS[self._event_type] = Plan(self._event_type, self.hooks)
-            self._plan = plan
-        return self._plan
+        ADK's) and shared by every codec of this class (whose hooks it was built with)."""
+        key = (type(self), self._event_type)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _PLANS[key] = Plan(self._event_type, self.hooks)
+        return plan
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """Stored with each event this codec encodes; '' if no event of it is trusted."""
-        if not self.trusted_decode:
-            return ""
-        plan = self.plan
-        return plan.fingerprint if plan.trusting else ""
+        return self.plan.fingerprint if self.trusted_decode and self.plan.trusting else ""
 
     def is_session(self, value: object) -> bool:
         return isinstance(value, self._session_type)
@@ -112,9 +108,9 @@ class PydanticCodec(Generic[S, E]):
         # and 0.93-1.00x for ADK's (benchmarks/cpu.py, pyperf). Not orjson + dicts:
         # orjson reads integers beyond 64 bits as floats; pydantic keeps them exact.
         validate = self._validator.validate_json
-        if schemas is None or not self.fingerprint:
-            return [validate(raw) for raw in raws]
         fingerprint = self.fingerprint
+        if schemas is None or not fingerprint:
+            return [validate(raw) for raw in raws]
         decode = self.plan.decode
         events = []
         for raw, schema in zip(raws, schemas, strict=True):
