@@ -5,7 +5,7 @@ them), real Redis (also on the least-privilege user's database), and a real Redi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,7 +20,7 @@ from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 
-__all__ = ["BACKENDS", "backend", "worker"]
+__all__ = ["BACKENDS", "backend", "every_config", "worker"]
 
 
 BACKENDS = [
@@ -67,15 +67,22 @@ async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[A
     await client.aclose()
 
 
-def validate_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every session service built from now on in this test validates what it reads."""
+def every_config(
+    monkeypatch: pytest.MonkeyPatch, change: Callable[[SessionServiceConfig], SessionServiceConfig]
+) -> None:
+    """Every session service built from now on in this test gets its config (or the
+    default) through ``change`` first."""
     original = SessionEngine.__init__
 
-    def validating(self: Any, client: Any, codec: Any, config: Any = None) -> None:
-        config = (config or SessionServiceConfig()).model_copy(update={"validate_reads": True})
-        original(self, client, codec, config)
+    def changed(self: Any, client: Any, codec: Any, config: Any = None) -> None:
+        original(self, client, codec, change(config or SessionServiceConfig()))
 
-    monkeypatch.setattr(SessionEngine, "__init__", validating)
+    monkeypatch.setattr(SessionEngine, "__init__", changed)
+
+
+def validate_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every session service built from now on in this test validates what it reads."""
+    every_config(monkeypatch, lambda config: config.model_copy(update={"validate_reads": True}))
 
 
 @asynccontextmanager

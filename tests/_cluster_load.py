@@ -21,6 +21,9 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.cluster import key_slot
+from redis.exceptions import ClusterDownError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from _folds import fold_deltas
 from cluster_worker import version
@@ -35,6 +38,15 @@ from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.state import merge_state
 
 KEYS = KeySpace()
+
+FAILOVER_ERRORS: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterDownError,
+    TryAgainError,
+)
+"""What redis-py may raise while a primary hands over (after its own retries): a worker
+retries the append with the same event."""
 
 
 @dataclass

@@ -23,11 +23,10 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from _backends import BACKENDS, backend, worker
+from _backends import BACKENDS, backend, every_config, worker
 from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._cache import ReadCache
-from redis_agent_sessions.sessions._engine import SessionEngine
 
 CACHE_BYTES = 64 << 20
 
@@ -75,27 +74,26 @@ def read_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     cache, so an in-place change by a caller (or by ADK's own flows: the Runner, rewind,
     compaction, ...) would reach later reads. This is the evidence that the ADK extra may
     keep the cache on by default."""
-    original = SessionEngine.__init__
     if request.param == "nocache":
-
-        def without_cache(self: Any, client: Any, codec: Any, config: Any = None) -> None:
-            # Off where the service would take its models' default (the ADK extra's: on).
-            config = config or SessionServiceConfig()
-            if "read_cache_bytes" not in config.model_fields_set:
-                config = config.model_copy(update={"read_cache_bytes": 0})
-            original(self, client, codec, config)
-
-        monkeypatch.setattr(SessionEngine, "__init__", without_cache)
+        # Off where the service would take its models' default (the ADK extra's: on).
+        every_config(
+            monkeypatch,
+            lambda config: (
+                config
+                if "read_cache_bytes" in config.model_fields_set
+                else config.model_copy(update={"read_cache_bytes": 0})
+            ),
+        )
         yield False
         return
-
-    def with_cache(self: Any, client: Any, codec: Any, config: Any = None) -> None:
-        config = config or SessionServiceConfig()
-        if not config.read_cache_bytes:
-            config = config.model_copy(update={"read_cache_bytes": CACHE_BYTES})
-        original(self, client, codec, config)
-
-    monkeypatch.setattr(SessionEngine, "__init__", with_cache)
+    every_config(
+        monkeypatch,
+        lambda config: (
+            config
+            if config.read_cache_bytes
+            else config.model_copy(update={"read_cache_bytes": CACHE_BYTES})
+        ),
+    )
     decoded: dict[int, tuple[Any, bytes]] = {}
     put = ReadCache.put
 

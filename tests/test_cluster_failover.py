@@ -25,11 +25,9 @@ from pathlib import Path
 import pytest
 import redis
 from redis.asyncio import Redis
-from redis.exceptions import ClusterDownError, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from _cluster_load import (
+    FAILOVER_ERRORS,
     Ack,
     Load,
     check_app_writes,
@@ -54,7 +52,7 @@ WORKERS = 3  # each owns one user on every shard
 
 # What a worker may get from redis-py while a primary hands over (after redis-py's own
 # retries): it retries the append with the same event; any other error ends the test.
-LOAD = Load(APP, (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError))
+LOAD = Load(APP, FAILOVER_ERRORS)
 
 
 @pytest.fixture

@@ -31,11 +31,9 @@ from typing import Any
 import pytest
 import redis
 from redis.asyncio import Redis
-from redis.exceptions import ClusterDownError, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from _cluster_load import (
+    FAILOVER_ERRORS,
     Ack,
     Load,
     check_app_writes,
@@ -78,7 +76,7 @@ MAX_UNEXPECTED = 20  # a worker stops after this many errors a failover does not
 # the append with the same event. Other errors are counted, retried, and fail the test.
 LOAD = Load(
     APP,
-    (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, WriteConcernError),
+    (*FAILOVER_ERRORS, WriteConcernError),
     config=CONCERN,
     max_unexpected=MAX_UNEXPECTED,
     # A retry after a WriteConcernError from the app step learns it applied, and drops it.
