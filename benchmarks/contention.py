@@ -93,11 +93,9 @@ async def _writer(
     invocation = str(uuid.uuid4())
     adk_style = mode == "adk"
     while time.perf_counter() < deadline:
-        event = make_event(turn, invocation)
-        turn += 1
-        for _ in range(ADK_TRIES if adk_style else MAX_TRIES):
-            if adk_style:
-                event = make_event(turn - 1, invocation)  # a new event (new id) every try
+        for attempt in range(ADK_TRIES if adk_style else MAX_TRIES):
+            if attempt == 0 or adk_style:  # ADK-style: a new event (new id) every try
+                event = make_event(turn, invocation)
             try:
                 await service.append_event(session, event)
             except StaleSessionError:
@@ -115,6 +113,7 @@ async def _writer(
             break
         else:
             counts["gave_up"] += 1
+        turn += 1
 
 
 async def _history(service: RedisSessionService, user: str, events: int) -> Session:
@@ -250,6 +249,14 @@ def ratios(runs: list[Run]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def _failures(
+    result: dict[str, Any], writers: str, mode: str
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The runs of ``mode`` with ``writers`` writers, and the appends they gave up and lost."""
+    runs = [r for r in result["runs"] if r["writers"] == int(writers) and r["mode"] == mode]
+    return runs, sum(r["gave_up"] for r in runs), sum(r["lost"] for r in runs)
+
+
 def render(result: dict[str, Any]) -> str:
     env = result["environment"]
     history, rounds, seconds = env["history"], env["rounds"], env["seconds_per_run"]
@@ -265,11 +272,7 @@ def render(result: dict[str, Any]) -> str:
             f"{mode} {mid:.0%} ({low:.0%}-{high:.0%})" for mode, (mid, low, high) in by_mode.items()
         )
         ok = by_mode["refresh"][0] >= TARGET_SHARE
-        refreshes = [
-            r for r in result["runs"] if r["writers"] == int(writers) and r["mode"] == "refresh"
-        ]
-        gave_up = sum(r["gave_up"] for r in refreshes)
-        lost = sum(r["lost"] for r in refreshes)
+        _, gave_up, lost = _failures(result, writers, "refresh")
         verdict = "met" if ok and not gave_up and not lost else "MISSED"
         out.append(f"  {writers} writers: {line} -> {verdict} (gave up {gave_up}, lost {lost})")
     out.append(
@@ -280,9 +283,7 @@ def render(result: dict[str, Any]) -> str:
     for writers, by_mode in result["ratios"].items():
         cells = []
         for mode in ("adk", "adk+cache"):
-            runs = [r for r in result["runs"] if r["writers"] == int(writers) and r["mode"] == mode]
-            gave_up = sum(r["gave_up"] for r in runs)
-            lost = sum(r["lost"] for r in runs)
+            runs, gave_up, lost = _failures(result, writers, mode)
             rate = median_of([r["per_second"] for r in runs]) if runs else 0.0
             cells.append(f"{mode} {rate:.0f}/s gave up {gave_up} lost {lost}")
             if gave_up or lost:
