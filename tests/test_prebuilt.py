@@ -49,14 +49,44 @@ async def test_plain_clients_skip_redis_py_packing(
     got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
     assert got is not None
     assert got.state == {"n": 2}
-    plain = (
-        prebuilt._pack is not None
-        and not isinstance(worker_client, RedisCluster)
-        and type(worker_client).execute_command is Redis.execute_command
+    plain = prebuilt._pack is not None and type(worker_client).execute_command in (
+        Redis.execute_command,
+        RedisCluster.execute_command,
     )
     # The slot-checking fakeredis overrides execute_command: its checks still see every
     # script, as a cluster client does.
     assert calls == ([] if plain else [service._engine.ctx.runner.append.sha])
+
+
+@pytest.mark.real
+@pytest.mark.cluster
+async def test_on_a_cluster_a_moved_slot_is_left_to_redis_py(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A script sent to the node the client's slot table names, which no longer holds the
+    slot (it answers MOVED), runs again through redis-py, which follows the redirection and
+    refreshes its table: nothing is lost and nothing is written twice."""
+    client = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+    try:
+        service = RedisSessionService(client)
+        s = await service.create_session(app_name=APP, user_id=USER)
+        await service.append_event(s, delta(n=1))
+        keys = service._engine.ctx.keys.session(APP, USER, s.id)
+        slot = client.keyslot(keys.meta)
+        owner = client.nodes_manager.get_node_from_slot(slot)
+        other = next(n for n in client.get_primaries() if n.name != owner.name)
+        client.nodes_manager.slots_cache[slot] = [other]  # a stale table
+        calls = count_redis_py_calls(monkeypatch)
+        await service.append_event(s, delta(n=2))
+        assert calls == [service._engine.ctx.runner.append.sha]  # handed over once
+        assert client.nodes_manager.get_node_from_slot(slot).name == owner.name
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+        assert got is not None
+        assert got.state == {"n": 2}
+        assert len(got.events) == 2
+        await service.delete_session(app_name=APP, user_id=USER, session_id=s.id)
+    finally:
+        await client.aclose()
 
 
 async def test_a_client_overriding_execute_command_sees_every_script() -> None:

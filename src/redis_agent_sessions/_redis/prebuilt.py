@@ -4,11 +4,20 @@ redis.asyncio packs every argument in Python: for append_event's ~33 arguments t
 costs 55-65 us per append more than ``hiredis.pack_command`` (benchmarks/append.py, the
 "redis-py packing" row, interleaved). So on a plain ``redis.asyncio.Redis`` with hiredis
 installed, a script call packs its command itself and sends it on a pooled connection, with
-the connection's own retry policy, as ``execute_command`` would. Everything else (no
-hiredis, a cluster or single-connection client, a subclass that overrides
-``execute_command``, an argument hiredis cannot pack, a server that lost its scripts) goes
-through redis-py's ``AsyncScript`` unchanged. (Text is packed as UTF-8, as everywhere in
-this library.)
+the connection's own retry policy, as ``execute_command`` would.
+
+On a ``redis.asyncio.cluster.RedisCluster`` the routing is skipped too (~19 us of a cluster
+append, benchmarks/cluster.py): every key of one script call is in one slot, so the command
+goes to the slot's primary, known from the client's slot table, on one of that node's
+pooled connections. Anything out of the ordinary (a slot moved or being migrated, the
+cluster down or reconfiguring, a dropped connection, a lost script) is handed to redis-py's
+own path, which redirects, refreshes its slot table, reconnects and retries as it always
+does; the scripts are safe to run again (an append a second time is a recognised
+duplicate).
+
+Everything else (no hiredis, a single-connection client, a subclass that overrides
+``execute_command``, an argument hiredis cannot pack) goes through redis-py's
+``AsyncScript`` unchanged. (Text is packed as UTF-8, as everywhere in this library.)
 """
 
 from __future__ import annotations
@@ -17,8 +26,19 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MaxConnectionsError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = ["evalsha"]
 
@@ -32,6 +52,8 @@ except ImportError:  # hiredis is optional
 async def evalsha(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
     """``script(keys=keys, args=args)``, as redis-py runs it (errors included), faster."""
     client: Any = script.registered_client
+    if isinstance(client, RedisCluster):
+        return await _on_cluster(script, client, keys, args)
     packed = _packed(client, script.sha, keys, args)
     if packed is None:
         return await script(keys=keys, args=args)
@@ -71,3 +93,45 @@ async def _send(client: Redis, packed: bytes) -> Any:
         return await conn.retry.call_with_retry(attempt, failed)
     finally:
         await pool.release(conn)
+
+
+# Replies and failures redis-py's cluster path knows how to handle: redirections, a cluster
+# being reconfigured, a script the node does not have; and a connection lost, after which
+# the connection is closed before it goes back to the node's pool.
+_REPLIES_HANDED_OVER = (AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError)
+_LOST = (RedisConnectionError, RedisTimeoutError, OSError)
+_HANDED_OVER = (*_REPLIES_HANDED_OVER, *_LOST, RedisClusterException, MaxConnectionsError)
+
+
+async def _on_cluster(
+    script: AsyncScript, client: RedisCluster, keys: list[Any], args: list[Any]
+) -> Any:
+    """``script(keys=keys, args=args)`` sent straight to the primary of the keys' slot."""
+    if (
+        _pack is None
+        or not keys
+        or type(client).execute_command is not RedisCluster.execute_command
+        or getattr(client, "_initialize", True)
+    ):
+        return await script(keys=keys, args=args)
+    try:
+        packed = _pack(("EVALSHA", script.sha, len(keys), *keys, *args))
+        node = client.nodes_manager.get_node_from_slot(client.keyslot(keys[0]))
+        conn = node.acquire_connection()
+    except (TypeError, UnicodeError, *_HANDED_OVER):
+        return await script(keys=keys, args=args)
+    try:
+        await conn.send_packed_command(packed)
+        reply = await conn.read_response()
+    except _REPLIES_HANDED_OVER:
+        node.release(conn)
+    except _LOST:
+        await conn.disconnect()
+        node.release(conn)
+    except BaseException:
+        node.release(conn)  # redis-py closed it already if a reply may be pending
+        raise
+    else:
+        node.release(conn)
+        return reply
+    return await script(keys=keys, args=args)
