@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -196,14 +196,23 @@ class _Builder:
         self.refs[ref] = described
         return converted, f"ref:{self.described[ref]}"
 
-    def _function_before(
-        self, schema: Mapping[str, Any], config: Mapping[str, Any]
-    ) -> tuple[Convert, str]:
+    def _validator(
+        self, schema: Mapping[str, Any], config: Mapping[str, Any], mode: str
+    ) -> tuple[Convert, str, Callable[[Any], Any] | None]:
+        """What a no-info ``mode`` validator wraps (converter, description) and its
+        function; for one that takes info, an untrusted converter and no function."""
         inner, described = self.convert(schema["schema"], config)
         function = schema["function"]
         if function["type"] != "no-info":
-            return untrusted, "untrusted:function-before"
-        call = function["function"]
+            return untrusted, f"untrusted:function-{mode}", None
+        return inner, described, function["function"]
+
+    def _function_before(
+        self, schema: Mapping[str, Any], config: Mapping[str, Any]
+    ) -> tuple[Convert, str]:
+        inner, described, call = self._validator(schema, config, "before")
+        if call is None:
+            return inner, described
         key = getattr(call, "__func__", call)
         if key in self.hooks.skip_before:
             unless = self.hooks.skip_before[key]
@@ -225,11 +234,9 @@ class _Builder:
     def _function_after(
         self, schema: Mapping[str, Any], config: Mapping[str, Any]
     ) -> tuple[Convert, str]:
-        inner, described = self.convert(schema["schema"], config)
-        function = schema["function"]
-        if function["type"] != "no-info":
-            return untrusted, "untrusted:function-after"
-        call = function["function"]
+        inner, described, call = self._validator(schema, config, "after")
+        if call is None:
+            return inner, described
 
         def after(value: Any) -> Any:
             return call(inner(value))
@@ -393,17 +400,11 @@ class _Builder:
         return build, text
 
 
-def _model_name(schema: Mapping[str, Any]) -> str:
-    for part in _walk_models(schema):
-        return qualified_name(part)
-    return str(schema.get("ref", "?"))
-
-
-def _walk_models(schema: Mapping[str, Any]) -> Iterator[type]:
-    while True:
-        if schema["type"] == "model":
-            yield schema["cls"]
-            return
+def _model_name(definition: Mapping[str, Any]) -> str:
+    """The model a definition builds (through any wrappers), else its ref."""
+    schema = definition
+    while schema["type"] != "model":
         if "schema" not in schema:
-            return
+            return str(definition.get("ref", "?"))
         schema = schema["schema"]
+    return qualified_name(schema["cls"])
