@@ -31,7 +31,6 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
     ClusterDownError,
-    MaxConnectionsError,
     MovedError,
     NoScriptError,
     RedisClusterException,
@@ -100,7 +99,9 @@ async def _send(client: Redis, packed: bytes) -> Any:
 # the connection is closed before it goes back to the node's pool.
 _REPLIES_HANDED_OVER = (AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError)
 _LOST = (RedisConnectionError, RedisTimeoutError, OSError)
-_HANDED_OVER = (*_REPLIES_HANDED_OVER, *_LOST, RedisClusterException, MaxConnectionsError)
+# Before sending: also a slot no node serves (a RedisClusterException); a node without a free
+# connection raises MaxConnectionsError, a ConnectionError.
+_HANDED_OVER = (*_REPLIES_HANDED_OVER, *_LOST, RedisClusterException)
 
 
 async def _on_cluster(
