@@ -113,18 +113,6 @@ def check_wild(codec: Any, data: dict[str, Any]) -> None:
 core = _Codec()
 
 
-@PROPERTY
-@given(python_data(Event))
-def test_core_events_as_stored_are_rebuilt_exactly(data: dict[str, Any]) -> None:
-    check_stored(core, data)
-
-
-@PROPERTY
-@given(wild_json(Event))
-def test_core_events_written_by_hand_are_refused_or_exact(data: dict[str, Any]) -> None:
-    check_wild(core, data)
-
-
 def test_core_examples() -> None:
     check_stored(core, {"author": "u", "custom_metadata": {"big": 2**70, "f": 1.0}})
     check_stored(core, {"long_running_tool_ids": {"b", "a"}, "extraField": {"x": [1, None]}})
@@ -149,20 +137,28 @@ def test_the_plan_trusts_every_adk_model() -> None:
     assert "untrusted" not in adk.plan.description
 
 
-@pytest.mark.adk
-@PROPERTY
-@given(data=st.data())
-def test_adk_events_as_stored_are_rebuilt_exactly(data: st.DataObject) -> None:
-    adk = adk_codec()
-    check_stored(adk, data.draw(python_data(adk._event_type)))
+# The core models, and ADK's Event with genai's models (with the [adk] extra).
+FAMILIES = pytest.mark.parametrize("family", ["core", pytest.param("adk", marks=pytest.mark.adk)])
 
 
-@pytest.mark.adk
+def codec_of(family: str) -> Any:
+    return core if family == "core" else adk_codec()
+
+
+@FAMILIES
 @PROPERTY
 @given(data=st.data())
-def test_adk_events_written_by_hand_are_refused_or_exact(data: st.DataObject) -> None:
-    adk = adk_codec()
-    check_wild(adk, data.draw(wild_json(adk._event_type)))
+def test_events_as_stored_are_rebuilt_exactly(family: str, data: st.DataObject) -> None:
+    codec = codec_of(family)
+    check_stored(codec, data.draw(python_data(codec._event_type)))
+
+
+@FAMILIES
+@PROPERTY
+@given(data=st.data())
+def test_events_written_by_hand_are_refused_or_exact(family: str, data: st.DataObject) -> None:
+    codec = codec_of(family)
+    check_wild(codec, data.draw(wild_json(codec._event_type)))
 
 
 @pytest.mark.adk
