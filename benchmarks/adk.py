@@ -47,7 +47,7 @@ from redis_agent_sessions import Event as CoreEvent
 from redis_agent_sessions import RedisSessionService as CoreService
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.adk import RedisSessionService, _AdkCodec
-from redis_agent_sessions.sessions._trusted import Plan
+from redis_agent_sessions.sessions import _Codec
 
 APP, USER, SID = "bench", "u", "big"
 TARGET_FULL_VS_PARSE = 1.2
@@ -98,7 +98,8 @@ async def bench(url: str, n_events: int, rounds: int) -> dict[str, Any]:
             for r in raws:
                 Event.model_validate_json(r)
 
-        adk_plan, core_plan = Plan(Event, _AdkCodec.hooks), Plan(CoreEvent)
+        # The plans the services decode with (the core one is built here: its service validates).
+        adk_plan, core_plan = _AdkCodec().plan, _Codec().plan
         progress(f"full reads and parse floors: {rounds} interleaved rounds")
         reads = await timing.interleave(
             {
