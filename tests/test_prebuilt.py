@@ -89,6 +89,41 @@ async def test_on_a_cluster_a_moved_slot_is_left_to_redis_py(
         await client.aclose()
 
 
+@pytest.mark.real
+@pytest.mark.cluster
+async def test_on_a_cluster_a_connection_marked_for_reconnect_is_reopened(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pooled connection a maintenance notification marked for reconnection (redis-py 8)
+    is closed before the script is sent on it, as redis-py's own cluster path does: the
+    call goes out on a fresh socket, still straight to the node."""
+    client = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+    try:
+        service = RedisSessionService(client)
+        s = await service.create_session(app_name=APP, user_id=USER)
+        keys = service._engine.ctx.keys.session(APP, USER, s.id)
+        node = client.nodes_manager.get_node_from_slot(client.keyslot(keys.meta))
+        if not hasattr(node, "disconnect_if_needed"):
+            pytest.skip("this redis-py has no maintenance notifications")
+        conn = node.acquire_connection()
+        await conn.connect()
+        old_writer = conn._writer
+        conn.mark_for_reconnect()
+        node._free.appendleft(conn)  # the next call takes it
+        calls = count_redis_py_calls(monkeypatch)
+        await service.append_event(s, delta(n=1))
+        assert calls == []  # sent directly, not handed over
+        assert not conn.should_reconnect()
+        assert conn._writer is not None
+        assert conn._writer is not old_writer  # a fresh socket
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+        assert got is not None
+        assert got.state == {"n": 1}
+        await service.delete_session(app_name=APP, user_id=USER, session_id=s.id)
+    finally:
+        await client.aclose()
+
+
 async def test_a_client_overriding_execute_command_sees_every_script() -> None:
     seen: list[Any] = []
 

@@ -122,6 +122,11 @@ async def _on_cluster(
     except (TypeError, UnicodeError, *_HANDED_OVER):
         return await script(keys=keys, args=args)
     try:
+        # As ClusterNode.execute_command does (redis-py 8): a connection a maintenance
+        # notification marked for reconnection is closed first, and reopens on the send.
+        reopen = getattr(node, "disconnect_if_needed", None)
+        if reopen is not None:
+            await reopen(conn)
         await conn.send_packed_command(packed)
         reply = await conn.read_response()
     except _REPLIES_HANDED_OVER:
