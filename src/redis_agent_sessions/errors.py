@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "AlreadyExistsError",
     "CorruptDataError",
+    "EmbeddingError",
     "InvalidInputError",
     "MemoryIndexError",
     "PayloadTooLargeError",
@@ -66,6 +67,12 @@ class CorruptDataError(RedisSessionsError):
         super().__init__(f"corrupt data at Redis key {key!r}: {detail}")
         self.key = key
         self.detail = detail
+
+
+class EmbeddingError(RedisSessionsError):
+    """The memory service's embedder failed, or returned vectors that cannot be stored (a
+    wrong count or dimension, a value that is not a finite number, an all-zero vector).
+    Raised before anything is written: the previous entries stay as they were."""
 
 
 class MemoryIndexError(RedisSessionsError):
