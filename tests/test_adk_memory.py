@@ -368,3 +368,15 @@ async def parity_scenario(memory: RedisMemoryService) -> None:
 
 async def test_parity_with_adk_in_memory_service(memory: RedisMemoryService) -> None:
     await parity_scenario(memory)
+
+
+async def test_semantic_recall_through_adk_types(worker_client: Any) -> None:
+    from _embedders import SynonymEmbedder
+
+    memory = RedisMemoryService(worker_client, backend="plain", embedder=SynonymEmbedder())
+    await memory.add_session_to_memory(session("s1", event("I bought a Skoda", ts=T0)))
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="what automobile?")
+    (entry,) = found.memories
+    assert isinstance(entry, MemoryEntry)
+    assert entry.content.parts[0].text == "I bought a Skoda"
+    assert entry.custom_metadata["redis_agent_sessions"]["found_by"] == ["vector"]

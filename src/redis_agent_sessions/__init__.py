@@ -8,6 +8,7 @@ from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import (
     AlreadyExistsError,
     CorruptDataError,
+    EmbeddingError,
     InvalidInputError,
     MemoryIndexError,
     PayloadTooLargeError,
@@ -17,7 +18,14 @@ from redis_agent_sessions.errors import (
     StaleSessionError,
     WriteConcernError,
 )
-from redis_agent_sessions.memory import MemoryEntry, RedisMemoryService, SearchMemoryResponse
+from redis_agent_sessions.memory import (
+    CallableEmbedder,
+    Embedder,
+    GoogleEmbedder,
+    MemoryEntry,
+    RedisMemoryService,
+    SearchMemoryResponse,
+)
 from redis_agent_sessions.models import (
     Content,
     Event,
@@ -33,13 +41,17 @@ from redis_agent_sessions.sessions._sweep import SweepReport
 
 __all__ = [
     "AlreadyExistsError",
+    "CallableEmbedder",
     "Check",
     "Content",
     "CorruptDataError",
+    "Embedder",
+    "EmbeddingError",
     "Event",
     "EventActions",
     "EventsPage",
     "GetSessionConfig",
+    "GoogleEmbedder",
     "InvalidInputError",
     "ListSessionsResponse",
     "MemoryEntry",

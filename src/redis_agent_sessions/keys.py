@@ -30,7 +30,9 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>:<user>}:session:<id>:event_ids    hash   event id -> "<revision> <stream id>"
     ras:{<app>:<user>}:session:<id>:compactions  zset   "<stream id> <start> <end>" of each
                                                         compaction summary that counts, by start
-    ras:mem:{<app>:<user>}:entry:<id>            hash   one memory entry (a search index document)
+    ras:mem:{<app>:<user>}:entry:<id>            hash   one memory entry (a search index document;
+                                                        with an embedder also "vec" FLOAT32 bytes,
+                                                        "vkey" and "vmodel")
     ras:mem:{<app>:<user>}:entries               zset   memory entry ids by timestamp
     ras:mem:{<app>:<user>}:session:<id>          set    entry ids that session contributed
     ras:mem:{<app>:<user>}:session:<id>:ingest:<token>  set  ids seen by one running ingestion
@@ -41,6 +43,10 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:backend                              string "search" or "plain", set on first use
     ras:mem:idx                                  (RediSearch index over ras:mem:{ hashes)
     ras:mem:{<app>:<user>}:idx                   (cluster: one index per user, over its entries)
+    ras:mem:vectors                              string JSON: dimensions and model of the
+                                                        vectors, set by the first embedder
+    ras:mem:vidx                                 (RediSearch vector index over the same hashes)
+    ras:mem:{<app>:<user>}:vidx                  (cluster: one vector index per user)
 
 Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
 characters, each as its code point: ``%3A``, ``%85``), so no two different (app, user,
@@ -180,6 +186,18 @@ class KeySpace:
     def memory_user_index_prefix(self, app_name: str, user_id: str) -> str:
         """The key prefix one (app, user)'s index covers: its entry hashes."""
         return f"{self._memory(app_name, user_id)}:entry:"
+
+    def memory_vector_index(self) -> str:
+        """Name of the RediSearch vector index (not a key), over the same hashes."""
+        return f"{self.prefix}:mem:vidx"
+
+    def memory_user_vector_index(self, app_name: str, user_id: str) -> str:
+        """Name of one (app, user)'s vector index (cluster layout; routed like ``idx``)."""
+        return f"{self._memory(app_name, user_id)}:vidx"
+
+    def memory_vectors(self) -> str:
+        """String key recording the dimensions and model of stored vectors (JSON)."""
+        return f"{self.prefix}:mem:vectors"
 
     def memory_backend(self) -> str:
         """String key recording the memory backend every worker must use."""

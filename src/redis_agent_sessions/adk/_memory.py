@@ -22,7 +22,7 @@ from redis_agent_sessions._redis.codec import check_sequence
 from redis_agent_sessions._redis.lifecycle import AnyRedis, check_client_or_uri, open_memory_url
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
-from redis_agent_sessions.memory import Backend
+from redis_agent_sessions.memory import Backend, Embedder, VectorIndex
 from redis_agent_sessions.memory._service import MemoryServiceBase
 from redis_agent_sessions.models import Content, Event, Session
 
@@ -32,7 +32,8 @@ __all__ = ["RedisMemoryService"]
 class RedisMemoryService(
     MemoryServiceBase[AdkSession, AdkEvent, MemoryEntry, SearchMemoryResponse], BaseMemoryService
 ):
-    """ADK memory in Redis: keyword recall over past sessions, shared by every worker.
+    """ADK memory in Redis: keyword (and with an embedder, semantic) recall over past
+    sessions, shared by every worker.
 
     Takes ADK's ``Session``/``Event``/``MemoryEntry`` and returns ADK's
     ``SearchMemoryResponse`` of ``MemoryEntry`` with ``google.genai`` ``Content``. Semantics
@@ -51,6 +52,7 @@ class RedisMemoryService(
             see :func:`register`); the service then owns and closes its client.
         agents_dir: accepted and ignored: ADK's service registry passes it to every
             service it builds.
+        embedder, vector_index, min_similarity: semantic recall, as on the core service.
     """
 
     def __init__(
@@ -61,13 +63,23 @@ class RedisMemoryService(
         backend: Backend = "auto",
         uri: str | None = None,
         agents_dir: str | None = None,
+        embedder: Embedder | None = None,
+        vector_index: VectorIndex = "HNSW",
+        min_similarity: float = 0.0,
     ) -> None:
         check_client_or_uri(client, uri)
         if uri is not None:
             client, config, backend = open_memory_url(uri, config, backend, cluster=False)
         assert client is not None
         del agents_dir  # ADK passes it to every service it builds; nothing to do with it
-        super().__init__(client, config=config, backend=backend)
+        super().__init__(
+            client,
+            config=config,
+            backend=backend,
+            embedder=embedder,
+            vector_index=vector_index,
+            min_similarity=min_similarity,
+        )
         self._owns_client = uri is not None
 
     # Named like ADK's DatabaseSessionService's closer, as on our session service.

@@ -1,4 +1,5 @@
-"""RedisMemoryService: keyword recall over past sessions (ADK's memory API).
+"""RedisMemoryService: keyword recall over past sessions (ADK's memory API), and with an
+embedder, recall by meaning fused with it.
 
 Two backends answer the same contract. With the RediSearch module (2.x) an index over
 the entry hashes does the matching; without it (plain Redis, fakeredis) the entries'
@@ -10,16 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from redis_agent_sessions.memory._embedders import CallableEmbedder, Embedder
+from redis_agent_sessions.memory._google import GoogleEmbedder
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._service import MemoryServiceBase
+from redis_agent_sessions.memory._vectors import VectorIndex
 from redis_agent_sessions.models import Event, Session
 
-__all__ = ["Backend", "MemoryEntry", "RedisMemoryService", "SearchMemoryResponse"]
+__all__ = [
+    "Backend",
+    "CallableEmbedder",
+    "Embedder",
+    "GoogleEmbedder",
+    "MemoryEntry",
+    "RedisMemoryService",
+    "SearchMemoryResponse",
+    "VectorIndex",
+]
 
 
 class RedisMemoryService(MemoryServiceBase[Session, Event, MemoryEntry, SearchMemoryResponse]):
-    """Memory entries in Redis, searchable by keyword, shared by every worker, taking and
-    returning this package's models (see :class:`MemoryServiceBase` for the arguments)."""
+    """Memory entries in Redis, searchable by keyword and meaning, shared by every worker,
+    taking and returning this package's models (see :class:`MemoryServiceBase` for the
+    arguments)."""
 
     def _session(self, session: Session) -> Session:
         return session

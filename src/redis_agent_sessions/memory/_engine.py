@@ -10,11 +10,13 @@ touches only one (app, user)'s entries and treats its text as data, never as syn
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import orjson
 from redis.exceptions import NoPermissionError, ResponseError
 
 from redis_agent_sessions._health import PROBE_ID, Readiness, run_checks
@@ -23,6 +25,7 @@ from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
 from redis_agent_sessions.memory._store import (
@@ -34,6 +37,7 @@ from redis_agent_sessions.memory._store import (
     parse_iso,
 )
 from redis_agent_sessions.memory._text import query_words
+from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY, Semantic, fuse
 from redis_agent_sessions.models import Content, Event, Session
 
 __all__ = ["MemoryEngine"]
@@ -41,6 +45,7 @@ __all__ = ["MemoryEngine"]
 _UNKNOWN_SESSION_ID = "__unknown_session_id__"
 """Where ADK files events added without a session id."""
 _MAX_LIMIT = 1000
+_log = logging.getLogger("redis_agent_sessions.memory")
 
 
 class MemoryEngine:
@@ -52,6 +57,7 @@ class MemoryEngine:
         *,
         config: SessionServiceConfig,
         backend: Backend,
+        semantic: Semantic | None = None,
     ) -> None:
         if backend not in ("auto", "search", "plain"):
             raise InvalidInputError(f"backend must be 'auto', 'search' or 'plain': {backend!r}")
@@ -63,6 +69,8 @@ class MemoryEngine:
         self._search: IndexSearch | PlainSearch | None = None
         self._lock = asyncio.Lock()
         self._topology = Topology(client)
+        self.semantic = semantic
+        self._vectorizer: Vectorizer | None = None if semantic is None else semantic.vectorizer
 
     async def backend(self) -> Literal["search", "plain"]:
         await self._ready()
@@ -117,9 +125,11 @@ class MemoryEngine:
                 f"this service asks for the {self._backend!r} memory backend, but "
                 f"{key!r} records {chosen!r}, used by the other workers"
             )
-        search: IndexSearch | PlainSearch = PlainSearch(self._client, self._keys)
+        if self.semantic is not None:
+            await self._check_vectors()
+        search: IndexSearch | PlainSearch = PlainSearch(self._client, self._keys, self.semantic)
         if chosen == "search":
-            search = IndexSearch(self._topology, self._keys)
+            search = IndexSearch(self._topology, self._keys, self.semantic)
             try:
                 await search.prepare()
             except NoPermissionError:
@@ -138,6 +148,33 @@ class MemoryEngine:
                 return await self._open_backend()
         return MemoryStore(self._client, self._keys, postings=chosen == "plain"), search
 
+    async def _check_vectors(self) -> None:
+        """Record the vectors' dimension and model for every later worker, or check this
+        embedder against the record: vectors of another dimension cannot be compared."""
+        assert self._vectorizer is not None
+        key = self._keys.memory_vectors()
+        mine = {"dimensions": self._vectorizer.dimensions, "model": self._vectorizer.name}
+        await self._client.set(key, orjson.dumps(mine), nx=True)
+        raw = await self._client.get(key)
+        try:
+            recorded = orjson.loads(raw)
+            dimensions, model = int(recorded["dimensions"]), str(recorded["model"])
+        except (TypeError, ValueError, KeyError, orjson.JSONDecodeError) as exc:
+            raise CorruptDataError(key, f"not a vector record: {raw!r}") from exc
+        if dimensions != mine["dimensions"]:
+            raise MemoryIndexError(
+                f"this service's embedder {mine['model']!r} makes {mine['dimensions']}-"
+                f"dimensional vectors, but {key!r} records {dimensions} ({model!r}), used by "
+                "the stored entries: re-embed them first with `redis-agent-sessions reembed`"
+            )
+        if model != mine["model"]:
+            _log.warning(
+                "memory vectors were made by %r and this service embeds with %r: until "
+                "`redis-agent-sessions reembed` has run, older entries compare poorly",
+                model,
+                mine["model"],
+            )
+
     # -- writes ---------------------------------------------------------------------------
 
     async def add_session(self, session: Session) -> None:
@@ -149,14 +186,16 @@ class MemoryEngine:
         sid = check_id("session_id", session.id)
         docs = self._event_docs(app, user, sid, session.events, {})
         store, _ = await self._ready(app, user)
+        await self._embed_new(store, app, user, docs, keep=False)
         ingest = self._keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
         parts = list(batches(docs)) or [[]]
         stale: list[str] = []
         for i, batch in enumerate(parts):
             last = i == len(parts) - 1
             stale = await store.put(
-                app, user, batch, mode="replace", session_id=sid, ingest=ingest, final=last
-            )
+                app, user, batch, mode="replace", session_id=sid, ingest=ingest, final=last,
+                embed=self._embed,
+            )  # fmt: skip
         while stale:
             await store.delete(app, user, stale, tombstone=False, only_session=sid, ingest=ingest)
             stale = await store.put(
@@ -177,8 +216,9 @@ class MemoryEngine:
         check_sequence("events", events)
         docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
         store, _ = await self._ready(app, user)
+        await self._embed_new(store, app, user, docs, keep=True)
         for batch in batches(docs):
-            await store.put(app, user, batch, mode="keep", session_id=sid)
+            await store.put(app, user, batch, mode="keep", session_id=sid, embed=self._embed)
 
     async def add_memory(
         self,
@@ -214,8 +254,9 @@ class MemoryEngine:
             if doc is not None:
                 docs[memory_id] = doc
         store, _ = await self._ready(app, user)
+        await self._embed_new(store, app, user, list(docs.values()), keep=False)
         for batch in batches(list(docs.values())):
-            await store.put(app, user, batch, mode="explicit", session_id=None)
+            await store.put(app, user, batch, mode="explicit", session_id=None, embed=self._embed)
 
     async def delete(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
@@ -241,13 +282,24 @@ class MemoryEngine:
         if not words or limit == 0:
             return SearchMemoryResponse()
         store, search = await self._ready()
-        ids = await search.search(app, user, words, min(limit, _MAX_LIMIT))
+        limit = min(limit, _MAX_LIMIT)
+        found: dict[str, dict[str, Any]] = {}
+        if self.semantic is None:
+            ids = await search.search(app, user, words, limit)
+        else:
+            assert self._vectorizer is not None
+            vector = await self._vectorizer.query(query)
+            keyword, hits = await search.hybrid(app, user, words, limit, vector, limit)
+            fused = fuse(keyword, hits, self.semantic.min_similarity, limit)
+            ids, found = [memory_id for memory_id, _ in fused], dict(fused)
         entries = await store.fetch(app, user, ids)
         return SearchMemoryResponse(
             memories=[
                 MemoryEntry(
                     content=Content.model_validate(e.content),
-                    custom_metadata=e.meta,
+                    custom_metadata=(
+                        {**e.meta, RETRIEVAL_KEY: found[e.id]} if e.id in found else e.meta
+                    ),
                     id=e.id,
                     author=e.author,
                     timestamp=e.timestamp,
@@ -255,6 +307,37 @@ class MemoryEngine:
                 for e in entries
             ]
         )
+
+    # -- vectors --------------------------------------------------------------------------
+
+    async def _embed_new(
+        self, store: MemoryStore, app: str, user: str, docs: Sequence[Doc], *, keep: bool
+    ) -> None:
+        """Vectors for the docs that need one, before anything is written. An entry already
+        stored from the same text by the same model keeps its vector (sessions are added
+        again after every turn: only new events are embedded); with ``keep``, stored
+        entries are not written at all."""
+        if self._vectorizer is None or not docs:
+            return
+        for doc in docs:
+            doc.vkey = self._vectorizer.key(doc.raw)
+            doc.fields["vkey"] = doc.vkey
+            doc.fields["vmodel"] = self._vectorizer.name
+        stored = await store.vector_keys(app, user, [doc.id for doc in docs])
+        await self._embed(
+            [
+                doc
+                for doc, (words, vkey) in zip(docs, stored, strict=True)
+                if not (keep and words is not None) and text(vkey or "") != doc.vkey
+            ]
+        )
+
+    async def _embed(self, docs: list[Doc]) -> None:
+        assert self._vectorizer is not None
+        for doc, vector in zip(
+            docs, await self._vectorizer.documents([doc.raw for doc in docs]), strict=True
+        ):
+            doc.vec = vector
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ first (equal times: larger id first), at most ``limit``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
@@ -19,6 +20,15 @@ from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams
+from redis_agent_sessions.memory._vectors import (
+    PLAIN_SCAN,
+    Hit,
+    Semantic,
+    knn_command,
+    nearest,
+    parse_knn,
+    vector_schema,
+)
 
 __all__ = ["IndexSearch", "PlainSearch", "has_search_module"]
 
@@ -81,10 +91,13 @@ class IndexSearch:
     on a cluster one index per (app, user), which lives on, and is asked on, the shard
     holding that user's entries (the search module indexes each shard apart)."""
 
-    def __init__(self, topology: Topology, keys: KeySpace) -> None:
+    def __init__(
+        self, topology: Topology, keys: KeySpace, semantic: Semantic | None = None
+    ) -> None:
         self._redis = topology.client
         self._topology = topology
         self._keys = keys
+        self._semantic = semantic
         self._per_user = topology.cluster
         self._ready: set[tuple[str, str]] = set()
         self.windows = _WINDOWS
@@ -93,6 +106,11 @@ class IndexSearch:
         if self._per_user:
             return self._keys.memory_user_index(app, user)
         return self._keys.memory_index()
+
+    def _vector_index(self, app: str, user: str) -> str:
+        if self._per_user:
+            return self._keys.memory_user_vector_index(app, user)
+        return self._keys.memory_vector_index()
 
     def _prefix(self, app: str, user: str) -> str:
         if self._per_user:
@@ -115,8 +133,16 @@ class IndexSearch:
         owner = (app, user) if self._per_user else ("", "")
         if owner in self._ready:
             return
-        index = self._index(app, user)
         schema = [part for name, kind, opts in _SCHEMA for part in (name, kind, *opts)]
+        await self._create(app, user, self._index(app, user), schema, self._check_existing)
+        if self._semantic is not None:
+            await self._create(
+                app, user, self._vector_index(app, user), vector_schema(self._semantic),
+                self._check_vectors,
+            )  # fmt: skip
+        self._ready.add(owner)
+
+    async def _create(self, app: str, user: str, index: str, schema: list[Any], check: Any) -> None:
         try:
             await self._run(app, user, [(
                 "FT.CREATE", index, "ON", "HASH", "PREFIX", 1, self._prefix(app, user),
@@ -124,9 +150,38 @@ class IndexSearch:
             )])  # fmt: skip
         except ResponseError as exc:
             if "already exists" not in str(exc).lower():
+                if index == self._vector_index(app, user):
+                    raise MemoryIndexError(
+                        f"cannot create the vector index {index!r}: {exc} (is the "
+                        f"{self._semantic and self._semantic.index} algorithm supported "
+                        "by this server's search module?)"
+                    ) from exc
                 raise
-            await self._check_existing(app, user)
-        self._ready.add(owner)
+            await check(app, user)
+
+    async def _check_vectors(self, app: str, user: str) -> None:
+        assert self._semantic is not None
+        index = self._vector_index(app, user)
+        [info] = await self._run(app, user, [("FT.INFO", index)])
+        info = _as_dict(info)
+        prefixes = [text(p) for p in _as_dict(info.get("index_definition", [])).get("prefixes", [])]
+        vec: dict[str, Any] = {}
+        for attr in info.get("attributes", []):
+            attr = _as_dict(attr) if not isinstance(attr, list) else _flags(attr)
+            if text(attr.get("attribute", b"")) == "vec":
+                vec = attr
+        found = (
+            text(vec.get("type", b"")),
+            text(vec.get("algorithm", b"")).upper(),
+            int(vec.get("dim", 0) or 0),
+        )
+        want = ("VECTOR", self._semantic.index, self._semantic.vectorizer.dimensions)
+        if prefixes != [self._prefix(app, user)] or found != want:
+            raise MemoryIndexError(
+                f"RediSearch vector index {index!r} exists with another definition (prefixes "
+                f"{prefixes}, vec {found}; this service needs {want}): re-embed with "
+                "`redis-agent-sessions reembed`, which rebuilds it, or use another key_prefix"
+            )
 
     async def _check_existing(self, app: str, user: str) -> None:
         [info] = await self._run(app, user, [("FT.INFO", self._index(app, user))])
@@ -146,18 +201,42 @@ class IndexSearch:
             )
 
     async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
-        ordered = sorted(words)
+        ids, _ = await self._search(app, user, sorted(words), limit, [])
+        return ids
+
+    async def hybrid(
+        self, app: str, user: str, words: Iterable[str], limit: int, query: bytes, k: int
+    ) -> tuple[list[str], list[Hit]]:
+        """The keyword ranking and the ``k`` nearest vectors, in the same round trip."""
+        scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
+        knn = knn_command(self._vector_index(app, user), scope, query, k)
         try:
-            if len(ordered) <= _MAX_LEVEL_WORDS and all(w.isascii() for w in ordered):
-                return await self._by_levels(app, user, ordered, limit)
-            return await self._aggregate(app, user, ordered, limit)
+            ids, replies = await self._search(app, user, sorted(words), limit, [knn])
+        except ResponseError as exc:
+            # A user whose entries were all written before the embedder was turned on
+            # has no vector index of their own (cluster) until their next write.
+            if self._per_user and "no such index" in str(exc).lower():
+                return await self.search(app, user, words, limit), []
+            raise
+        return ids, parse_knn(_search_docs(replies[0])) if replies else []
+
+    async def _search(
+        self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
+    ) -> tuple[list[str], list[Any]]:
+        """The keyword ranking, and the replies of ``also`` sent with its first query."""
+        try:
+            if len(words) <= _MAX_LEVEL_WORDS and all(w.isascii() for w in words):
+                return await self._by_levels(app, user, words, limit, also)
+            return await self._aggregate(app, user, words, limit, also)
         except ResponseError as exc:
             # A user's own index exists once they have written an entry.
-            if self._per_user and "no such index" in str(exc).lower():
-                return []
+            if self._per_user and "no such index" in str(exc).lower() and not also:
+                return [], []
             raise
 
-    async def _by_levels(self, app: str, user: str, words: list[str], limit: int) -> list[str]:
+    async def _by_levels(
+        self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
+    ) -> tuple[list[str], list[Any]]:
         """Level c asks for the newest entries matching at least c of the words.
 
         An entry among the true top ``limit`` that matches c words has fewer than ``limit``
@@ -183,6 +262,7 @@ class IndexSearch:
         wanted = set(words)
         ranked: dict[str, tuple[int, float, str]] = {}
         pending = list(levels)
+        extra: list[Any] = []
         for start in starts:
             window = "" if start is None else f" @ts:[{start!r} +inf]"
             commands = [(
@@ -190,8 +270,10 @@ class IndexSearch:
                 "RETURN", 3, "words", "ts", "id",
                 "SORTBY", "ts", "DESC", "LIMIT", 0, limit, "DIALECT", 2,
             ) for c in pending]  # fmt: skip
+            replies = await self._run(app, user, [*commands, *also])
+            replies, extra, also = replies[: len(commands)], extra or replies[len(commands) :], []
             short = []
-            for c, reply in zip(pending, await self._run(app, user, commands), strict=True):
+            for c, reply in zip(pending, replies, strict=True):
                 docs = _search_docs(reply)
                 for fields in docs:
                     # Recount exactly: the index may fold words unlike our tokenizer.
@@ -205,9 +287,11 @@ class IndexSearch:
             if not pending:
                 break
         best = sorted(ranked.values(), reverse=True)[:limit]
-        return [doc_id for _, _, doc_id in best]
+        return [doc_id for _, _, doc_id in best], extra
 
-    async def _aggregate(self, app: str, user: str, words: list[str], limit: int) -> list[str]:
+    async def _aggregate(
+        self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
+    ) -> tuple[list[str], list[Any]]:
         # Exact for any query, CJK substrings included, but it reads every matching entry.
         clauses, tests = [], []
         for word in words:
@@ -219,15 +303,15 @@ class IndexSearch:
                 clauses.append(f"@grams:({grams})")
                 tests.append(f'(contains(@lower, "{word}") > 0)')
         query = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}} ({' | '.join(clauses)})"
-        [reply] = await self._run(app, user, [(
+        reply, *extra = await self._run(app, user, [(
             "FT.AGGREGATE", self._index(app, user), query,
             "LOAD", 4, "@words", "@lower", "@ts", "@id",
             "APPLY", " + ".join(tests), "AS", "n",
             "FILTER", "@n > 0",
             "SORTBY", 6, "@n", "DESC", "@ts", "DESC", "@id", "DESC", "MAX", limit,
             "DIALECT", 2,
-        )])  # fmt: skip
-        return [_row_id(row) for row in _rows(reply)]
+        ), *also])  # fmt: skip
+        return [_row_id(row) for row in _rows(reply)], extra
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -242,12 +326,15 @@ def _flags(attr: list[Any]) -> dict[str, Any]:
     i = 0
     while i < len(attr):
         key = text(attr[i]) if isinstance(attr[i], (bytes, str)) else ""
-        if key in ("identifier", "attribute", "type", "WEIGHT", "SEPARATOR") and i + 1 < len(attr):
+        if key in _VALUED and i + 1 < len(attr):
             out[key] = attr[i + 1]
             i += 2
         else:
             i += 1
     return out
+
+
+_VALUED = ("identifier", "attribute", "type", "WEIGHT", "SEPARATOR", "algorithm", "dim")
 
 
 def _rows(reply: Any) -> list[Any]:
@@ -274,9 +361,30 @@ def _row_id(row: Any) -> str:
 class PlainSearch:
     """Runs ``memory_search.lua`` over the query words' postings, in one round trip."""
 
-    def __init__(self, client: Any, keys: KeySpace) -> None:
+    def __init__(self, client: Any, keys: KeySpace, semantic: Semantic | None = None) -> None:
+        self._redis = client
         self._keys = keys
+        self._semantic = semantic
         self._script = _scripts.register(client, "memory_search")
+
+    async def hybrid(
+        self, app: str, user: str, words: Iterable[str], limit: int, query: bytes, k: int
+    ) -> tuple[list[str], list[Hit]]:
+        """The keyword ranking, and the ``k`` nearest of the user's newest ``PLAIN_SCAN``
+        entries by exact cosine, computed here: without the search module Redis has no
+        vector search, and a script computing it would block the server as long."""
+        assert self._semantic is not None
+        entries = self._keys.memory_entries(app, user)
+        ids, newest = await asyncio.gather(
+            self.search(app, user, words, limit),
+            self._redis.zrevrange(entries, 0, PLAIN_SCAN - 1, withscores=True),
+        )
+        pipe = self._redis.pipeline(transaction=False)
+        for member, _ in newest:
+            pipe.hget(self._keys.memory_entry(app, user, text(member)), "vec")
+        blobs = await pipe.execute() if newest else []
+        rows = [(text(m), float(ts), b) for (m, ts), b in zip(newest, blobs, strict=True)]
+        return ids, nearest(self._semantic.vectorizer, query, rows, k)
 
     async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
         keys = [self._keys.memory_texts(app, user)]

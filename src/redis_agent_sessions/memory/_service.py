@@ -14,8 +14,10 @@ from redis_agent_sessions._health import Readiness
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner, open_memory_url
 from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._vectors import Semantic, VectorIndex
 from redis_agent_sessions.models import Event, Session
 
 __all__ = ["MemoryServiceBase"]
@@ -27,10 +29,13 @@ ResponseT = TypeVar("ResponseT")
 
 
 class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT]):
-    """Memory entries in Redis, searchable by keyword, shared by every worker.
+    """Memory entries in Redis, searchable by keyword (and by meaning, with an embedder),
+    shared by every worker.
 
     ASCII words match whole words, results rank by distinct query words matched then newest
-    first, at most ``limit`` (10) entries, scoped to one (app, user).
+    first, at most ``limit`` (10) entries, scoped to one (app, user). With an ``embedder``,
+    each entry also keeps a vector, and a search fuses the keyword ranking with the nearest
+    vectors' (reciprocal rank fusion).
 
     Args:
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
@@ -41,6 +46,13 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             records its choice in Redis (``<prefix>:mem:backend``); every later one uses
             the recorded backend, or raises MemoryIndexError when it asks for the other
             one or cannot use it, so workers never split between backends.
+        embedder: turns semantic recall on (see :class:`Embedder`); every worker of a
+            store must use the same dimension, recorded in ``<prefix>:mem:vectors``.
+        vector_index: with the search backend, the vector index's algorithm: ``HNSW``
+            (approximate, the default), ``FLAT`` (exact, linear) or ``SVS-VAMANA`` (where
+            the server's search module has it).
+        min_similarity: vector hits must be more similar than this (cosine, -1 to 1) to be
+            returned; 0 keeps anything pointing the same way at all.
     """
 
     def __init__(
@@ -49,9 +61,15 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         *,
         config: SessionServiceConfig | None = None,
         backend: Backend = "auto",
+        embedder: Embedder | None = None,
+        vector_index: VectorIndex = "HNSW",
+        min_similarity: float = 0.0,
     ) -> None:
+        semantic = None
+        if embedder is not None:
+            semantic = Semantic(Vectorizer(embedder), vector_index, min_similarity)
         self._memory = MemoryEngine(
-            client, config=config or SessionServiceConfig(), backend=backend
+            client, config=config or SessionServiceConfig(), backend=backend, semantic=semantic
         )
         self._client = client
         self._owns_client = False
@@ -91,6 +109,11 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
     @property
     def config(self) -> SessionServiceConfig:
         return self._memory.config
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """What makes this service's vectors; None when it searches by keyword only."""
+        return None if self._memory.semantic is None else self._memory.semantic.vectorizer.embedder
 
     @_scripts.typed_permissions
     async def backend(self) -> Literal["search", "plain"]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,6 +33,8 @@ _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta")
+_ARGS = 7
+"""memory_put's fixed ARGV; vectors follow."""
 
 
 def owner_tag(value: str) -> str:
@@ -51,6 +53,12 @@ class Doc:
     grams: list[str]
     text: str
     """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
+    raw: str = ""
+    """The text as given: what an embedder embeds."""
+    vkey: str | None = None
+    """With an embedder: what the vector is made from (model, dimension, text)."""
+    vec: bytes | None = None
+    """The vector to store; None with a ``vkey`` keeps the one stored under that key."""
 
     @property
     def sig(self) -> str:
@@ -111,6 +119,7 @@ def make_doc(
         sorted(w for w in words if w.isascii()),
         sorted(grams),
         lower if has_other else "",
+        text_,
     )
 
 
@@ -199,8 +208,12 @@ class MemoryStore:
         session_id: str | None,
         ingest: str | None = None,
         final: bool = False,
+        embed: Callable[[list[Doc]], Awaitable[None]] | None = None,
     ) -> list[str]:
-        """Write one batch; on ``final``, the session's ids this ingestion did not see."""
+        """Write one batch; on ``final``, the session's ids this ingestion did not see.
+
+        A doc with a ``vkey`` but no ``vec`` keeps the vector stored under that key; when
+        it is gone, ``embed`` is asked for it and the batch sent again."""
         entries = self.keys.memory_entries(app, user)
         session_key = (
             entries if session_id is None else self.keys.memory_session(app, user, session_id)
@@ -210,6 +223,7 @@ class MemoryStore:
         for _ in range(_ATTEMPTS):
             ks = _Keys([*fixed, self.keys.memory_texts(app, user)])
             ops = []
+            vectors: list[bytes] = []
             for i, doc in enumerate(docs):
                 op: dict[str, Any] = {
                     "id": doc.id,
@@ -221,6 +235,12 @@ class MemoryStore:
                     "o": [],
                     "t": doc.text,
                 }
+                if doc.vkey is not None:
+                    op["vk"] = doc.vkey
+                    op["v"] = 0
+                    if doc.vec is not None:
+                        vectors.append(doc.vec)
+                        op["v"] = _ARGS + len(vectors)
                 if stored is not None and stored[i][0] is not None:
                     words, grams = stored[i]
                     op["x"] = f"{text(words)}|{text(grams or '')}"
@@ -237,12 +257,21 @@ class MemoryStore:
                     int(final),
                     _STALE_BATCH,
                     orjson.dumps(ops),
+                    *vectors,
                 ],
             )
             if reply[0] == 1:
                 return [text(x) for x in reply[2:]]
+            if reply[0] == 2 and embed is not None:
+                missing = {text(x) for x in reply[1:]}
+                await embed([doc for doc in docs if doc.id in missing])
+                continue
             stored = await self._read(app, user, [d.id for d in docs], "words", "grams")
         raise RedisSessionsError("memory entries kept changing during the write; gave up")
+
+    async def vector_keys(self, app: str, user: str, ids: Sequence[str]) -> list[Any]:
+        """(words, vkey) stored for each id: None words when the entry does not exist."""
+        return await self._read(app, user, ids, "words", "vkey")
 
     async def delete(
         self,

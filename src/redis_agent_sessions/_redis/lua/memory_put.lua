@@ -9,8 +9,13 @@
 -- ARGV[6] most stale ids reported   ARGV[7] JSON list of entries:
 --   {id, k = entry key index, ts, f = [field, value, ...], sig = words|grams,
 --    w = [posting key indexes], o = [old posting key indexes], x = sig those belong to,
---    t = text for KEYS[5] ('' = none)}
+--    t = text for KEYS[5] ('' = none),
+--    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
+--    (0 = keep the stored vector, whose vkey must equal vk)}
+-- ARGV[8..] vector bytes (binary, so outside the JSON)
 -- returns {0} when an entry's stored words differ from x (nothing written: read and retry),
+--         {2, ids...} when entries sent without a vector no longer have one stored under
+--         their vk (nothing written: embed those and retry),
 --         {-4, command, key} when the ACL user may not run a command it needs (nothing
 --         written),
 --         else {1, written, stale ids of the session...} (ARGV[5] only; none left: KEYS[4]
@@ -20,7 +25,7 @@ local ops = cjson.decode(ARGV[7])
 local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1])
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
-  refused = refused or denied('HMGET', key, 'DEL', key, 'HSET', key)
+  refused = refused or denied('HMGET', key, 'HGET', key, 'DEL', key, 'HSET', key)
   if postings then
     for _, i in ipairs(op.w) do refused = refused or denied('ZADD', KEYS[i]) end
     for _, i in ipairs(op.o) do refused = refused or denied('ZREM', KEYS[i]) end
@@ -36,21 +41,23 @@ refused = refused
   or (ingest and denied('SADD', KEYS[4], 'EXPIRE', KEYS[4], 'SDIFF', KEYS[4], 'DEL', KEYS[4],
     'SISMEMBER', KEYS[4], 'SDIFF', KEYS[3], 'SREM', KEYS[3], 'ZREM', KEYS[1]))
 if refused then return refused end
-local todo = {}
+local todo, unembedded = {}, {2}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   local skip = mode ~= 'explicit' and redis.call('SISMEMBER', KEYS[2], op.id) == 1
-  local cur = redis.call('HMGET', key, 'words', 'grams')
+  local cur = redis.call('HMGET', key, 'words', 'grams', 'vkey')
   local exists = cur[1] ~= false
   if mode == 'keep' and exists then skip = true end
   if not skip then
     local stored = exists and (cur[1] .. '|' .. (cur[2] or '')) or nil
     if postings and stored and stored ~= op.sig and stored ~= op.x then return {0} end
     op.stale = stored and stored ~= op.sig
+    if op.vk and op.v == 0 and cur[3] ~= op.vk then unembedded[#unembedded + 1] = op.id end
     todo[#todo + 1] = op
   end
   if tonumber(ARGV[4]) > 0 then redis.call('SADD', KEYS[4], op.id) end
 end
+if #unembedded > 1 then return unembedded end
 for _, op in ipairs(todo) do
   if postings then
     if op.stale then
@@ -59,8 +66,10 @@ for _, op in ipairs(todo) do
     for _, i in ipairs(op.w) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
     if op.t ~= '' then redis.call('HSET', KEYS[5], op.id, op.t) else redis.call('HDEL', KEYS[5], op.id) end
   end
+  local vec = op.vk and (op.v > 0 and ARGV[op.v] or redis.call('HGET', KEYS[op.k], 'vec'))
   redis.call('DEL', KEYS[op.k])
   redis.call('HSET', KEYS[op.k], unpack(op.f))
+  if vec then redis.call('HSET', KEYS[op.k], 'vec', vec) end
   redis.call('ZADD', KEYS[1], op.ts, op.id)
   if ARGV[3] == '1' then redis.call('SADD', KEYS[3], op.id) end
   if mode == 'explicit' then redis.call('SREM', KEYS[2], op.id) end

@@ -1,0 +1,347 @@
+"""Semantic and hybrid memory: recall by meaning through the vector path, on every memory
+backend of ``test_memory.memory_client`` (fakeredis, plain Redis, RediSearch, both kinds of
+cluster, the least-privilege ACL user). The synonyms embedder (``_embedders.py``) puts
+"automobile" and "Skoda" on one dimension, so only the vector path can join them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from _acl import acl_user
+from _embedders import SynonymEmbedder
+from redis_agent_sessions import (
+    CallableEmbedder,
+    EmbeddingError,
+    InvalidInputError,
+    MemoryEntry,
+    MemoryIndexError,
+    RedisMemoryService,
+    SessionServiceConfig,
+)
+from redis_agent_sessions._redis.topology import Topology
+from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
+from test_memory import APP, USER, event, memory_client, session
+
+__all__ = ["memory_client"]  # the fixture, shared with the contract suite
+
+SKODA = "I bought a Skoda last spring"
+BLUE = "My favourite colour is blue"
+PUPPY = "I walk my puppy every morning"
+
+
+def kind_of(request: pytest.FixtureRequest) -> str:
+    return str(request.node.callspec.params["memory_client"])
+
+
+@pytest.fixture
+async def worker(memory_client: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The client services run as: the ACL worker on the ``acl`` kinds, else the admin."""
+    kind = kind_of(request)
+    if not kind.endswith("acl"):
+        yield memory_client
+        return
+    async with acl_user(memory_client, search=kind == "search-acl") as limited:
+        yield limited
+
+
+def service(worker: Any, request: pytest.FixtureRequest, **kw: Any) -> RedisMemoryService:
+    backend = "search" if kind_of(request).startswith("search") else "plain"
+    kw.setdefault("embedder", SynonymEmbedder())
+    return RedisMemoryService(worker, backend=backend, **kw)
+
+
+async def found(memory: RedisMemoryService, query: str, **kw: Any) -> list[tuple[str, Any]]:
+    kw.setdefault("app_name", APP)
+    kw.setdefault("user_id", USER)
+    result = await memory.search_memory(query=query, **kw)
+    return [
+        (m.content.text, (m.custom_metadata.get(RETRIEVAL_KEY) or {}).get("found_by"))
+        for m in result.memories
+    ]
+
+
+async def entry_keys(client: Any) -> dict[str, dict[bytes, bytes]]:
+    """Every memory entry hash in the store (on a cluster, of every primary)."""
+    out = {}
+    async for key in client.scan_iter(match="ras:mem:*:entry:*", count=1000):
+        out[key.decode()] = await client.hgetall(key)
+    return out
+
+
+async def test_paraphrase_found_only_by_meaning(
+    worker: Any, request: pytest.FixtureRequest
+) -> None:
+    keyword = service(worker, request, embedder=None)
+    semantic = service(worker, request)
+    await semantic.add_session_to_memory(
+        session("s1", event(SKODA, ts=1), event(BLUE, ts=2), event(PUPPY, ts=3))
+    )
+    assert await found(semantic, "automobile") == [(SKODA, ["vector"])]
+    assert await found(semantic, "hue") == [(BLUE, ["vector"])]
+    assert await found(semantic, "dog") == [(PUPPY, ["vector"])]
+    assert await found(semantic, "blue") == [(BLUE, ["keyword", "vector"])]
+    assert await found(keyword, "automobile") == []
+
+
+async def test_found_by_both_paths_ranks_first(worker: Any, request: pytest.FixtureRequest) -> None:
+    memory = service(worker, request)
+    await memory.add_session_to_memory(
+        session(
+            "s1",
+            event("my sedan needs new tyres", ts=1),
+            event("the tyres of my bicycle", ts=2),
+            event("I drive an automobile", ts=3),
+        )
+    )
+    result = await memory.search_memory(app_name=APP, user_id=USER, query="sedan tyres")
+    first = result.memories[0]
+    assert first.content.text == "my sedan needs new tyres"
+    how = first.custom_metadata[RETRIEVAL_KEY]
+    assert how["found_by"] == ["keyword", "vector"]
+    assert how["keyword_rank"] == 1
+    assert how["vector_rank"] == 1
+    assert 0 < how["similarity"] <= 1
+    assert how["score"] == pytest.approx(2 / 61, abs=1e-6)
+    texts = [m.content.text for m in result.memories]
+    assert set(texts) == {
+        "my sedan needs new tyres",
+        "the tyres of my bicycle",
+        "I drive an automobile",
+    }
+
+
+async def test_other_users_never_come_back(worker: Any, request: pytest.FixtureRequest) -> None:
+    memory = service(worker, request)
+    hostile = ["u*", "u} @user:{x", "u|v", "user1-", '"quoted"', "-neg", "u\\x"]
+    for i, other in enumerate(hostile):
+        await memory.add_session_to_memory(session(f"o{i}", event(SKODA, ts=1), user=other))
+    await memory.add_session_to_memory(session("a", event(SKODA, ts=1), app="other_app"))
+    for query in ("automobile", "*=>[KNN 100 @vec $blob]", "@user:{*} skoda", SKODA):
+        assert await found(memory, query) == []
+    await memory.add_session_to_memory(session("mine", event("my automobile is red", ts=2)))
+    for other in hostile:
+        texts = [t for t, _ in await found(memory, "automobile", user_id=other)]
+        assert texts == [SKODA]
+    assert [t for t, _ in await found(memory, "vehicle")] == ["my automobile is red"]
+
+
+async def test_reingestion_and_deletes_leave_no_orphan_vectors(
+    worker: Any, memory_client: Any, request: pytest.FixtureRequest
+) -> None:
+    memory = service(worker, request)
+    first = session("s1", event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2"))
+    await memory.add_session_to_memory(first)
+    # The session changes: e1 is gone, e2's text changed, e3 is new.
+    await memory.add_session_to_memory(
+        session("s1", event("blue is my least liked hue", ts=2, id="e2"), event(PUPPY, ts=3))
+    )
+    assert await found(memory, "automobile") == []
+    assert [t for t, _ in await found(memory, "colour")] == ["blue is my least liked hue"]
+    entries = await entry_keys(memory_client)
+    assert len(entries) == 2
+    embedder = SynonymEmbedder()
+    for fields in entries.values():
+        stored = memory._memory._vectorizer.unpack(fields[b"vec"])  # type: ignore[union-attr]
+        text = fields[b"lower"].decode()
+        want = embedder.vector(text)
+        norm = math.sqrt(sum(x * x for x in want))
+        assert stored == pytest.approx([x / norm for x in want], abs=1e-6)
+        assert fields[b"vmodel"] == b"synonyms-v1"
+    await memory.delete_memory(app_name=APP, user_id=USER, memory_id="e2")
+    assert await found(memory, "hue") == []
+    assert len(await entry_keys(memory_client)) == 1
+    await memory.delete_memory(app_name=APP, user_id=USER)
+    assert await found(memory, "dog") == []
+    assert await entry_keys(memory_client) == {}
+    if kind_of(request) == "search":
+        info = await memory_client.ft("ras:mem:vidx").info()
+        assert int(info["num_docs"]) == 0
+
+
+async def test_only_new_text_is_embedded(worker: Any, request: pytest.FixtureRequest) -> None:
+    embedder = SynonymEmbedder()
+    memory = service(worker, request, embedder=embedder)
+    events = [event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2")]
+    await memory.add_session_to_memory(session("s1", *events))
+    assert embedder.calls == [[SKODA, BLUE]]
+    # ADK adds the whole session again after each turn: only the new event is embedded.
+    await memory.add_session_to_memory(session("s1", *events, event(PUPPY, ts=3, id="e3")))
+    assert embedder.calls[1:] == [[PUPPY]]
+    await memory.add_events_to_memory(
+        app_name=APP, user_id=USER, events=[events[0], event("glad", ts=4, id="e4")]
+    )
+    assert embedder.calls[2:] == [["glad"]]
+    # Another model: every entry needs a vector of its own.
+    other = SynonymEmbedder(name="synonyms-v2")
+    await service(worker, request, embedder=other).add_session_to_memory(session("s1", *events))
+    assert other.calls == [[SKODA, BLUE]]
+
+
+async def test_vector_lost_in_a_race_is_made_again(
+    worker: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between reading which entries have a current vector and writing, another worker may
+    rewrite one: the write script notices, and the missing vector is embedded then."""
+    embedder = SynonymEmbedder()
+    memory = service(worker, request, embedder=embedder)
+    await memory.add_session_to_memory(session("s1", event(SKODA, ts=1, id="e1")))
+    store, _ = await memory._memory._ready(APP, USER)
+    real = store.vector_keys
+
+    async def stale(app: str, user: str, ids: Sequence[str]) -> list[Any]:
+        rows = await real(app, user, ids)
+        # Pretend e2 was stored with the key it is about to get: no vector is sent.
+        vkey = memory._memory._vectorizer.key(BLUE)  # type: ignore[union-attr]
+        return [
+            (b"x", vkey.encode()) if i == "e2" else row for i, row in zip(ids, rows, strict=True)
+        ]
+
+    monkeypatch.setattr(store, "vector_keys", stale)
+    await memory.add_session_to_memory(
+        session("s1", event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2"))
+    )
+    assert embedder.calls[1:] == [[BLUE]]
+    assert await found(memory, "hue") == [(BLUE, ["vector"])]
+
+
+class Broken:
+    """An embedder that fails in one of the ways a real one may."""
+
+    def __init__(self, how: str, dimensions: int = 512) -> None:
+        self.how = how
+        self.dimensions = dimensions
+        self.name = "synonyms-v1"
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        good = SynonymEmbedder(self.dimensions)
+        if self.how == "raises":
+            raise RuntimeError("quota exceeded")
+        if self.how == "too few":
+            return [good.vector(t) for t in texts][:-1]
+        if self.how == "short":
+            return [good.vector(t)[:-1] for t in texts]
+        if self.how == "nan":
+            return [[math.nan] * self.dimensions for _ in texts]
+        if self.how == "zero":
+            return [[0.0] * self.dimensions for _ in texts]
+        return [["x"] * self.dimensions for _ in texts]  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("how", ["raises", "too few", "short", "nan", "zero", "not numbers"])
+async def test_failing_embedder_writes_nothing(
+    worker: Any, memory_client: Any, request: pytest.FixtureRequest, how: str
+) -> None:
+    memory = service(worker, request)
+    await memory.add_session_to_memory(session("s1", event(SKODA, ts=1, id="e1")))
+    before = await entry_keys(memory_client)
+    broken = service(worker, request, embedder=Broken(how))
+    changed = session("s1", event(BLUE, ts=2, id="e2"), event(PUPPY, ts=3, id="e3"))
+    with pytest.raises(EmbeddingError):
+        await broken.add_session_to_memory(changed)
+    with pytest.raises(EmbeddingError):
+        await broken.add_events_to_memory(app_name=APP, user_id=USER, events=changed.events)
+    with pytest.raises(EmbeddingError):
+        await broken.add_memory(
+            app_name=APP,
+            user_id=USER,
+            memories=[MemoryEntry(id="e1", content=changed.events[0].content)],  # type: ignore[arg-type]
+        )
+    assert await entry_keys(memory_client) == before
+    with pytest.raises(EmbeddingError):
+        await broken.search_memory(app_name=APP, user_id=USER, query="automobile")
+    assert await found(memory, "automobile") == [(SKODA, ["vector"])]
+
+
+async def test_another_dimension_is_refused(
+    memory_client: Any, request: pytest.FixtureRequest, worker: Any
+) -> None:
+    memory = service(worker, request)
+    await memory.add_session_to_memory(session("s1", event(SKODA, ts=1)))
+    smaller = service(worker, request, embedder=SynonymEmbedder(256))
+    with pytest.raises(MemoryIndexError, match=r"256-dimensional.*records 512.*reembed"):
+        await smaller.search_memory(app_name=APP, user_id=USER, query="car")
+    # Keyword-only workers still work on the same store.
+    keyword = service(worker, request, embedder=None)
+    assert [m.content.text for m in (await keyword.search_memory(
+        app_name=APP, user_id=USER, query="skoda")).memories] == [SKODA]  # fmt: skip
+
+
+async def test_min_similarity(worker: Any, request: pytest.FixtureRequest) -> None:
+    memory = service(worker, request, min_similarity=0.6)
+    await memory.add_session_to_memory(
+        session("s1", event("skoda", ts=1), event("a big old rusty skoda", ts=2))
+    )
+    # cos("automobile", "skoda") = 1; with four more words it is 1/sqrt(5) ~ 0.45.
+    assert await found(memory, "automobile") == [("skoda", ["vector"])]
+    with pytest.raises(InvalidInputError):
+        service(worker, request, min_similarity=1.5)
+
+
+async def test_embedder_must_be_one() -> None:
+    with pytest.raises(InvalidInputError, match="async 'embed"):
+        RedisMemoryService(object(), embedder=lambda texts: texts)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="dimensions"):
+        RedisMemoryService(object(), embedder=SynonymEmbedder(0))
+    with pytest.raises(InvalidInputError, match="vector_index"):
+        RedisMemoryService(object(), embedder=SynonymEmbedder(), vector_index="IVF")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_callable_embedder(worker: Any, request: pytest.FixtureRequest, kind: str) -> None:
+    synonyms = SynonymEmbedder()
+    batches: list[int] = []
+
+    def sync_fn(texts: list[str]) -> list[list[float]]:
+        batches.append(len(texts))
+        return [synonyms.vector(t) for t in texts]
+
+    async def async_fn(texts: list[str]) -> list[list[float]]:
+        return sync_fn(texts)
+
+    fn: Any = sync_fn if kind == "sync" else async_fn
+    embedder = CallableEmbedder(fn, dimensions=512, name="synonyms-v1", batch_size=2)
+    memory = service(worker, request, embedder=embedder)
+    await memory.add_session_to_memory(
+        session("s1", event(SKODA, ts=1), event(BLUE, ts=2), event(PUPPY, ts=3))
+    )
+    assert batches == [2, 1]
+    assert await found(memory, "automobile") == [(SKODA, ["vector"])]
+    with pytest.raises(InvalidInputError):
+        CallableEmbedder(fn, dimensions=512, batch_size=0)
+
+
+async def test_vector_index_algorithms(
+    memory_client: Any, worker: Any, request: pytest.FixtureRequest
+) -> None:
+    if kind_of(request) not in ("search", "search-cluster"):
+        pytest.skip("the vector index is the search backend's (other prefixes: not the ACL's)")
+    flat = service(
+        worker, request, vector_index="FLAT", config=SessionServiceConfig(key_prefix="f")
+    )
+    await flat.add_session_to_memory(session("s1", event(SKODA, ts=1)))
+    assert await found(flat, "automobile") == [(SKODA, ["vector"])]
+    # The store's index is FLAT: a worker asking for HNSW is told, not silently served.
+    hnsw = service(worker, request, config=SessionServiceConfig(key_prefix="f"))
+    with pytest.raises(MemoryIndexError, match="another definition"):
+        await hnsw.add_session_to_memory(session("s2", event(BLUE, ts=1)))
+    svs = service(
+        worker, request, vector_index="SVS-VAMANA", config=SessionServiceConfig(key_prefix="v")
+    )
+    topology = Topology(memory_client)
+    await topology.ready()
+    modules = await topology.any_node("MODULE", "LIST")
+    version = next(int(m[b"ver"]) for m in map(as_dict, modules) if m[b"name"] == b"search")
+    if version < 80200:  # RediSearch before 8.2 has no SVS-VAMANA
+        with pytest.raises(MemoryIndexError, match="SVS-VAMANA"):
+            await svs.add_session_to_memory(session("s1", event(SKODA, ts=1)))
+    else:
+        await svs.add_session_to_memory(session("s1", event(SKODA, ts=1)))
+        assert await found(svs, "automobile") == [(SKODA, ["vector"])]
+
+
+def as_dict(value: Any) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else dict(zip(value[::2], value[1::2], strict=True))
