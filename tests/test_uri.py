@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,57 @@ async def test_a_cluster_config_with_from_url_writes_on_a_real_cluster() -> None
             )
             await service.delete_session(app_name="a", user_id=f"u{n}", session_id=session.id)
         assert await service.get_app_state(app_name="a") == {"k": 7}
+
+
+def test_semantic_memory_settings_by_url() -> None:
+    from _embedders import SynonymEmbedder
+
+    memory = RedisMemoryService.from_url(
+        "redis://h/0?embedder=import:_embedders:SynonymEmbedder&vector_index=flat"
+        "&min_similarity=0.25&memory_backend=plain"
+    )
+    assert isinstance(memory.embedder, SynonymEmbedder)
+    semantic = memory._memory.semantic
+    assert semantic is not None
+    assert (semantic.index, semantic.min_similarity) == ("FLAT", 0.25)
+    # The session service takes the same URL and leaves the memory's settings alone.
+    RedisSessionService.from_url("redis://h/0?embedder=import:_embedders:SynonymEmbedder")
+    same = "redis://h/0?embedder=import:_embedders:SynonymEmbedder&embedder_dimensions=512"
+    assert RedisMemoryService.from_url(same).embedder is not None
+    for url, message in [
+        ("redis://h/0?embedder=openai:x", "must be 'google:<model>' or 'import:"),
+        ("redis://h/0?embedder=import:no_such_module:x", "cannot be imported"),
+        ("redis://h/0?embedder=import:_embedders:SYNONYMS", "async 'embed"),
+        (f"{same[:-3]}256", "512-dimensional vectors, not embedder_dimensions=256"),
+        (f"{same[:-3]}abc", "embedder_dimensions must be an int"),
+        ("redis://h/0?embedder_dimensions=5", "needs embedder= in the URL"),
+        ("redis://h/0?vector_index=FLAT", "need an embedder"),
+        (f"{same}&min_similarity=high", "min_similarity must be a number"),
+        (f"{same}&vector_index=IVF", "vector_index must be"),
+        (f"{same}&embedder=import:_embedders:SynonymEmbedder", "given twice"),
+    ]:
+        with pytest.raises(InvalidInputError, match=re.escape(message)):
+            RedisMemoryService.from_url(url)
+    with pytest.raises(InvalidInputError, match="give it in one place"):
+        RedisMemoryService.from_url(same, embedder=SynonymEmbedder())
+    with pytest.raises(InvalidInputError, match="give it in one place"):
+        RedisMemoryService.from_url(f"{same}&vector_index=FLAT", vector_index="SVS-VAMANA")
+
+
+@pytest.mark.adk
+def test_adk_servers_get_google_embeddings_from_the_memory_uri() -> None:
+    from google.adk.cli.service_registry import ServiceRegistry
+
+    from redis_agent_sessions import GoogleEmbedder, adk
+
+    registry = ServiceRegistry()
+    adk.register(registry)
+    memory: Any = registry.create_memory_service(
+        "redis://h/0?embedder=google:text-embedding-005", agents_dir="/agents"
+    )
+    assert isinstance(memory.embedder, GoogleEmbedder)
+    assert memory.embedder.name == "google:text-embedding-005:768"
+    sized: Any = registry.create_memory_service(
+        "redis://h/0?embedder=google:gemini-embedding-001&embedder_dimensions=768"
+    )
+    assert sized.embedder.dimensions == 768

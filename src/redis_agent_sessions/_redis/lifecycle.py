@@ -79,9 +79,10 @@ def open_memory_url(
     backend: Any,
     cluster: bool,
     **redis_kwargs: Any,
-) -> tuple[AnyRedis, SessionServiceConfig, Any]:
-    """Client, config and backend for a memory service's ``from_url``: the URL's
-    ``memory_backend`` counts unless ``backend`` (not ``auto``) says otherwise."""
+) -> tuple[AnyRedis, SessionServiceConfig, Any, dict[str, str]]:
+    """Client, config, backend and the other memory settings of the URL (as written), for a
+    memory service's ``from_url``: the URL's ``memory_backend`` counts unless ``backend``
+    (not ``auto``) says otherwise."""
     parsed = parse_service_url(url)
     chosen = parsed.memory_backend or backend
     if parsed.memory_backend and backend not in ("auto", parsed.memory_backend):
@@ -90,7 +91,8 @@ def open_memory_url(
             "was passed with it; give it in one place"
         )
     settings = parsed.config(config)
-    return client_for(parsed, settings, cluster, redis_kwargs), settings, chosen
+    client = client_for(parsed, settings, cluster, redis_kwargs)
+    return client, settings, chosen, parsed.memory
 
 
 class ClientOwner:

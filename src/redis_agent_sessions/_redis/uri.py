@@ -23,7 +23,10 @@ __all__ = ["ServiceURL", "parse_service_url"]
 
 SCHEMES = ("redis", "rediss", "unix")
 _CONFIG_FIELDS = tuple(SessionServiceConfig.model_fields)
-_OURS = (*_CONFIG_FIELDS, "memory_backend")
+_MEMORY = ("memory_backend", "embedder", "embedder_dimensions", "vector_index", "min_similarity")
+"""The memory service's own settings (read by it; the session service ignores them, so one
+URL may serve both)."""
+_OURS = (*_CONFIG_FIELDS, *_MEMORY)
 _BOOLEANS = _params.BOOLEANS
 
 
@@ -37,6 +40,9 @@ class ServiceURL:
     """SessionServiceConfig fields given in the query (validated together by ``config``)."""
     memory_backend: str | None = None
     redis_params: dict[str, str] = field(default_factory=dict)
+    memory: dict[str, str] = field(default_factory=dict)
+    """The memory settings after ``memory_backend``, as written (the memory service
+    converts them)."""
     """redis-py's parameters given in the query, as written (see ``client_kwargs``)."""
 
     @property
@@ -81,16 +87,20 @@ def parse_service_url(url: str) -> ServiceURL:
     settings: dict[str, Any] = {}
     memory_backend: str | None = None
     kept: dict[str, str] = {}
+    memory: dict[str, str] = {}
     redis_py = _params.accepted(parts.scheme, False) | _params.accepted(parts.scheme, True)
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if (
             name in settings
             or name in kept
+            or name in memory
             or (name == "memory_backend" and memory_backend is not None)
         ):
             raise InvalidInputError(f"URL parameter {name!r} is given twice")
         if name == "memory_backend":
             memory_backend = value
+        elif name in _MEMORY:
+            memory[name] = value
         elif name == "cluster":
             if value.lower() not in _BOOLEANS:
                 raise InvalidInputError(f"URL parameter cluster must be true or false: {value!r}")
@@ -119,7 +129,7 @@ def parse_service_url(url: str) -> ServiceURL:
     validated = {name: getattr(parsed, name) for name in settings}
     # Cut by hand: urlunsplit would drop the empty authority of "unix:///path".
     redis_url = url.split("?", 1)[0].split("#", 1)[0]
-    service_url = ServiceURL(redis_url, validated, memory_backend, kept)
+    service_url = ServiceURL(redis_url, validated, memory_backend, kept, memory)
     # Converted now, so a bad value fails at once; the topology, which may be decided by an
     # argument, is checked when the client is made.
     service_url.client_kwargs(None)

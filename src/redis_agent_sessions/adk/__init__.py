@@ -262,7 +262,9 @@ def register(registry: ServiceRegistry | None = None) -> None:
     ``--session_service_uri`` and ``--memory_service_uri`` build this module's services.
     The URI's query carries the settings: any :class:`SessionServiceConfig` field
     (``key_prefix``, ``ttl_seconds``, ``stale_policy``, ``cluster``, ...) and, for
-    memory, ``memory_backend``; an unknown parameter fails with the list of valid ones.
+    memory, ``memory_backend`` and semantic recall (``embedder=google:<model>``,
+    ``embedder_dimensions``, ``vector_index``, ``min_similarity``); an unknown parameter
+    fails with the list of valid ones.
     """
     # Imported here: the registry module loads ADK's CLI helpers, which workers never need.
     from google.adk.cli.service_registry import get_service_registry

@@ -24,6 +24,7 @@ from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory import Backend, Embedder, VectorIndex
 from redis_agent_sessions.memory._service import MemoryServiceBase
+from redis_agent_sessions.memory._url import semantic_settings
 from redis_agent_sessions.models import Content, Event, Session
 
 __all__ = ["RedisMemoryService"]
@@ -48,8 +49,9 @@ class RedisMemoryService(
         config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``.
         uri: instead of a client, a ``redis://``, ``rediss://`` or ``unix://`` URL whose
-            query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``;
-            see :func:`register`); the service then owns and closes its client.
+            query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``,
+            ``&embedder=google:text-embedding-005``; see :func:`register`); the service then
+            owns and closes its client.
         agents_dir: accepted and ignored: ADK's service registry passes it to every
             service it builds.
         embedder, vector_index, min_similarity: semantic recall, as on the core service.
@@ -69,7 +71,10 @@ class RedisMemoryService(
     ) -> None:
         check_client_or_uri(client, uri)
         if uri is not None:
-            client, config, backend = open_memory_url(uri, config, backend, cluster=False)
+            client, config, backend, params = open_memory_url(uri, config, backend, cluster=False)
+            embedder, vector_index, min_similarity = semantic_settings(
+                params, embedder, vector_index, min_similarity
+            )
         assert client is not None
         del agents_dir  # ADK passes it to every service it builds; nothing to do with it
         super().__init__(

@@ -17,6 +17,7 @@ from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._url import semantic_settings
 from redis_agent_sessions.memory._vectors import Semantic, VectorIndex
 from redis_agent_sessions.models import Event, Session
 
@@ -97,12 +98,29 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         config: SessionServiceConfig | None = None,
         backend: Backend = "auto",
         cluster: bool = False,
+        embedder: Embedder | None = None,
+        vector_index: VectorIndex = "HNSW",
+        min_similarity: float = 0.0,
         **redis_kwargs: Any,
     ) -> Self:
         """A service with its own client, closed by :meth:`aclose`; the URL's query may
-        carry settings, as for the session service's ``from_url``, and ``memory_backend``."""
-        client, config, backend = open_memory_url(url, config, backend, cluster, **redis_kwargs)
-        service = cls(client, config=config, backend=backend)
+        carry settings, as for the session service's ``from_url``, and the memory's own:
+        ``memory_backend``, ``embedder`` (``google:<model>`` or ``import:<module>:<name>``),
+        ``embedder_dimensions``, ``vector_index``, ``min_similarity``."""
+        client, config, backend, params = open_memory_url(
+            url, config, backend, cluster, **redis_kwargs
+        )
+        embedder, vector_index, min_similarity = semantic_settings(
+            params, embedder, vector_index, min_similarity
+        )
+        service = cls(
+            client,
+            config=config,
+            backend=backend,
+            embedder=embedder,
+            vector_index=vector_index,
+            min_similarity=min_similarity,
+        )
         service._owns_client = True
         return service
 

@@ -1,0 +1,98 @@
+"""Memory settings given in a service URL, for ADK's servers, whose ``services.yaml`` and
+``--memory_service_uri`` can pass nothing else: ``?embedder=google:text-embedding-005``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.memory._embedders import Embedder, check_embedder
+
+__all__ = ["SemanticSettings", "embedder_from_spec", "semantic_settings"]
+
+SemanticSettings = tuple[Embedder | None, Any, float]
+"""(embedder, vector_index, min_similarity)."""
+
+
+def embedder_from_spec(spec: str, dimensions: int | None = None) -> Embedder:
+    """The embedder a spec names: ``google:<model>`` (GoogleEmbedder, the ``[adk]`` extra)
+    or ``import:<module>:<name>``, an Embedder object or a callable returning one when
+    called without arguments (where a user plugs a model of their own)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "google" and rest:
+        from redis_agent_sessions.memory._google import GoogleEmbedder  # only when asked
+
+        return GoogleEmbedder(rest, dimensions=dimensions)
+    if kind == "import" and rest.count(":") == 1:
+        module_name, name = rest.split(":")
+        try:
+            found: Any = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise InvalidInputError(f"embedder {spec!r} cannot be imported: {exc}") from exc
+        if not isinstance(found, Embedder) and callable(found):
+            found = found()
+        embedder = check_embedder(found)
+        if dimensions is not None and embedder.dimensions != dimensions:
+            raise InvalidInputError(
+                f"embedder {spec!r} makes {embedder.dimensions}-dimensional vectors, "
+                f"not embedder_dimensions={dimensions}"
+            )
+        return embedder
+    raise InvalidInputError(
+        f"embedder must be 'google:<model>' or 'import:<module>:<name>', got {spec!r}"
+    )
+
+
+def semantic_settings(
+    params: dict[str, str],
+    embedder: Embedder | None,
+    vector_index: Any,
+    min_similarity: float,
+) -> SemanticSettings:
+    """The arguments, completed by the URL's ``embedder``, ``embedder_dimensions``,
+    ``vector_index`` and ``min_similarity``; a setting given in both places must agree."""
+    if "embedder" in params:
+        if embedder is not None:
+            raise InvalidInputError(
+                "the URL names an embedder and embedder= was passed with it; give it in one place"
+            )
+        dimensions = None
+        if "embedder_dimensions" in params:
+            try:
+                dimensions = int(params["embedder_dimensions"])
+            except ValueError:
+                raise InvalidInputError(
+                    f"URL parameter embedder_dimensions must be an int: "
+                    f"{params['embedder_dimensions']!r}"
+                ) from None
+        embedder = embedder_from_spec(params["embedder"], dimensions)
+    elif "embedder_dimensions" in params:
+        raise InvalidInputError("URL parameter embedder_dimensions needs embedder= in the URL")
+    if "vector_index" in params:
+        wanted = params["vector_index"].upper()
+        if vector_index not in ("HNSW", wanted):  # HNSW: the argument's default
+            raise InvalidInputError(
+                f"the URL asks for vector_index={wanted} but vector_index={vector_index!r} was "
+                "passed with it; give it in one place"
+            )
+        vector_index = wanted
+    if "min_similarity" in params:
+        try:
+            value = float(params["min_similarity"])
+        except ValueError:
+            raise InvalidInputError(
+                f"URL parameter min_similarity must be a number: {params['min_similarity']!r}"
+            ) from None
+        if min_similarity not in (0.0, value):
+            raise InvalidInputError(
+                f"the URL asks for min_similarity={value} but min_similarity={min_similarity} "
+                "was passed with it; give it in one place"
+            )
+        min_similarity = value
+    if embedder is None and ("vector_index" in params or "min_similarity" in params):
+        raise InvalidInputError(
+            "URL parameters vector_index and min_similarity need an embedder (embedder= in "
+            "the URL or the argument)"
+        )
+    return embedder, vector_index, min_similarity
