@@ -345,3 +345,62 @@ async def test_vector_index_algorithms(
 
 def as_dict(value: Any) -> dict[Any, Any]:
     return value if isinstance(value, dict) else dict(zip(value[::2], value[1::2], strict=True))
+
+
+async def test_reembed_turns_semantic_on_then_rolls_out_another_model(
+    worker: Any, memory_client: Any, request: pytest.FixtureRequest
+) -> None:
+    keyword = service(worker, request, embedder=None)
+    await keyword.add_session_to_memory(
+        session("s1", event(SKODA, ts=1), event(BLUE, ts=2), event(PUPPY, ts=3))
+    )
+    await keyword.add_session_to_memory(session("s2", event("glad", ts=1), user="someone"))
+    memory = service(worker, request)
+    assert await found(memory, "automobile") == []  # no vectors yet
+    # An operator's command: it may SCAN, which the least-privilege worker may not.
+    memory = service(memory_client, request)
+    plan = await memory.reembed(dry_run=True)
+    assert (plan.users, plan.entries, plan.current, plan.embedded) == (2, 4, 0, 4)
+    assert plan.recorded == {"dimensions": 512, "model": "synonyms-v1"}  # the service's own
+    assert not any(b"vec" in f for f in (await entry_keys(memory_client)).values())
+    done = await memory.reembed(app_name=APP, user_id=USER)
+    assert (done.users, done.entries, done.embedded, done.skipped) == (1, 3, 3, 0)
+    assert await found(memory, "automobile") == [(SKODA, ["vector"])]
+    again = await memory.reembed()
+    assert (again.entries, again.current, again.embedded) == (4, 3, 1)
+    # Another model of another dimension: refused until the store is re-embedded with it.
+    v2 = SynonymEmbedder(256, name="synonyms-v2")
+    with pytest.raises(MemoryIndexError):
+        await found(service(worker, request, embedder=v2), "automobile")
+    rolled = await service(memory_client, request, embedder=v2).reembed()
+    assert rolled.recorded == {"dimensions": 512, "model": "synonyms-v1"}
+    assert (rolled.entries, rolled.embedded) == (4, 4)
+    assert await found(service(worker, request, embedder=v2), "hue") == [(BLUE, ["vector"])]
+    with pytest.raises(MemoryIndexError):
+        await found(service(worker, request), "automobile")
+
+
+async def test_reembed_resumes_where_it_stopped(
+    memory_client: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = memory_client  # an operator's command
+    from redis_agent_sessions.memory import _reembed
+
+    monkeypatch.setattr(_reembed, "_PAGE", 1)
+    await service(worker, request, embedder=None).add_session_to_memory(
+        session("s1", event(SKODA, ts=1), event(BLUE, ts=2), event(PUPPY, ts=3))
+    )
+    flaky = SynonymEmbedder()
+    real = flaky.embed
+
+    async def fails_second(texts: Sequence[str]) -> list[list[float]]:
+        if len(flaky.calls) == 1:
+            flaky.calls.append([])
+            raise RuntimeError("rate limited")
+        return await real(texts)
+
+    flaky.embed = fails_second  # type: ignore[method-assign]
+    with pytest.raises(EmbeddingError, match="rate limited"):
+        await service(worker, request, embedder=flaky).reembed()
+    resumed = await service(worker, request).reembed()
+    assert (resumed.entries, resumed.current, resumed.embedded) == (3, 1, 2)

@@ -75,6 +75,11 @@ def escape(identifier: str) -> str:
     return identifier.translate(_ESCAPES)
 
 
+def _glob(text: str) -> str:
+    """``text`` matched literally in a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def unescape(part: str) -> str:
     """Inverse of :func:`escape`."""
     return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), part)
@@ -198,6 +203,20 @@ class KeySpace:
     def memory_vectors(self) -> str:
         """String key recording the dimensions and model of stored vectors (JSON)."""
         return f"{self.prefix}:mem:vectors"
+
+    def memory_entries_pattern(self, app_name: str | None = None) -> str:
+        """SCAN MATCH pattern of the entries zsets of every (app, user), or of one app's
+        users (for operator commands: there is no registry of memory users)."""
+        owner = "*" if app_name is None else f"{_glob(escape(app_name))}:*"
+        return f"{_glob(self.prefix)}:mem:{{{owner}}}:entries"
+
+    def memory_owner(self, entries_key: str) -> tuple[str, str] | None:
+        """(app, user) of an entries zset key, None when the key is not one."""
+        head, tail = f"{self.prefix}:mem:{{", "}:entries"
+        if not (entries_key.startswith(head) and entries_key.endswith(tail)):
+            return None
+        app, sep, user = entries_key[len(head) : -len(tail)].partition(":")
+        return (unescape(app), unescape(user)) if sep and ":" not in user else None
 
     def memory_backend(self) -> str:
         """String key recording the memory backend every worker must use."""

@@ -136,6 +136,24 @@ def _expired(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _reembed(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--embedder",
+        metavar="SPEC",
+        help="the model: google:<model> or import:<module>:<name> (default: the URL's ?embedder=)",
+    )
+    p.add_argument("--dimensions", type=_positive, help="vector dimensions (Google models)")
+    p.add_argument(
+        "--vector-index",
+        choices=["HNSW", "FLAT", "SVS-VAMANA"],
+        help="the vector index's algorithm, search backend (default HNSW)",
+    )
+    p.add_argument("--app", help="only this app's users")
+    p.add_argument("--user", help="only this user (with --app)")
+    p.add_argument("--dry-run", action="store_true", help="only count what needs embedding")
+    _json(p)
+
+
 def _ping(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true", help="check the memory service too")
     p.add_argument(
@@ -173,6 +191,7 @@ _ADD = {
     "delete": _delete,
     "purge": _purge,
     "expired": _expired,
+    "reembed": _reembed,
     "sweep": _sweep,
 }
 

@@ -70,7 +70,16 @@ class MemoryEngine:
         self._lock = asyncio.Lock()
         self._topology = Topology(client)
         self.semantic = semantic
+        self._adopting = False
         self._vectorizer: Vectorizer | None = None if semantic is None else semantic.vectorizer
+
+    @property
+    def client(self) -> Any:
+        return self._client
+
+    @property
+    def keys(self) -> KeySpace:
+        return self._keys
 
     async def backend(self) -> Literal["search", "plain"]:
         await self._ready()
@@ -107,7 +116,7 @@ class MemoryEngine:
                     await self._topology.ready()
                     self._store, self._search = await self._open_backend()
         if app is not None and user is not None and isinstance(self._search, IndexSearch):
-            await self._search.ensure_index(app, user)
+            await self._search.ensure_index(app, user, rebuild=self._adopting)
         return self._store, self._search
 
     async def _open_backend(self) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
@@ -131,7 +140,7 @@ class MemoryEngine:
         if chosen == "search":
             search = IndexSearch(self._topology, self._keys, self.semantic)
             try:
-                await search.prepare()
+                await search.prepare(rebuild=self._adopting)
             except NoPermissionError:
                 raise  # a PermissionDeniedError naming what to grant
             except ResponseError as exc:
@@ -147,6 +156,18 @@ class MemoryEngine:
             if _backend_name(key, again) != chosen:  # another worker recorded first
                 return await self._open_backend()
         return MemoryStore(self._client, self._keys, postings=chosen == "plain"), search
+
+    async def adopt_vectors(self, app: str, user: str) -> MemoryStore:
+        """For ``reembed``: make this service's embedder the store's (its dimension and
+        model recorded, a vector index of another definition made again), ready for the
+        writes of (app, user). Entries keep their vectors until re-embedded."""
+        assert self._vectorizer is not None
+        mine = {"dimensions": self._vectorizer.dimensions, "model": self._vectorizer.name}
+        if not self._adopting:
+            await self._client.set(self._keys.memory_vectors(), orjson.dumps(mine))
+            self._adopting = True
+        store, _ = await self._ready(app, user)
+        return store
 
     async def _check_vectors(self) -> None:
         """Record the vectors' dimension and model for every later worker, or check this

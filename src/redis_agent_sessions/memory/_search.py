@@ -121,18 +121,27 @@ class IndexSearch:
         """Run search commands where the (app, user)'s index lives, in one round trip."""
         return await self._topology.at_key(self._keys.memory_entries(app, user), commands)
 
-    async def prepare(self) -> None:
+    async def prepare(self, *, rebuild: bool = False) -> None:
         """Before the backend is recorded: make the shared index, which proves this client
         can use the module. (Per-user indexes are made at each user's first write.)"""
         if not self._per_user:
-            await self.ensure_index()
+            await self.ensure_index(rebuild=rebuild)
 
-    async def ensure_index(self, app: str = "", user: str = "") -> None:
+    async def ensure_index(self, app: str = "", user: str = "", *, rebuild: bool = False) -> None:
         """Create the index (of ``app``/``user`` when per user) unless it exists; an
-        existing one must have our schema."""
+        existing one must have our schema. With ``rebuild``, a vector index of another
+        definition is dropped (not its hashes) and made again (for ``reembed``)."""
         owner = (app, user) if self._per_user else ("", "")
         if owner in self._ready:
             return
+        if rebuild and self._semantic is not None:
+            try:
+                await self._check_vectors(app, user)
+            except MemoryIndexError:
+                await self._run(app, user, [("FT.DROPINDEX", self._vector_index(app, user))])
+            except ResponseError as exc:
+                if "unknown index" not in str(exc).lower() and "no such" not in str(exc).lower():
+                    raise
         schema = [part for name, kind, opts in _SCHEMA for part in (name, kind, *opts)]
         await self._create(app, user, self._index(app, user), schema, self._check_existing)
         if self._semantic is not None:

@@ -5,7 +5,7 @@ search results) through four conversions; the store itself works on the core mod
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
 from typing_extensions import Self
@@ -17,6 +17,7 @@ from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._reembed import ReembedReport, reembed
 from redis_agent_sessions.memory._url import semantic_settings
 from redis_agent_sessions.memory._vectors import Semantic, VectorIndex
 from redis_agent_sessions.models import Event, Session
@@ -222,6 +223,24 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             app_name=app_name, user_id=user_id, query=query, limit=limit
         )
         return self._response(found)
+
+    @_scripts.typed_permissions
+    async def reembed(
+        self,
+        *,
+        app_name: str | None = None,
+        user_id: str | None = None,
+        dry_run: bool = False,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> ReembedReport:
+        """Give stored entries vectors of this service's embedder: to turn semantic recall on
+        for entries written without it, or to roll out another model (a new dimension or
+        vector index algorithm rebuilds the vector index; the entries stay). Every entry of
+        the store, of an app, or of one user. Resumable: entries already current are
+        skipped, so a run that stopped is run again. ``on_progress(done, total)``."""
+        return await reembed(
+            self._memory, app=app_name, user=user_id, dry_run=dry_run, on_progress=on_progress
+        )
 
 
 OPERATIONS = (

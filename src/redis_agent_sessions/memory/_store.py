@@ -176,6 +176,7 @@ class MemoryStore:
         self.postings = postings
         self._put = _scripts.register(client, "memory_put")
         self._delete = _scripts.register(client, "memory_delete")
+        self._vectors = _scripts.register(client, "memory_vector")
 
     def posting_keys(
         self, app: str, user: str, words: Sequence[str], grams: Sequence[str]
@@ -268,6 +269,33 @@ class MemoryStore:
                 continue
             stored = await self._read(app, user, [d.id for d in docs], "words", "grams")
         raise RedisSessionsError("memory entries kept changing during the write; gave up")
+
+    async def stored_vectors(
+        self, app: str, user: str, ids: Sequence[str]
+    ) -> list[tuple[bytes | None, str, int]]:
+        """(content JSON or None when gone, vkey or '', vector bytes) of each id."""
+        pipe = self._redis.pipeline(transaction=False)
+        for memory_id in ids:
+            key = self.keys.memory_entry(app, user, memory_id)
+            pipe.hmget(key, "content", "vkey")
+            pipe.hstrlen(key, "vec")
+        replies = await pipe.execute() if ids else []
+        return [
+            (row[0], text(row[1] or ""), int(size))
+            for row, size in zip(replies[::2], replies[1::2], strict=True)
+        ]
+
+    async def set_vectors(
+        self, app: str, user: str, model: str, rows: Sequence[tuple[str, bytes, str, bytes]]
+    ) -> tuple[int, int]:
+        """Store (id, content embedded, vkey, vector) where the content is unchanged:
+        (stored, skipped)."""
+        keys = [self.keys.memory_entry(app, user, memory_id) for memory_id, *_ in rows]
+        args: list[Any] = [model]
+        for _, content, vkey, vector in rows:
+            args += [content, vkey, vector]
+        reply = await _scripts.call(self._vectors, keys, args)
+        return int(reply[0]), int(reply[1])
 
     async def vector_keys(self, app: str, user: str, ids: Sequence[str]) -> list[Any]:
         """(words, vkey) stored for each id: None words when the entry does not exist."""

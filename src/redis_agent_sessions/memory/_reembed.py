@@ -1,0 +1,152 @@
+"""Re-embedding stored entries: semantic recall turned on for a store written without it,
+or another model rolled out.
+
+Resumable by construction: an entry whose stored ``vkey`` is this model's key of its text,
+with a vector of this dimension, is current and skipped, so a run that stops (Ctrl-C, a
+quota error) is simply run again. A vector is stored only if the entry's content is still
+the one embedded (compared in the script), so workers may write meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._embedders import Vectorizer
+from redis_agent_sessions.memory._engine import MemoryEngine
+from redis_agent_sessions.memory._store import MemoryStore
+from redis_agent_sessions.models import Content
+
+__all__ = ["ReembedReport", "reembed"]
+
+_PAGE = 100
+"""Entries read, embedded and written at a time."""
+
+
+@dataclass
+class ReembedReport:
+    """What a re-embedding found and did (with ``dry_run``, ``embedded`` is what it would
+    embed)."""
+
+    model: str
+    dimensions: int
+    recorded: dict[str, Any] | None
+    """The store's vector record before the run (None: no embedder had written)."""
+    dry_run: bool
+    users: int = 0
+    entries: int = 0
+    current: int = 0
+    """Entries that already had a vector of this model for their text."""
+    embedded: int = 0
+    skipped: int = 0
+    """Entries that changed or went while being re-embedded (the next run does them)."""
+    per_user: list[tuple[str, str, int]] = field(default_factory=list)
+    """(app, user, entries) of each user found."""
+
+
+async def owners(
+    client: Any, keys: KeySpace, app: str | None, user: str | None
+) -> list[tuple[str, str, int]]:
+    """The (app, user, entries) to re-embed: one user, or every user of an app or of the
+    store, found by SCAN (an operator's one-off walk: memory keeps no registry of users)."""
+    if user is not None:
+        if app is None:
+            raise InvalidInputError("a user is named within an app: give the app too")
+        found = [(app, user)]
+    else:
+        seen = set()
+        async for key in client.scan_iter(
+            match=keys.memory_entries_pattern(app), count=1000, _type="zset"
+        ):
+            owner = keys.memory_owner(text(key))
+            if owner is not None and (app is None or owner[0] == app):
+                seen.add(owner)
+        found = sorted(seen)
+    pipe = client.pipeline(transaction=False)
+    for a, u in found:
+        pipe.zcard(keys.memory_entries(a, u))
+    counts = await pipe.execute() if found else []
+    return [(a, u, int(n)) for (a, u), n in zip(found, counts, strict=True) if n]
+
+
+async def reembed(
+    engine: MemoryEngine,
+    *,
+    app: str | None,
+    user: str | None,
+    dry_run: bool,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> ReembedReport:
+    """Give every entry (of ``app``, of ``user``) a vector of ``engine``'s embedder;
+    ``on_progress(done, total)`` after each page."""
+    if engine.semantic is None:
+        raise InvalidInputError("re-embedding needs an embedder")
+    vectorizer = engine.semantic.vectorizer
+    client, keys = engine.client, engine.keys
+    app = None if app is None else check_id("app_name", app)
+    user = None if user is None else check_id("user_id", user)
+    raw = await client.get(keys.memory_vectors())
+    report = ReembedReport(
+        vectorizer.name,
+        vectorizer.dimensions,
+        None if raw is None else orjson.loads(raw),
+        dry_run,
+    )
+    report.per_user = await owners(client, keys, app, user)
+    report.users = len(report.per_user)
+    total = sum(n for _, _, n in report.per_user)
+    reader = MemoryStore(client, keys, postings=False)
+    for a, u, _ in report.per_user:
+        writer = None if dry_run else await engine.adopt_vectors(a, u)
+        start = 0
+        while ids := [
+            text(m)
+            for m in await client.zrange(keys.memory_entries(a, u), start, start + _PAGE - 1)
+        ]:
+            start += len(ids)
+            todo = _stale(vectorizer, keys, a, u, ids, await reader.stored_vectors(a, u, ids))
+            report.entries += len(ids)
+            report.current += len(ids) - len(todo)
+            if writer is not None and todo:
+                vectors = await vectorizer.documents([t for *_, t in todo])
+                rows = [(i, c, k, v) for (i, c, k, _), v in zip(todo, vectors, strict=True)]
+                stored, skipped = await writer.set_vectors(a, u, vectorizer.name, rows)
+                report.embedded += stored
+                report.skipped += skipped
+            elif todo:
+                report.embedded += len(todo)
+            if on_progress is not None:
+                on_progress(report.entries, total)
+    return report
+
+
+def _stale(
+    vectorizer: Vectorizer,
+    keys: KeySpace,
+    app: str,
+    user: str,
+    ids: list[str],
+    rows: list[tuple[bytes | None, str, int]],
+) -> list[tuple[str, bytes, str, str]]:
+    """(id, content, vkey, text) of the entries without a current vector."""
+    todo = []
+    for memory_id, (content, vkey, size) in zip(ids, rows, strict=True):
+        if content is None:
+            continue  # deleted since the page was read
+        try:
+            body = Content.model_validate_json(content).text
+        except ValidationError as exc:
+            raise CorruptDataError(
+                keys.memory_entry(app, user, memory_id), f"entry content is not Content: {exc}"
+            ) from exc
+        key = vectorizer.key(body)
+        if vkey != key or size != 4 * vectorizer.dimensions:
+            todo.append((memory_id, content, key, body))
+    return todo
