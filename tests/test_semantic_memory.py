@@ -404,3 +404,12 @@ async def test_reembed_resumes_where_it_stopped(
         await service(worker, request, embedder=flaky).reembed()
     resumed = await service(worker, request).reembed()
     assert (resumed.entries, resumed.current, resumed.embedded) == (3, 1, 2)
+
+
+async def test_readiness_probe_does_not_call_the_embedder(
+    worker: Any, request: pytest.FixtureRequest
+) -> None:
+    embedder = SynonymEmbedder()
+    memory = service(worker, request, embedder=embedder)
+    assert await memory.check_ready()
+    assert embedder.calls == []  # a probe every few seconds would pay for each call

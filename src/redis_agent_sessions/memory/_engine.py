@@ -99,7 +99,10 @@ class MemoryEngine:
             return f"{await self.backend()} backend"
 
         async def search() -> str:
-            await self.search(app_name=PROBE_ID, user_id=PROBE_ID, query="readiness probe")
+            # Keyword only: a probe every few seconds must not pay for an embedding call.
+            await self.search(
+                app_name=PROBE_ID, user_id=PROBE_ID, query="readiness probe", vectors=False
+            )
             return "a search runs"
 
         probes = [("redis", self._topology.reach), ("memory backend", backend), ("search", search)]
@@ -292,7 +295,7 @@ class MemoryEngine:
     # -- reads ----------------------------------------------------------------------------
 
     async def search(
-        self, *, app_name: str, user_id: str, query: str, limit: int = 10
+        self, *, app_name: str, user_id: str, query: str, limit: int = 10, vectors: bool = True
     ) -> SearchMemoryResponse:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         if not isinstance(query, str):
@@ -305,7 +308,7 @@ class MemoryEngine:
         store, search = await self._ready()
         limit = min(limit, _MAX_LIMIT)
         found: dict[str, dict[str, Any]] = {}
-        if self.semantic is None:
+        if self.semantic is None or not vectors:
             ids = await search.search(app, user, words, limit)
         else:
             assert self._vectorizer is not None
