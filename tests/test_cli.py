@@ -185,6 +185,8 @@ async def test_stats_counts_every_app(cli: Cli) -> None:
     human = cli.run("stats", "booking")
     assert human.returncode == 0
     assert "MEMORY USAGE" in human.stdout
+    assert report["memory_vectors"] is None
+    assert "vectors: none" in human.stdout
     assert cli.run("stats", "nope").returncode == 1
 
 

@@ -50,6 +50,10 @@ async def test_reembed_gives_a_keyword_store_vectors(
     async with memory(cli, embedder=SynonymEmbedder()) as semantic:
         found = await semantic.search_memory(app_name="app", user_id="ann", query="automobile")
         assert [m.content.text for m in found.memories] == ["I bought a Skoda"]
+    async with cli.service() as sessions:  # stats reports per app of sessions
+        await sessions.create_session(app_name="app", user_id="ann")
+    assert cli.json("stats")["memory_vectors"] == {"dimensions": 512, "model": "synonyms-v1"}
+    assert "vectors: synonyms-v1 (512 dimensions)" in cli.run("stats").stdout
     again = cli.json("reembed", "--embedder", SPEC)
     assert (again["current"], again["embedded"]) == (2, 0)
     missing = cli.run("reembed")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import orjson
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
@@ -41,6 +42,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "server": await _server(ctx),
         "memory_backend": text(await ctx.client.get(ctx.keys.memory_backend()) or "not chosen"),
+        "memory_vectors": _vectors(await ctx.client.get(ctx.keys.memory_vectors())),
         "apps": rows,
     }
     if ctx.json:
@@ -50,6 +52,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     ctx.out.print(
         f"Redis {server['version']} ({server['mode']}); modules: "
         f"{', '.join(server['modules']) or 'none'}; memory backend: {report['memory_backend']}"
+        + _vectors_text(report["memory_vectors"])
     )
     columns = ["APP", "SESSIONS", "EXPIRED", "USERS", "EVENTS", "MEMORY ENTRIES", "BYTES (EST.)"]
     table = ctx.table(*columns, *(["SWEEP DUE", "UNAPPLIED"] if ctx.cluster else []))
@@ -196,3 +199,22 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return f"{n:.1f} TiB"
+
+
+def _vectors(raw: Any) -> dict[str, Any] | None:
+    """The memory's vector record (None: no embedder has written; see ``reembed``)."""
+    if raw is None:
+        return None
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        found = None
+    return found if isinstance(found, dict) else {"unreadable": text(raw)}
+
+
+def _vectors_text(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "; vectors: none"
+    if "unreadable" in record:
+        return f"; vectors: unreadable record {record['unreadable']!r}"
+    return f"; vectors: {record.get('model')} ({record.get('dimensions')} dimensions)"
