@@ -413,3 +413,30 @@ async def test_readiness_probe_does_not_call_the_embedder(
     memory = service(worker, request, embedder=embedder)
     assert await memory.check_ready()
     assert embedder.calls == []  # a probe every few seconds would pay for each call
+
+
+async def test_each_entry_is_indexed_once_in_small_batches(
+    memory_client: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vector goes in the same HSET as the other fields (a second HSET would index the
+    hash again), and batches are small: the module indexes vectors inside the script."""
+    if kind_of(request) != "search":
+        pytest.skip("the search backend's indexing, on one node")
+    from redis_agent_sessions.memory._store import MemoryStore
+
+    sizes: list[int] = []
+    real = MemoryStore.put
+
+    async def counted(self: Any, app: str, user: str, docs: Any, **kw: Any) -> Any:
+        sizes.append(len(docs))
+        return await real(self, app, user, docs, **kw)
+
+    monkeypatch.setattr(MemoryStore, "put", counted)
+    memory = service(memory_client, request)
+    await memory.add_session_to_memory(
+        session("s1", *(event(f"note {i}", ts=i) for i in range(70)))
+    )
+    assert sizes == [32, 32, 6]
+    for index in ("ras:mem:idx", "ras:mem:vidx"):
+        info = await memory_client.ft(index).info()
+        assert (int(info["num_docs"]), int(info["max_doc_id"])) == (70, 70)

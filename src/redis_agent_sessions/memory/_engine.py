@@ -29,6 +29,8 @@ from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
 from redis_agent_sessions.memory._store import (
+    BATCH_ENTRIES,
+    VECTOR_BATCH_ENTRIES,
     Doc,
     MemoryStore,
     batches,
@@ -212,7 +214,7 @@ class MemoryEngine:
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=False)
         ingest = self._keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
-        parts = list(batches(docs)) or [[]]
+        parts = list(batches(docs, self._batch_entries())) or [[]]
         stale: list[str] = []
         for i, batch in enumerate(parts):
             last = i == len(parts) - 1
@@ -241,7 +243,7 @@ class MemoryEngine:
         docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=True)
-        for batch in batches(docs):
+        for batch in batches(docs, self._batch_entries()):
             await store.put(app, user, batch, mode="keep", session_id=sid, embed=self._embed)
 
     async def add_memory(
@@ -279,7 +281,7 @@ class MemoryEngine:
                 docs[memory_id] = doc
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, list(docs.values()), keep=False)
-        for batch in batches(list(docs.values())):
+        for batch in batches(list(docs.values()), self._batch_entries()):
             await store.put(app, user, batch, mode="explicit", session_id=None, embed=self._embed)
 
     async def delete(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
@@ -333,6 +335,11 @@ class MemoryEngine:
         )
 
     # -- vectors --------------------------------------------------------------------------
+
+    def _batch_entries(self) -> int:
+        if self.semantic is not None and isinstance(self._search, IndexSearch):
+            return VECTOR_BATCH_ENTRIES
+        return BATCH_ENTRIES
 
     async def _embed_new(
         self, store: MemoryStore, app: str, user: str, docs: Sequence[Doc], *, keep: bool

@@ -67,9 +67,13 @@ for _, op in ipairs(todo) do
     if op.t ~= '' then redis.call('HSET', KEYS[5], op.id, op.t) else redis.call('HDEL', KEYS[5], op.id) end
   end
   local vec = op.vk and (op.v > 0 and ARGV[op.v] or redis.call('HGET', KEYS[op.k], 'vec'))
+  if vec then
+    -- In the one HSET: each write of an indexed hash is indexed anew.
+    op.f[#op.f + 1] = 'vec'
+    op.f[#op.f + 1] = vec
+  end
   redis.call('DEL', KEYS[op.k])
   redis.call('HSET', KEYS[op.k], unpack(op.f))
-  if vec then redis.call('HSET', KEYS[op.k], 'vec', vec) end
   redis.call('ZADD', KEYS[1], op.ts, op.id)
   if ARGV[3] == '1' then redis.call('SADD', KEYS[3], op.id) end
   if mode == 'explicit' then redis.call('SREM', KEYS[2], op.id) end
