@@ -375,6 +375,7 @@ class PlainSearch:
         self._keys = keys
         self._semantic = semantic
         self._script = _scripts.register(client, "memory_search")
+        self._vectors = _scripts.register(client, "memory_vectors")
 
     async def hybrid(
         self, app: str, user: str, words: Iterable[str], limit: int, query: bytes, k: int
@@ -388,10 +389,8 @@ class PlainSearch:
             self.search(app, user, words, limit),
             self._redis.zrevrange(entries, 0, PLAIN_SCAN - 1, withscores=True),
         )
-        pipe = self._redis.pipeline(transaction=False)
-        for member, _ in newest:
-            pipe.hget(self._keys.memory_entry(app, user, text(member)), "vec")
-        blobs = await pipe.execute() if newest else []
+        keys = [self._keys.memory_entry(app, user, text(member)) for member, _ in newest]
+        blobs = await _scripts.call(self._vectors, keys, []) if keys else []
         rows = [(text(m), float(ts), b) for (m, ts), b in zip(newest, blobs, strict=True)]
         return ids, nearest(self._semantic.vectorizer, query, rows, k)
 

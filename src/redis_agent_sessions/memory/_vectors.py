@@ -35,7 +35,7 @@ RRF_K = 60
 ``1 / (60 + rank)`` in each ranking that has it."""
 HNSW_EF_RUNTIME = 100
 """Candidates an HNSW query keeps: RediSearch's default (10) misses true neighbours
-among many entries; see benchmarks/memory.py for the recall this buys."""
+among many entries; see benchmarks/semantic.py for the recall this buys."""
 PLAIN_SCAN = 2_000
 """Without the search module, the newest entries of a user that vector search compares."""
 RETRIEVAL_KEY = "redis_agent_sessions"
