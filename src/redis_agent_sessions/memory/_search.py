@@ -17,7 +17,7 @@ from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
-from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams
 from redis_agent_sessions.memory._vectors import (
@@ -389,7 +389,8 @@ class PlainSearch:
             self.search(app, user, words, limit),
             self._redis.zrevrange(entries, 0, PLAIN_SCAN - 1, withscores=True),
         )
-        keys = [self._keys.memory_entry(app, user, text(member)) for member, _ in newest]
+        base = self._keys.memory_entry(app, user, "")  # escaping each whole key cost ~10%
+        keys = [base + escape(text(member)) for member, _ in newest]
         blobs = await _scripts.call(self._vectors, keys, []) if keys else []
         rows = [(text(m), float(ts), b) for (m, ts), b in zip(newest, blobs, strict=True)]
         return ids, nearest(self._semantic.vectorizer, query, rows, k)
