@@ -35,7 +35,8 @@ class SynonymEmbedder:
                 i = _CONCEPT[word]
             else:
                 digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
-                i = len(SYNONYMS) + int.from_bytes(digest) % (self.dimensions - len(SYNONYMS))
+                spare = self.dimensions - len(SYNONYMS)
+                i = len(SYNONYMS) + int.from_bytes(digest, "big") % spare
             out[i] += 1.0
         return out
 
