@@ -43,3 +43,14 @@ class SynonymEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.calls.append(list(texts))
         return [self.vector(t) for t in texts]
+
+
+class ClosableEmbedder(SynonymEmbedder):
+    """One holding a resource (as GoogleEmbedder holds an HTTP client)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True

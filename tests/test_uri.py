@@ -279,3 +279,25 @@ def test_adk_servers_get_google_embeddings_from_the_memory_uri() -> None:
         "redis://h/0?embedder=google:gemini-embedding-001&embedder_dimensions=768"
     )
     assert sized.embedder.dimensions == 768
+
+
+async def test_an_embedder_made_from_the_url_is_closed_with_the_service() -> None:
+    from _embedders import ClosableEmbedder
+
+    made = RedisMemoryService.from_url("redis://h/0?embedder=import:_embedders:ClosableEmbedder")
+    await made.aclose()
+    assert made.embedder.closed  # type: ignore[union-attr]
+    passed = ClosableEmbedder()
+    async with RedisMemoryService.from_url("redis://h/0", embedder=passed):
+        pass
+    assert not passed.closed  # its owner's to close
+
+
+@pytest.mark.adk
+async def test_the_adk_memory_service_closes_the_embedder_its_uri_made() -> None:
+    pytest.importorskip("google.adk")
+    from redis_agent_sessions import adk
+
+    made = adk.RedisMemoryService(uri="redis://h/0?embedder=import:_embedders:ClosableEmbedder")
+    await made.close()
+    assert made.embedder.closed  # type: ignore[union-attr]

@@ -70,6 +70,7 @@ class RedisMemoryService(
         min_similarity: float = 0.0,
     ) -> None:
         check_client_or_uri(client, uri)
+        params: dict[str, str] = {}
         if uri is not None:
             client, config, backend, params = open_memory_url(uri, config, backend, cluster=False)
             embedder, vector_index, min_similarity = semantic_settings(
@@ -86,6 +87,7 @@ class RedisMemoryService(
             min_similarity=min_similarity,
         )
         self._owns_client = uri is not None
+        self._owns_embedder = uri is not None and "embedder" in params
 
     # Named like ADK's DatabaseSessionService's closer, as on our session service.
     async def close(self) -> None:

@@ -75,6 +75,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         )
         self._client = client
         self._owns_client = False
+        self._owns_embedder = False
         if self._memory.config.telemetry:
             self._memory.instrument(self, OPERATIONS)
 
@@ -122,12 +123,23 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             vector_index=vector_index,
             min_similarity=min_similarity,
         )
+        service._owns_embedder = "embedder" in params
         service._owns_client = True
         return service
 
     @property
     def config(self) -> SessionServiceConfig:
         return self._memory.config
+
+    async def aclose(self) -> None:
+        """Close the client, and the embedder (its HTTP client), if this service made them
+        (from a URL); what was passed in is its owner's to close."""
+        try:
+            await super().aclose()
+        finally:
+            closer = getattr(self.embedder, "aclose", None)
+            if self._owns_embedder and callable(closer):
+                await closer()
 
     @property
     def embedder(self) -> Embedder | None:
