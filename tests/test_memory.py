@@ -79,12 +79,11 @@ async def memory(
     memory_client: Any, request: pytest.FixtureRequest
 ) -> AsyncIterator[RedisMemoryService]:
     """The service, keyword-only or with the synonyms embedder (hybrid search): the
-    contract holds for both, except the keyword ranking tests, marked ``keyword_only``."""
+    contract holds for both (where a test pins the keyword ranking's order of ties, it says
+    so and checks that only without an embedder)."""
     kind = request.node.callspec.params["memory_client"]
     expected = "search" if kind.startswith("search") else "plain"
     embedder = SynonymEmbedder() if request.param == "semantic" else None
-    if request.param == "semantic" and request.node.get_closest_marker("keyword_only"):
-        pytest.skip("pins the keyword ranking; hybrid results fuse it with the vectors'")
     if not kind.endswith("acl"):
         service = RedisMemoryService(memory_client, embedder=embedder)
         assert await service.backend() == expected

@@ -314,11 +314,20 @@ async def test_callable_embedder(worker: Any, request: pytest.FixtureRequest, ki
         CallableEmbedder(fn, dimensions=512, batch_size=0)
 
 
+# The vector index is the search backend's (and other key prefixes are not the ACL user's).
+@pytest.mark.parametrize(
+    "memory_client",
+    [
+        pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
+        pytest.param(
+            "search-cluster", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.cluster]
+        ),
+    ],
+    indirect=True,
+)
 async def test_vector_index_algorithms(
     memory_client: Any, worker: Any, request: pytest.FixtureRequest
 ) -> None:
-    if kind_of(request) not in ("search", "search-cluster"):
-        pytest.skip("the vector index is the search backend's (other prefixes: not the ACL's)")
     flat = service(
         worker, request, vector_index="FLAT", config=SessionServiceConfig(key_prefix="f")
     )
@@ -415,13 +424,16 @@ async def test_readiness_probe_does_not_call_the_embedder(
     assert embedder.calls == []  # a probe every few seconds would pay for each call
 
 
+@pytest.mark.parametrize(
+    "memory_client",
+    [pytest.param("search", marks=[pytest.mark.real, pytest.mark.search])],
+    indirect=True,
+)
 async def test_each_entry_is_indexed_once_in_small_batches(
     memory_client: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The vector goes in the same HSET as the other fields (a second HSET would index the
     hash again), and batches are small: the module indexes vectors inside the script."""
-    if kind_of(request) != "search":
-        pytest.skip("the search backend's indexing, on one node")
     from redis_agent_sessions.memory._store import MemoryStore
 
     sizes: list[int] = []
