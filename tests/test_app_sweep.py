@@ -466,7 +466,7 @@ async def test_bad_sweep_arguments_are_refused_before_anything_runs(
     assert report == SweepReport()
 
 
-# -- as the README's least-privilege user ---------------------------------------------------
+# -- as the documented least-privilege user ---------------------------------------------------
 
 
 @pytest.mark.real
@@ -571,7 +571,7 @@ async def test_cli_sweep_and_stats(cli: Cli) -> None:
         assert (done["entries_applied"], done["users_cleared"], done["more"]) == (5, 5, False)
         swept = cli.run("sweep", OTHER)
         assert swept.returncode == 0, swept.stderr
-        assert "applied 1, cleared 1 users" in swept.stderr
+        assert "applied 1, cleared 1 user from the registry" in swept.stderr
         assert await registered() == []
         assert await state() == {b"motd": b'"hi"', b"color": b'"blue"', b"size": b'"L"',
                                  b"theme": b'"light"'}  # fmt: skip

@@ -216,7 +216,7 @@ async def test_an_interrupted_migration_resumes(
     common = ("--from", source.url, "--url", redis_url, "--key-prefix", prefix)
     first = await run(*common, "--app", "support")
     assert (first.returncode, first.stderr) == (0, "")
-    assert first.stdout.startswith("migrated 2 sessions (2 events) from 1 apps; 0 already")
+    assert first.stdout.startswith("migrated 2 sessions (2 events) from 1 app; 0 already")
 
     rest = await run(*common)
 

@@ -1,7 +1,8 @@
 """The ``redis-agent-sessions`` command: the demo, and the operator commands (``[cli]`` extra).
 
-Exit codes: 0 ok, 1 not found / nothing matched (or data that cannot be read), 2 usage or
-connection error; every failure prints one line on stderr, never a traceback.
+Exit codes: 0 ok, 1 not found / nothing matched (or data that cannot be read, or that stops
+the command: an import meeting a session that exists), 2 usage or connection error; every
+failure prints one line on stderr, ``redis-agent-sessions: <message>``, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from redis_agent_sessions._messages import PROG, say_error
 from redis_agent_sessions._version import __version__
 
 __all__ = ["main"]
@@ -45,9 +47,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="redis-agent-sessions",
+        prog=PROG,
         description="Shared, durable sessions for AI agent workers, stored in Redis.",
-        epilog="Exit codes: 0 ok, 1 not found or nothing matched, 2 usage or connection error.",
+        epilog="Exit codes: 0 ok, 1 not found, nothing matched or a data problem, 2 usage or "
+        "connection error.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -68,8 +71,9 @@ def _demo_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
             "Runs worker processes that serve interleaved turns of a scripted flight-booking "
             "conversation for several users, shows a stale writer being rejected, checks the "
             "result and prints the redis-cli commands to inspect it. Uses REDIS_URL when set "
-            "(keys under a fresh ras-demo-<random> prefix, nothing else touched); otherwise "
-            "starts and finally stops a throwaway local redis-server."
+            "(keys under a fresh ras-demo-<random> prefix, nothing else touched, kept for the "
+            "`redis-agent-sessions ls` command it ends with); otherwise starts and finally "
+            "stops a throwaway local redis-server."
         ),
     )
     demo.add_argument(
@@ -106,7 +110,8 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         return run_demo(workers=args.workers, key_prefix=args.key_prefix)
     except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
+        print(file=sys.stderr)  # past the ^C the terminal echoed
+        say_error("interrupted")
         return 130
 
 
@@ -155,5 +160,5 @@ async def _operate(args: argparse.Namespace) -> int:
 
 
 def _fail(code: int, message: str) -> int:
-    print(f"redis-agent-sessions: {message}", file=sys.stderr)
+    say_error(message)
     return code

@@ -14,13 +14,15 @@ from redis_agent_sessions.cli._context import (
     UsageError,
     no_session,
     sessions_of_whom,
+    utc,
     when,
 )
 from redis_agent_sessions.cli._records import read_record
 from redis_agent_sessions.cli._render import event_lines, short_json
-from redis_agent_sessions.errors import SessionNotFoundError
+from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
 from redis_agent_sessions.keys import unescape
 from redis_agent_sessions.memory import RedisMemoryService
+from redis_agent_sessions.memory._store import parse_iso
 from redis_agent_sessions.memory._text import query_words
 
 __all__ = ["run"]
@@ -47,15 +49,15 @@ async def _ls_apps(ctx: Context) -> int:
         pipe.zcard(ctx.keys.app_sessions(app))
     counts = await pipe.execute()
     rows = [
-        {"app_name": app, "sessions": count, "first_session": first}
+        {"app_name": app, "sessions": count, "first_session": utc(first)}
         for (app, first), count in zip(apps, counts, strict=True)
     ]
     if ctx.json:
         ctx.print_json(rows)
         return 0
-    table = ctx.table("APP", "SESSIONS", "FIRST SESSION (UTC)")
+    table = ctx.table("APP", "SESSIONS", "FIRST SESSION")
     for row in rows:
-        table.add_row(row["app_name"], str(row["sessions"]), when(row["first_session"]))
+        table.add_row(row["app_name"], str(row["sessions"]), row["first_session"])
     ctx.out.print(table)
     return 0
 
@@ -86,8 +88,8 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
         {
             "user_id": s.user_id,
             "id": s.id,
-            "create_time": float(extra[3 * i]) if extra[3 * i] is not None else None,
-            "last_update_time": s.last_update_time,
+            "create_time": utc(float(extra[3 * i])) if extra[3 * i] is not None else None,
+            "last_update_time": utc(s.last_update_time),
             "events": extra[3 * i + 1],
             "state_keys": extra[3 * i + 2],
         }
@@ -96,13 +98,13 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         ctx.print_json({"sessions": rows, "next_page_token": page.next_page_token})
         return 0
-    table = ctx.table("USER", "SESSION", "CREATED (UTC)", "UPDATED (UTC)", "EVENTS", "STATE KEYS")
+    table = ctx.table("USER", "SESSION", "CREATED", "UPDATED", "EVENTS", "STATE KEYS")
     for row in rows:
         table.add_row(
             row["user_id"],
             row["id"],
-            when(row["create_time"]),
-            when(row["last_update_time"]),
+            row["create_time"] or "-",
+            row["last_update_time"],
             str(row["events"]),
             str(row["state_keys"]),
         )
@@ -118,15 +120,15 @@ async def _show(ctx: Context, args: argparse.Namespace) -> int:
     record = await read_record(ctx.engine, args.app, args.user, args.session, last=args.last)
     if record is None:
         raise no_session(args)
-    if ctx.json:
+    if ctx.json:  # the record as `export` writes it (epoch times: data, not a report)
         ctx.print_json(record)
         return 0
     total = await ctx.client.xlen(ctx.keys.session(args.app, args.user, args.session).events)
     ctx.out.print(Text(f"session {record['id']}", style="bold"))
     ctx.out.print(f"app {record['app_name']}   user {record['user_id']}")
     ctx.out.print(
-        f"created {when(record['create_time'])} UTC   "
-        f"updated {when(record['last_update_time'])} UTC   events {total}"
+        f"created {when(record['create_time'])}   "
+        f"updated {when(record['last_update_time'])}   events {total}"
         + (f"   ttl {record['ttl']} s" if "ttl" in record else "")
     )
     ctx.out.print()
@@ -207,7 +209,7 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
                 "matched_words": matched,
                 "id": entry.id,
                 "author": entry.author,
-                "timestamp": entry.timestamp,
+                "timestamp": _entry_time(entry.timestamp),
                 "text": entry.content.text,
                 "custom_metadata": entry.custom_metadata,
             }
@@ -220,10 +222,21 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
         table.add_row(
             f"{row['score']:.2f}",
             ", ".join(row["matched_words"]),
-            str(row["timestamp"] or "-"),
+            row["timestamp"] or "-",
             str(row["author"] or "-"),
             str(row["text"])[:100],
         )
     ctx.out.print(table)
     ctx.out.print(f"backend: {await memory.backend()}   score = share of the query's words matched")
     return 0
+
+
+def _entry_time(value: str | None) -> str | None:
+    """A memory entry's ISO-8601 timestamp (ADK writes local time without a zone) in the
+    output's format, read as the memory service reads it; as stored if it cannot be read."""
+    if value is None:
+        return None
+    try:
+        return utc(parse_iso(value))
+    except (InvalidInputError, OverflowError, OSError, ValueError):
+        return value

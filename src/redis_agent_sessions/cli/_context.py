@@ -10,15 +10,16 @@ import argparse
 import datetime as dt
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from redis.exceptions import NoPermissionError
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
 from rich.table import Table
 
 from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
@@ -39,6 +40,7 @@ __all__ = [
     "first_line",
     "no_session",
     "sessions_of_whom",
+    "utc",
     "when",
 ]
 
@@ -114,8 +116,8 @@ class Context:
         sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS) + b"\n")
         sys.stdout.buffer.flush()
 
-    def table(self, *columns: str) -> Table:
-        table = Table(box=None, header_style="bold", pad_edge=False)
+    def table(self, *columns: str, show_header: bool = True) -> Table:
+        table = _Trimmed(box=None, header_style="bold", pad_edge=False, show_header=show_header)
         for column in columns:
             table.add_column(column, no_wrap=True)
         return table
@@ -138,6 +140,31 @@ class Context:
             yield progress
 
 
+class _Trimmed(Table):
+    """A table whose lines end at their last character: rich pads every cell to its
+    column's width, the last one too, which leaves trailing spaces in files and diffs."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        rendered = (
+            segment
+            for item in super().__rich_console__(console, options)
+            for segment in ([item] if isinstance(item, Segment) else console.render(item, options))
+        )
+        for line in Segment.split_lines(rendered):
+            yield from _rstrip(line)
+            yield Segment.line()
+
+
+def _rstrip(line: list[Segment]) -> Iterable[Segment]:
+    while line and not line[-1].control:
+        text, style, control = line[-1]
+        if text.rstrip(" "):
+            line[-1] = Segment(text.rstrip(" "), style, control)
+            break
+        line.pop()
+    return line
+
+
 def _console() -> Console:
     """stdout; when it is not a terminal (a pipe, a file), lines are never wrapped."""
     console = Console(highlight=False, soft_wrap=True)
@@ -146,12 +173,18 @@ def _console() -> Console:
     return console
 
 
-def when(timestamp: float | None) -> str:
-    """An epoch time as operators read it: UTC, to the second."""
+def utc(timestamp: float | None) -> str | None:
+    """An epoch time in the one format of every command's output, tables and ``--json``
+    alike: UTC, ISO-8601 with the zone marked, to the second (``2026-11-25T07:40:31Z``)."""
     if timestamp is None:
-        return "-"
+        return None
     moment = dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def when(timestamp: float | None) -> str:
+    """``utc`` for a table cell or a message: ``-`` for no time."""
+    return utc(timestamp) or "-"
 
 
 async def connect(args: argparse.Namespace) -> Context:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions.cli._context import Context, NotFound
 from redis_agent_sessions.keys import split_app_member
@@ -62,9 +63,10 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             }
         )
         return 0
-    found_text = f"{gone} of {checked} sessions in the index of app {app!r} no longer exist"
+    exist = "no longer exists" if gone == 1 else "no longer exist"
+    found_text = f"{gone:,} of {plural(checked, 'session')} in the index of app {app!r} {exist}"
     if args.dry_run:
         ctx.out.print(f"{found_text} (dry run)")
     else:
-        ctx.err.print(f"{found_text}; dropped the index entries of {dropped}", soft_wrap=True)
+        ctx.err.print(f"{found_text}; dropped the index entries of {dropped:,}", soft_wrap=True)
     return 0

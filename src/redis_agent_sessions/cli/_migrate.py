@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions.cli._context import CliError, Context, NotFound, UsageError, first_line
 from redis_agent_sessions.cli._records import import_record
 from redis_agent_sessions.errors import InvalidInputError
@@ -58,15 +59,21 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
                 bar.advance(bar.task_ids[0])
     finally:
         await source.close()
-    done = f"{copied} sessions ({events} events) from {len(apps)} apps; {skipped} already in Redis"
+    done = (
+        f"{plural(copied, 'session')} ({plural(events, 'event')}) from "
+        f"{plural(len(apps), 'app')}; {skipped:,} already in Redis"
+    )
     if args.dry_run:
         ctx.out.print(f"dry run: would migrate {done}; nothing written")
         return 0
     expected = [meta for meta in metas if meta not in gone]
     found = sum(await _exists(ctx, expected))
-    ctx.out.print(f"migrated {done}; check: {found} of {len(expected)} source sessions present")
+    expected_text = plural(len(expected), "source session")
+    ctx.out.print(f"migrated {done}; check: {found:,} of {expected_text} present")
     if found != len(expected):
-        raise NotFound(f"check failed: {len(expected) - found} source sessions are not in Redis")
+        missing = len(expected) - found
+        are = "is" if missing == 1 else "are"
+        raise NotFound(f"check failed: {plural(missing, 'source session')} {are} not in Redis")
     return 0
 
 

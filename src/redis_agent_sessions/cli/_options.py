@@ -127,7 +127,10 @@ def _purge(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--user", help="only this user's sessions")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--dry-run", action="store_true", help="only count them")
+    p.add_argument(
+        "--dry-run", action="store_true", help="only list them (app, user, session, last update)"
+    )
+    _json(p)
 
 
 def _expired(p: argparse.ArgumentParser) -> None:

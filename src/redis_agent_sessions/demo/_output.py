@@ -1,7 +1,9 @@
-"""What the demo prints: compact values and the redis-cli commands to inspect the data."""
+"""What the demo prints: compact values, the redis-cli commands to inspect the data, and
+the operator CLI's command that lists it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -11,10 +13,12 @@ from urllib.parse import parse_qs, urlsplit
 import redis
 from redis.asyncio import Redis
 
+from redis_agent_sessions._messages import PROG
 from redis_agent_sessions.demo._worker import APP
 from redis_agent_sessions.keys import KeySpace
 
 __all__ = [
+    "browse_command",
     "clip",
     "print_inspection",
     "redact",
@@ -69,6 +73,20 @@ def removal_command(url: str, prefix: str) -> str:
     cli, note = _cli(url)
     scan = shlex.join([*cli, "--scan", "--pattern", _glob_escape(prefix) + ":*"])
     return f"{scan} | xargs {shlex.join([*cli, 'UNLINK'])}{note}"
+
+
+def browse_command(url: str, prefix: str) -> str:
+    """The operator CLI's listing of the demo's sessions on ``url``, as a shell command.
+
+    A URL holding a password is given as ``"$REDIS_URL"``: the demo ran with it set, so the
+    command works in the same shell, and no password is printed."""
+    shown = '"$REDIS_URL"' if urlsplit(url).password is not None else shlex.quote(url)
+    return f"{PROG} ls {shlex.quote(APP)} --url {shown} --key-prefix {shlex.quote(prefix)}"
+
+
+def needs_cli_extra() -> bool:
+    """Whether the operator commands lack their extra (rich) here; the demo needs none."""
+    return importlib.util.find_spec("rich") is None
 
 
 async def print_inspection(ctl: Redis, url: str, keys: KeySpace, *, own_server: bool) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import StaleSessionError
 from redis_agent_sessions.keys import KeySpace
@@ -170,9 +171,9 @@ async def _play(svc: RedisSessionService, session: Session, prefix: str, turn_no
         }
         name, reply = (
             "search_flights",
-            f"I found {len(result)} flights from {origin} to {destination}.",
+            f"I found {plural(len(result), 'flight')} from {origin} to {destination}.",
         )
-        summary = f"search_flights({origin!r}, {destination!r}) -> {len(result)} flights"
+        summary = f"search_flights({origin!r}, {destination!r}) -> {plural(len(result), 'flight')}"
     else:
         result, delta = book_flight(turn.arg, session.state)
         name = "book_flight"
@@ -230,7 +231,7 @@ async def _race_job(svc: RedisSessionService, ctl: Redis, job: dict[str, Any]) -
     if session is None:
         raise RuntimeError(f"session {sid} not found")
     t = _Turn(svc, session, job["prefix"], f"race-{job['role']}")
-    log: list[str] = [f"loaded the session ({len(session.events)} events)"]
+    log: list[str] = [f"loaded the session ({plural(len(session.events), 'event')})"]
     stale = False
     if job["role"] == "first":
         if not await ctl.blpop([keys["second_loaded"]], timeout=JOB_TIMEOUT):
@@ -253,7 +254,7 @@ async def _race_job(svc: RedisSessionService, ctl: Redis, job: dict[str, Any]) -
             # Only what the copy lacks is read, however long the conversation.
             await svc.refresh(session)
             log.append(
-                f"refreshed: read {len(session.events) - had} new events "
+                f"refreshed: read {plural(len(session.events) - had, 'new event')} "
                 f"(now {len(session.events)}, seat={session.state.get('seat')})"
             )
             await t.append("notifier", [{"text": "E-ticket emailed"}], {"ticket_email": "sent"})
