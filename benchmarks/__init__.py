@@ -11,6 +11,9 @@ lists its flags; ``--quick`` is a smoke run, ``--json PATH`` keeps the result):
 - ``contention``: several writers on one session under the reject policy;
 - ``listing``: pages of sessions from the indexes vs loading every session;
 - ``memory``: memory search latency and ingestion, plain and RediSearch backends;
+- ``semantic``: semantic memory: vector recall, hybrid search latency, ingestion with vectors;
+- ``plots``: the documentation's plots (append and read latency against session length, ours
+  beside ADK's DatabaseSessionService), as SVG in ``docs/img``;
 - ``transfer``: the CLI's export and import;
 - ``write_concern``: what waiting for replicas or fsync costs;
 - ``cluster``: a 3-primary cluster against one node;
