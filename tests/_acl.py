@@ -1,6 +1,7 @@
-"""The README's least-privilege ACL user, made on a real server for the contract suites.
+"""The documentation's least-privilege ACL user (docs/deployment.md), made on a real server
+for the contract suites.
 
-The rules are read from the README itself, so the published line is the one tested.
+The rules are read from the page itself, so the published line is the one tested.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "deployment.md"
 _LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
 
 
 def readme_rules() -> dict[str, list[str]]:
-    """The README's rules: ``base`` (sessions + plain memory), then the extras for the
+    """The documented rules: ``base`` (sessions + plain memory), then the extras for the
     ``search`` backend, the ``replicas`` and ``aof`` write concerns, and a ``cluster``."""
     lines = _LINE.findall(README.read_text())
     names = ["base", "search", "replicas", "aof", "cluster"]
@@ -30,7 +31,7 @@ def readme_rules() -> dict[str, list[str]]:
 
 
 def readme_commands(*, search: bool = False) -> list[str]:
-    """The commands the README grants (``+name``), for the one-missing checks."""
+    """The commands the documented line grants (``+name``), for the one-missing checks."""
     rules = readme_rules()
     granted = rules["base"] + (rules["search"] if search else [])
     return [r[1:] for r in granted if r.startswith("+")]
@@ -40,7 +41,7 @@ def readme_commands(*, search: bool = False) -> list[str]:
 async def acl_user(
     admin: Any, *, search: bool = False, concern: str | None = None, without: str | None = None
 ) -> AsyncIterator[Any]:
-    """A client logged in as a fresh user with the README's rules (the search ones with
+    """A client logged in as a fresh user with the documented rules (the search ones with
     ``search``, those of a write ``concern``, the cluster ones when ``admin`` is a
     RedisCluster: set on every node), minus ``+without``."""
     readme = readme_rules()

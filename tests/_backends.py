@@ -88,7 +88,7 @@ def validate_reads(monkeypatch: pytest.MonkeyPatch) -> None:
 @asynccontextmanager
 async def worker(kind: str, admin: Any) -> AsyncIterator[Any]:
     """The client services run on over ``admin`` (from :func:`backend`): ``admin`` itself, or
-    under ``acl`` the README's least-privilege user."""
+    under ``acl`` the documented least-privilege user."""
     if kind != "acl":
         yield admin
         return

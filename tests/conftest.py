@@ -4,7 +4,7 @@ Every test taking ``redis_client`` (or ``service``) runs with the read cache off
 (``read_cache``), each on four backends: fakeredis; a
 slot-checking fakeredis that the services treat as a cluster (the cluster code path, with
 every script and transaction checked to stay in one slot); the real server named by
-REDIS_URL, once as an admin and once (``acl``) with the services logged in as the README's
+REDIS_URL, once as an admin and once (``acl``) with the services logged in as the documented
 least-privilege ACL user; and the real Redis Cluster named by REDIS_CLUSTER_URL. A real
 variant is skipped when its variable is unset. Real servers are flushed before and after each
 test, so point the variables at throwaway servers.
@@ -123,7 +123,7 @@ async def redis_client(
 
 @pytest.fixture
 async def worker_client(redis_client: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """The client services run on: ``redis_client``, or under ``acl`` the README's user."""
+    """The client services run on: ``redis_client``, or under ``acl`` the documented ACL user."""
     async with worker(request.node.callspec.params.get("redis_client"), redis_client) as client:
         yield client
 

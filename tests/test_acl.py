@@ -1,6 +1,6 @@
-"""The README's least-privilege ACL, command by command, on real servers.
+"""The documented least-privilege ACL (docs/deployment.md), command by command, on real servers.
 
-The contract suites run as the README's user (the ``acl`` backends in conftest.py and
+The contract suites run as the documented user (the ``acl`` backends in conftest.py and
 test_memory.py), which shows the line grants enough. Here, for each command of the line, a
 user lacking just that one runs a workflow touching every operation: some step must be
 refused (so the command is needed: the line is least privilege) with PermissionDeniedError
@@ -41,7 +41,7 @@ Step = Callable[[], Awaitable[Any]]
 
 @pytest.fixture(params=["REDIS_URL", "REDIS_SEARCH_URL"])
 async def admin(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
-    # Not database 0 where the backend allows it: the README's line must work for any (the
+    # Not database 0 where the backend allows it: the documented line must work for any (the
     # user needs SELECT). RediSearch indexes only database 0 ("Cannot create index on db != 0").
     url = skip_without(request.param)
     client = Redis.from_url(on_db(url, ACL_DB) if request.param == "REDIS_URL" else url)
@@ -231,7 +231,7 @@ async def test_each_command_of_the_line_is_needed(admin: Redis, command: str) ->
                 await run_as(admin, worker, cluster_layout=layout, search=search)
             except PermissionDeniedError as exc:
                 refused.append(exc)
-    assert refused, f"+{command} is in the README's line but nothing needed it"
+    assert refused, f"+{command} is in the documented line but nothing needed it"
     assert any(exc.command == command.upper() for exc in refused), [str(e) for e in refused]
 
 

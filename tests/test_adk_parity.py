@@ -2,7 +2,7 @@
 
 Each test plays one scenario on every backend and asserts that all of them observe the
 same thing. Where we deliberately differ, a ``test_difference_*`` test pins what each
-backend does; DIFFERENCES below is the list the README documents.
+backend does; DIFFERENCES below is the list docs/adk.md documents.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """ADK's own CLI and servers, configured by URI, on our services.
 
 Two real ``adk api_server`` processes serve tests/adk_server_agents (copied to a temporary
-agents directory): its ``services.yaml`` is the README's recipe that maps ``redis://`` URIs
-to our session and memory services, and ``counter_app`` is a model-free agent writing
+agents directory): its ``services.yaml`` is the documented recipe (README, docs/adk.md) that
+maps ``redis://`` URIs to our session and memory services, and ``counter_app`` is a
+model-free agent writing
 session, ``user:``, ``app:`` and ``temp:`` state and adding its session to memory every
 turn. One conversation alternates between the two servers over HTTP, and Redis is checked
 directly. Needs REDIS_URL; each test has a key prefix of its own and deletes its keys.

@@ -7,9 +7,11 @@ afterwards. Without it the demo starts and stops its own redis-server.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -23,7 +25,7 @@ import redis
 
 from _servers import skip_without
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
-from redis_agent_sessions.demo._output import removal_command
+from redis_agent_sessions.demo._output import browse_command, removal_command
 from redis_agent_sessions.demo._worker import APP, CONVERSATIONS
 from redis_agent_sessions.keys import KeySpace
 
@@ -93,6 +95,15 @@ def test_demo_with_redis_url_uses_its_own_prefix_only() -> None:
             cli = f"redis-cli -p {port} -n 3"
             removal = f"{cli} --scan --pattern '{prefix}:*' | xargs {cli} UNLINK"
             assert f"\n  {removal}\n" in result.stdout
+            # It ends with the operator CLI's listing of its sessions, which works as printed.
+            browse = f"redis-agent-sessions ls booking_app --url {url} --key-prefix {prefix}"
+            assert result.stdout.rstrip().endswith(f"\n  {browse}")
+            if importlib.util.find_spec("rich") is not None:  # the [cli] extra
+                argv = shlex.split(browse)
+                listed = _run([*DEMO[:-1], *argv[1:]], _env())  # no REDIS_URL: the URL shown
+                assert listed.returncode == 0, listed.stderr
+                for session in ("user1-trip", "user1-trip-2", "user2-trip", "user3-trip"):
+                    assert re.search(rf"\s{session}\s", listed.stdout), listed.stdout
             if shutil.which("redis-cli"):  # the printed command does remove them all
                 subprocess.run(["bash", "-c", removal], check=True, timeout=30)
                 assert not list(client.scan_iter(match=f"{prefix}:*", count=1000))
@@ -113,6 +124,8 @@ def test_demo_with_redis_url_refuses_a_used_prefix() -> None:
             again = _run([*DEMO, "--key-prefix", prefix], _env(REDIS_URL=url))
             assert again.returncode == 1
             assert "already exists" in again.stderr
+            # One line, in the CLI's style.
+            assert again.stderr.strip().startswith("redis-agent-sessions: demo failed: ")
         finally:
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
@@ -137,7 +150,7 @@ def test_demo_malformed_redis_url_exits_2_with_one_line(url: str) -> None:
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: REDIS_URL=")
+    assert lines[0].startswith("redis-agent-sessions: REDIS_URL=")
     assert "is not a Redis URL" in lines[0]
     assert "s3cret" not in lines[0]
 
@@ -162,10 +175,11 @@ async def test_removal_pattern_finds_exactly_the_demo_keys(redis_client: Any) ->
     assert sorted(found) == sorted(mine)
 
 
-def test_readme_key_examples_name_what_the_demo_writes() -> None:
-    """The redis-cli examples of the README's key table use the demo's app, user and session."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    table = readme.split("## Redis layout", 1)[1].split("\n\n## ", 1)[0]
+def test_documented_key_examples_name_what_the_demo_writes() -> None:
+    """The redis-cli examples of the documented key table use the demo's app, user and
+    session."""
+    page = (Path(__file__).parent.parent / "docs" / "redis-layout.md").read_text()
+    table = page.split("\n## Keys\n", 1)[1].split("\n\n## ", 1)[0]
     examples = re.findall(r"`redis-cli \w+ '([^']+)'", table)
     assert len(examples) == 17, examples
     session = KeySpace().session(APP, "user1", CONVERSATIONS["user1"].session_id)
@@ -182,6 +196,17 @@ def test_readme_key_examples_name_what_the_demo_writes() -> None:
     assert set(examples) == expected
 
 
+def test_browse_command_works_as_printed_and_shows_no_password() -> None:
+    plain = browse_command("redis://127.0.0.1:7000/2", "demo*[x]")
+    assert plain == (
+        "redis-agent-sessions ls booking_app --url redis://127.0.0.1:7000/2 --key-prefix 'demo*[x]'"
+    )
+    secret = browse_command("redis://:s3cret@db.example:7000/2?socket_timeout=5", "p")
+    assert "s3cret" not in secret
+    # The demo ran with REDIS_URL set: the same shell has the URL, password and all.
+    assert secret == 'redis-agent-sessions ls booking_app --url "$REDIS_URL" --key-prefix p'
+
+
 def test_demo_unreachable_redis_url_exits_2() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -189,7 +214,7 @@ def test_demo_unreachable_redis_url_exits_2() -> None:
     # Nothing listens on the port once the socket is closed.
     result = _run(DEMO, _env(REDIS_URL=f"redis://127.0.0.1:{port}/0"))
     assert result.returncode == 2
-    assert "cannot reach Redis" in result.stderr
+    assert result.stderr.startswith("redis-agent-sessions: cannot reach Redis")
 
 
 @pytest.mark.slow
@@ -203,6 +228,12 @@ def test_demo_starts_and_stops_its_own_server() -> None:
     assert started, result.stdout
     pid, port = int(started[1]), int(started[2])
     assert f"Stopped the throwaway redis-server (pid {pid})" in result.stdout
+    # No listing command that could not work: the server is gone; it says how to keep one.
+    assert "--key-prefix" not in result.stdout
+    assert result.stdout.rstrip().endswith(
+        "To browse a run with `redis-agent-sessions ls booking_app`, run the demo with "
+        "REDIS_URL set: its keys then stay on that server."
+    )
     assert f"redis-cli -p {port} HGETALL 'ras-demo:{{booking_app:user1}}" in result.stdout
     assert _gone(pid)
 
@@ -227,6 +258,8 @@ def test_demo_without_any_server_exits_2(tmp_path: Path) -> None:
     )
     result = _run([sys.executable, "-c", code], _env(PATH=str(tmp_path)))
     assert result.returncode == 2
+    assert result.stderr.startswith("redis-agent-sessions: REDIS_URL is not set")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
     assert "no redis-server was found" in result.stderr
 
 

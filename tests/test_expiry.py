@@ -2,7 +2,7 @@
 index a few members at a time, and drop the entries of sessions that are gone.
 
 Each test runs on fakeredis, on the cluster code path over a slot-checking fakeredis, on
-Redis 7 (as an admin, and as the README's least-privilege ACL user) and on a real cluster.
+Redis 7 (as an admin, and as the documented least-privilege ACL user) and on a real cluster.
 Sessions expire for real: TTLs of a second or two, and waits. Memory is compared with a store
 that never had the expired sessions: on real servers by ``MEMORY USAGE ... SAMPLES 0`` of
 every key under each store's prefix (what each store's keys hold, without the server's own
@@ -50,7 +50,7 @@ async def admin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.fixture
 async def worker(admin: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """What the services run on: ``admin``, or under ``acl`` the README's user."""
+    """What the services run on: ``admin``, or under ``acl`` the documented ACL user."""
     async with service_client(request.node.callspec.params.get("admin"), admin) as client:
         yield client
 
@@ -154,7 +154,7 @@ async def test_expired_sessions_leave_the_indexes_with_ordinary_writes(
     assert len(remaining) <= len(left) // 100, remaining[:10]
     with_them, without = await footprint(admin, "ras:a"), await footprint(admin, "ras:b")
     # Users who ever wrote keep a little on a cluster (their outbox, their registration for
-    # the sweep): the README's "What expires".
+    # the sweep): the documentation's "What expires" (docs/redis-layout.md).
     assert with_them <= without * 1.05, (with_them, without)
 
 
@@ -270,7 +270,7 @@ async def test_an_expiry_index_of_foreign_type_is_named_and_nothing_written(
     await admin.set(key, "not a zset")
     pattern = key.replace("{", r"\{").replace("}", r"\}")
     if cluster_path(svc):
-        # The app's slot is the second step, as for every app key (README: Deployment).
+        # The app's slot is the second step, as for every app key (docs/deployment.md).
         with pytest.raises(CorruptDataError, match=pattern):
             await svc.create_session(app_name=APP, user_id="ann", session_id="t")
         return

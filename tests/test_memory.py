@@ -1,5 +1,5 @@
 """Memory contract suite, run on fakeredis, on plain Redis (REDIS_URL) and on Redis with
-RediSearch (REDIS_SEARCH_URL), each also as the README's least-privilege ACL user (``acl``,
+RediSearch (REDIS_SEARCH_URL), each also as the documented least-privilege ACL user (``acl``,
 ``search-acl``), and on both kinds of cluster; a real backend is skipped when its variable is
 unset. ``memory_client`` is an admin client for inspection; services run as the worker."""
 
@@ -89,7 +89,7 @@ async def memory(
         assert await service.backend() == expected
         yield service
         return
-    # The README's base line has no +module|list: a plain-only worker names its backend.
+    # The documented base line has no +module|list: a plain-only worker names its backend.
     search = kind == "search-acl"
     async with acl_user(memory_client, search=search) as worker:
         service = RedisMemoryService(

@@ -167,7 +167,7 @@ def test_replicas_needs_a_replica_to_wait_for() -> None:
 async def test_the_readme_acl_line_for_write_concerns(
     r7: tuple[Redis, Redis], r8: tuple[Redis, Redis]
 ) -> None:
-    """The README's extra lines (+wait, +waitaof) are what each write concern needs: with
+    """The documented extra lines (+wait, +waitaof) are what each write concern needs: with
     it the worker writes; without it the first write is refused, naming the command, and
     nothing is written."""
     for (primary, _), mode in ((r7, "replicas"), (r8, "aof")):

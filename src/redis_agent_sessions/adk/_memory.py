@@ -54,7 +54,9 @@ class RedisMemoryService(
             owns and closes its client.
         agents_dir: accepted and ignored: ADK's service registry passes it to every
             service it builds.
-        embedder, vector_index, min_similarity: semantic recall, as on the core service.
+        embedder: turns semantic recall on, as on the core service.
+        vector_index: the vector index's algorithm, as on the core service.
+        min_similarity: the least similarity of a vector hit, as on the core service.
     """
 
     def __init__(
