@@ -10,7 +10,6 @@ README's line cannot be followed, and the test says so.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from _servers import skip_without
+from test_docs_examples import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ def install_line(readme: str) -> str:
 
 def test_the_readme_install_line_and_examples_work_from_a_fresh_clone(tmp_path: Path) -> None:
     url = skip_without("REDIS_URL")
-    if importlib.util.find_spec("google.adk") is None:
+    if not installed("google.adk"):
         pytest.skip("needs the [adk] extra (the README installs it; google-adk needs >= 3.11)")
     clone = tmp_path / "clone"
     tracked = subprocess.run(
@@ -75,11 +75,11 @@ def test_the_readme_install_line_and_examples_work_from_a_fresh_clone(tmp_path: 
     # python3 here is the interpreter running the tests, as it is for a newcomer's shell.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("VIRTUAL_ENV", None)
-    installed = subprocess.run(
+    setup = subprocess.run(
         ["bash", "-c", f"{line} -q"], cwd=clone, env=env, capture_output=True, text=True,
         timeout=900,
     )  # fmt: skip
-    assert installed.returncode == 0, installed.stderr[-3000:]
+    assert setup.returncode == 0, setup.stderr[-3000:]
     python = clone / ".venv" / "bin" / "python"
     (clone / "run_readme.py").write_text(textwrap.dedent(RUNNER))
     # The README's ADK setup block builds its agent from the tests' scripted app (no LLM).
