@@ -168,17 +168,24 @@ class IndexSearch:
                 raise
             await check(app, user)
 
-    async def _check_vectors(self, app: str, user: str) -> None:
-        assert self._semantic is not None
-        index = self._vector_index(app, user)
+    async def _definition(
+        self, app: str, user: str, index: str
+    ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        """An existing index's key prefixes, and its attributes by name (FT.INFO)."""
         [info] = await self._run(app, user, [("FT.INFO", index)])
         info = _as_dict(info)
         prefixes = [text(p) for p in _as_dict(info.get("index_definition", [])).get("prefixes", [])]
-        vec: dict[str, Any] = {}
+        attributes = {}
         for attr in info.get("attributes", []):
             attr = _as_dict(attr) if not isinstance(attr, list) else _flags(attr)
-            if text(attr.get("attribute", b"")) == "vec":
-                vec = attr
+            attributes[text(attr.get("attribute", b""))] = attr
+        return prefixes, attributes
+
+    async def _check_vectors(self, app: str, user: str) -> None:
+        assert self._semantic is not None
+        index = self._vector_index(app, user)
+        prefixes, attributes = await self._definition(app, user, index)
+        vec = attributes.get("vec", {})
         found = (
             text(vec.get("type", b"")),
             text(vec.get("algorithm", b"")).upper(),
@@ -193,14 +200,8 @@ class IndexSearch:
             )
 
     async def _check_existing(self, app: str, user: str) -> None:
-        [info] = await self._run(app, user, [("FT.INFO", self._index(app, user))])
-        info = _as_dict(info)
-        definition = _as_dict(info.get("index_definition", []))
-        prefixes = [text(p) for p in definition.get("prefixes", [])]
-        found = {}
-        for attr in info.get("attributes", []):
-            attr = _as_dict(attr) if not isinstance(attr, list) else _flags(attr)
-            found[text(attr.get("attribute", b""))] = text(attr.get("type", b""))
+        prefixes, attributes = await self._definition(app, user, self._index(app, user))
+        found = {name: text(attr.get("type", b"")) for name, attr in attributes.items()}
         want = {name: kind for name, kind, _ in _SCHEMA}
         prefix = self._prefix(app, user)
         if prefixes != [prefix] or any(found.get(n) != k for n, k in want.items()):
