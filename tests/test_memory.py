@@ -496,3 +496,17 @@ async def test_worker_denied_module_list_never_guesses() -> None:
         await admin.acl_deluser("nomodules")
         await admin.flushdb()  # drops the index too
         await admin.aclose()
+
+
+@pytest.mark.parametrize(
+    "memory_client",
+    [pytest.param("search", marks=[pytest.mark.real, pytest.mark.search])],
+    indirect=True,
+)
+async def test_an_index_of_another_definition_is_refused(memory_client: Any) -> None:
+    await memory_client.execute_command(
+        "FT.CREATE", "ras:mem:idx", "ON", "HASH", "PREFIX", 1, "ras:mem:{",
+        "SCHEMA", "words", "TEXT",
+    )  # fmt: skip
+    with pytest.raises(MemoryIndexError, match="exists with another definition"):
+        await RedisMemoryService(memory_client, backend="search").backend()
