@@ -15,6 +15,7 @@ from _acl import acl_user
 from _embedders import SynonymEmbedder
 from redis_agent_sessions import (
     CallableEmbedder,
+    CorruptDataError,
     EmbeddingError,
     InvalidInputError,
     MemoryEntry,
@@ -460,3 +461,13 @@ async def test_each_entry_is_indexed_once_in_small_batches(
         # on a fresh CI machine (72), likely the module indexing hashes of the flush before
         # this test late; they do not depend on this test's writes.
         assert 70 <= int(info["max_doc_id"]) - start < 100
+
+
+async def test_a_corrupt_vector_record_is_named(
+    memory_client: Any, request: pytest.FixtureRequest
+) -> None:
+    await memory_client.set("ras:mem:vectors", b"not json")
+    with pytest.raises(CorruptDataError, match="ras:mem:vectors"):
+        await found(service(memory_client, request), "car")
+    with pytest.raises(CorruptDataError, match="ras:mem:vectors"):
+        await service(memory_client, request).reembed(dry_run=True)

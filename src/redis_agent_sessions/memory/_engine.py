@@ -166,27 +166,40 @@ class MemoryEngine:
         """For ``reembed``: make this service's embedder the store's (its dimension and
         model recorded, a vector index of another definition made again), ready for the
         writes of (app, user). Entries keep their vectors until re-embedded."""
-        assert self._vectorizer is not None
-        mine = {"dimensions": self._vectorizer.dimensions, "model": self._vectorizer.name}
         if not self._adopting:
-            await self._client.set(self._keys.memory_vectors(), orjson.dumps(mine))
+            await self._client.set(self._keys.memory_vectors(), orjson.dumps(self._mine()))
             self._adopting = True
         store, _ = await self._ready(app, user)
         return store
 
+    def _mine(self) -> dict[str, Any]:
+        """This service's vector record: what its embedder makes."""
+        assert self._vectorizer is not None
+        return {"dimensions": self._vectorizer.dimensions, "model": self._vectorizer.name}
+
+    async def recorded_vectors(self) -> dict[str, Any] | None:
+        """The store's vector record, ``{"dimensions", "model"}``, None when no embedder
+        has written; CorruptDataError when it is not one."""
+        key = self._keys.memory_vectors()
+        raw = await self._client.get(key)
+        if raw is None:
+            return None
+        try:
+            recorded = orjson.loads(raw)
+            return {"dimensions": int(recorded["dimensions"]), "model": str(recorded["model"])}
+        except (TypeError, ValueError, KeyError, orjson.JSONDecodeError) as exc:
+            raise CorruptDataError(key, f"not a vector record: {raw!r}") from exc
+
     async def _check_vectors(self) -> None:
         """Record the vectors' dimension and model for every later worker, or check this
         embedder against the record: vectors of another dimension cannot be compared."""
-        assert self._vectorizer is not None
         key = self._keys.memory_vectors()
-        mine = {"dimensions": self._vectorizer.dimensions, "model": self._vectorizer.name}
+        mine = self._mine()
         await self._client.set(key, orjson.dumps(mine), nx=True)
-        raw = await self._client.get(key)
-        try:
-            recorded = orjson.loads(raw)
-            dimensions, model = int(recorded["dimensions"]), str(recorded["model"])
-        except (TypeError, ValueError, KeyError, orjson.JSONDecodeError) as exc:
-            raise CorruptDataError(key, f"not a vector record: {raw!r}") from exc
+        recorded = await self.recorded_vectors()
+        if recorded is None:  # deleted at once by someone else: do not guess
+            raise MemoryIndexError(f"could not record the memory vectors in {key!r}")
+        dimensions, model = recorded["dimensions"], recorded["model"]
         if dimensions != mine["dimensions"]:
             raise MemoryIndexError(
                 f"this service's embedder {mine['model']!r} makes {mine['dimensions']}-"

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from redis_agent_sessions._redis.codec import check_id, text
@@ -92,12 +91,8 @@ async def reembed(
     client, keys = engine.client, engine.keys
     app = None if app is None else check_id("app_name", app)
     user = None if user is None else check_id("user_id", user)
-    raw = await client.get(keys.memory_vectors())
     report = ReembedReport(
-        vectorizer.name,
-        vectorizer.dimensions,
-        None if raw is None else orjson.loads(raw),
-        dry_run,
+        vectorizer.name, vectorizer.dimensions, await engine.recorded_vectors(), dry_run
     )
     report.per_user = await owners(client, keys, app, user)
     report.users = len(report.per_user)
