@@ -9,6 +9,7 @@ one place.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from google.adk.events import Event as AdkEvent
 from google.adk.memory import BaseMemoryService
@@ -19,12 +20,12 @@ from google.genai import types
 
 from redis_agent_sessions import memory as core
 from redis_agent_sessions._redis.codec import check_sequence
-from redis_agent_sessions._redis.lifecycle import AnyRedis, check_client_or_uri, open_memory_url
+from redis_agent_sessions._redis.lifecycle import AnyRedis, check_client_or_uri
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory import Backend, Embedder, VectorIndex
 from redis_agent_sessions.memory._service import MemoryServiceBase
-from redis_agent_sessions.memory._url import semantic_settings
+from redis_agent_sessions.memory._url import open_memory_service_url
 from redis_agent_sessions.models import Content, Event, Session
 
 __all__ = ["RedisMemoryService"]
@@ -72,24 +73,23 @@ class RedisMemoryService(
         min_similarity: float = 0.0,
     ) -> None:
         check_client_or_uri(client, uri)
-        params: dict[str, str] = {}
+        del agents_dir  # ADK passes it to every service it builds; nothing to do with it
+        settings: dict[str, Any] = {
+            "config": config,
+            "backend": backend,
+            "embedder": embedder,
+            "vector_index": vector_index,
+            "min_similarity": min_similarity,
+        }
+        owns_embedder = False
         if uri is not None:
-            client, config, backend, params = open_memory_url(uri, config, backend, cluster=False)
-            embedder, vector_index, min_similarity = semantic_settings(
-                params, embedder, vector_index, min_similarity
+            client, settings, owns_embedder = open_memory_service_url(
+                uri, cluster=False, **settings
             )
         assert client is not None
-        del agents_dir  # ADK passes it to every service it builds; nothing to do with it
-        super().__init__(
-            client,
-            config=config,
-            backend=backend,
-            embedder=embedder,
-            vector_index=vector_index,
-            min_similarity=min_similarity,
-        )
+        super().__init__(client, **settings)
         self._owns_client = uri is not None
-        self._owns_embedder = uri is not None and "embedder" in params
+        self._owns_embedder = owns_embedder
 
     # Named like ADK's DatabaseSessionService's closer, as on our session service.
     async def close(self) -> None:

@@ -12,13 +12,13 @@ from typing_extensions import Self
 
 from redis_agent_sessions._health import Readiness
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner, open_memory_url
+from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._reembed import ReembedReport, reembed
-from redis_agent_sessions.memory._url import semantic_settings
+from redis_agent_sessions.memory._url import open_memory_service_url
 from redis_agent_sessions.memory._vectors import Semantic, VectorIndex
 from redis_agent_sessions.models import Event, Session
 
@@ -109,21 +109,18 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         carry settings, as for the session service's ``from_url``, and the memory's own:
         ``memory_backend``, ``embedder`` (``google:<model>`` or ``import:<module>:<name>``),
         ``embedder_dimensions``, ``vector_index``, ``min_similarity``."""
-        client, config, backend, params = open_memory_url(
-            url, config, backend, cluster, **redis_kwargs
-        )
-        embedder, vector_index, min_similarity = semantic_settings(
-            params, embedder, vector_index, min_similarity
-        )
-        service = cls(
-            client,
+        opened = open_memory_service_url(
+            url,
             config=config,
             backend=backend,
+            cluster=cluster,
             embedder=embedder,
             vector_index=vector_index,
             min_similarity=min_similarity,
+            **redis_kwargs,
         )
-        service._owns_embedder = "embedder" in params
+        service = cls(opened.client, **opened.settings)
+        service._owns_embedder = opened.owns_embedder
         service._owns_client = True
         return service
 

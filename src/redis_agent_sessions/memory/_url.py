@@ -4,12 +4,23 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
+from redis_agent_sessions._redis.lifecycle import AnyRedis, open_memory_url
+from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._embedders import Embedder, check_embedder
 
-__all__ = ["SemanticSettings", "embedder_from_spec", "semantic_settings"]
+__all__ = [
+    "OpenedURL",
+    "SemanticSettings",
+    "embedder_from_spec",
+    "open_memory_service_url",
+    "semantic_settings",
+]
+
+T = TypeVar("T")
 
 SemanticSettings = tuple[Embedder | None, Any, float]
 """(embedder, vector_index, min_similarity)."""
@@ -44,6 +55,16 @@ def embedder_from_spec(spec: str, dimensions: int | None = None) -> Embedder:
     )
 
 
+def _number(params: dict[str, str], name: str, kind: Callable[[str], T], what: str) -> T | None:
+    """The URL's ``name`` converted by ``kind``, None when absent."""
+    if name not in params:
+        return None
+    try:
+        return kind(params[name])
+    except ValueError:
+        raise InvalidInputError(f"URL parameter {name} must be {what}: {params[name]!r}") from None
+
+
 def semantic_settings(
     params: dict[str, str],
     embedder: Embedder | None,
@@ -52,22 +73,14 @@ def semantic_settings(
 ) -> SemanticSettings:
     """The arguments, completed by the URL's ``embedder``, ``embedder_dimensions``,
     ``vector_index`` and ``min_similarity``; a setting given in both places must agree."""
+    dimensions = _number(params, "embedder_dimensions", int, "an int")
     if "embedder" in params:
         if embedder is not None:
             raise InvalidInputError(
                 "the URL names an embedder and embedder= was passed with it; give it in one place"
             )
-        dimensions = None
-        if "embedder_dimensions" in params:
-            try:
-                dimensions = int(params["embedder_dimensions"])
-            except ValueError:
-                raise InvalidInputError(
-                    f"URL parameter embedder_dimensions must be an int: "
-                    f"{params['embedder_dimensions']!r}"
-                ) from None
         embedder = embedder_from_spec(params["embedder"], dimensions)
-    elif "embedder_dimensions" in params:
+    elif dimensions is not None:
         raise InvalidInputError("URL parameter embedder_dimensions needs embedder= in the URL")
     if "vector_index" in params:
         wanted = params["vector_index"].upper()
@@ -77,13 +90,8 @@ def semantic_settings(
                 "passed with it; give it in one place"
             )
         vector_index = wanted
-    if "min_similarity" in params:
-        try:
-            value = float(params["min_similarity"])
-        except ValueError:
-            raise InvalidInputError(
-                f"URL parameter min_similarity must be a number: {params['min_similarity']!r}"
-            ) from None
+    value = _number(params, "min_similarity", float, "a number")
+    if value is not None:
         if min_similarity not in (0.0, value):
             raise InvalidInputError(
                 f"the URL asks for min_similarity={value} but min_similarity={min_similarity} "
@@ -96,3 +104,39 @@ def semantic_settings(
             "the URL or the argument)"
         )
     return embedder, vector_index, min_similarity
+
+
+class OpenedURL(NamedTuple):
+    """A memory service's client and constructor settings from its URL (``from_url`` of the
+    core service, ``uri=`` of the ADK one)."""
+
+    client: AnyRedis
+    settings: dict[str, Any]
+    """config, backend, embedder, vector_index, min_similarity: the constructor's keywords."""
+    owns_embedder: bool
+    """The URL named the embedder: the service made it, and closes it."""
+
+
+def open_memory_service_url(
+    url: str,
+    *,
+    config: SessionServiceConfig | None,
+    backend: Any,
+    cluster: bool,
+    embedder: Embedder | None,
+    vector_index: Any,
+    min_similarity: float,
+    **redis_kwargs: Any,
+) -> OpenedURL:
+    client, config, backend, params = open_memory_url(url, config, backend, cluster, **redis_kwargs)
+    embedder, vector_index, min_similarity = semantic_settings(
+        params, embedder, vector_index, min_similarity
+    )
+    settings = {
+        "config": config,
+        "backend": backend,
+        "embedder": embedder,
+        "vector_index": vector_index,
+        "min_similarity": min_similarity,
+    }
+    return OpenedURL(client, settings, "embedder" in params)
