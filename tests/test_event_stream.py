@@ -119,10 +119,11 @@ async def test_a_watch_sees_what_another_worker_appends_in_order(
     service: RedisSessionService, make_service: Any
 ) -> None:
     s = await session_with(service, 2)
-    watcher = asyncio.create_task(
-        collect(service.watch(app_name=APP, user_id=USER, session_id="s", block_ms=50), 4)
+    # From a given event, so the test never depends on when the watch's first read runs.
+    watch = service.watch(
+        app_name=APP, user_id=USER, session_id="s", after_event_id=s.events[-1].id, block_ms=50
     )
-    await asyncio.sleep(0.2)  # the watch starts after the newest event at its first read
+    watcher = asyncio.create_task(collect(watch, 4))
     other = make_service()
     copy = await other.get_session(app_name=APP, user_id=USER, session_id="s")
     for i in range(4):
@@ -131,6 +132,30 @@ async def test_a_watch_sees_what_another_worker_appends_in_order(
     assert [e.author for e in seen] == ["w0", "w1", "w2", "w3"]
     assert seen == copy.events[2:]
     assert s.events  # untouched by the watch
+
+
+async def test_a_watch_without_a_position_starts_after_the_newest_event(
+    service: RedisSessionService, make_service: Any
+) -> None:
+    """Tolerant by design: the watch takes its position at its first read, whenever the
+    scheduler runs it, so another worker appends until the watch yields. Whatever came
+    before that position is never seen; everything after it is seen, in order."""
+    await session_with(service, 2)
+    watch = service.watch(app_name=APP, user_id=USER, session_id="s", block_ms=50)
+    first = asyncio.ensure_future(anext(watch))
+    other = make_service()
+    copy = await other.get_session(app_name=APP, user_id=USER, session_id="s")
+    appended: list[str] = []
+    while not first.done():
+        appended.append(f"n{len(appended)}")
+        await other.append_event(copy, Event(author=appended[-1]))
+        await asyncio.wait({first}, timeout=0.1)
+    seen = [first.result().author]
+    assert seen[0] in appended  # never e0 or e1, which were there before the watch
+    for _ in range(len(appended) - appended.index(seen[0]) - 1):
+        seen.append((await asyncio.wait_for(anext(watch), 10)).author)
+    assert seen == appended[appended.index(seen[0]) :]
+    await watch.aclose()
 
 
 async def test_a_watch_resumes_after_an_event_or_from_the_beginning(
@@ -149,19 +174,18 @@ async def test_a_watch_resumes_after_an_event_or_from_the_beginning(
 
 async def test_a_watch_ends_when_the_session_is_deleted(service: RedisSessionService) -> None:
     s = await session_with(service, 1)
-
-    async def follow() -> list[str]:
-        return [e.author async for e in service.watch(**ids(s), block_ms=50)]
-
-    task = asyncio.create_task(follow())
-    await asyncio.sleep(0.2)
+    # Step by step, so the delete comes after the watch has seen "last", whatever the
+    # scheduler does (a stream deleted before the read would show nothing).
+    watch = service.watch(**ids(s), after_event_id=s.events[-1].id, block_ms=50)
     await service.append_event(s, Event(author="last"))
-    await asyncio.sleep(0.2)
+    assert (await asyncio.wait_for(anext(watch), 10)).author == "last"
+    following = asyncio.ensure_future(anext(watch))
     await service.delete_session(**ids(s))
     # Re-created under the same id: the watch still ends, it never follows the stranger.
     again = await service.create_session(**ids(s))
     await service.append_event(again, Event(author="stranger"))
-    assert await asyncio.wait_for(task, 10) == ["last"]
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(following, 10)
 
 
 def ids(s: Any) -> dict[str, str]:

@@ -171,20 +171,24 @@ async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:
         "own": (plain, "ann", 1),
         "zero": (short, "ann", 0),
         "none": (plain, "bob", None),
-        "slid": (long, "bob", 2),
+        "slid": (long, "bob", 3),
         "again": (short, "bob", None),
         "again_ttl": (short, "ann", None),
     }
-    sessions = {}
+    sessions, written = {}, {}
     for sid, (svc, user, ttl) in made.items():
         sessions[sid] = await svc.create_session(
             app_name=APP, user_id=user, session_id=sid, ttl=ttl
         )
         await svc.append_event(sessions[sid], event(1))
-    start = time.monotonic()
-    await asyncio.sleep(1.3)
-    # Slid by an append (its own TTL of 2 s, whoever appends): now due at ~3.3 s.
+        written[sid] = time.monotonic()
+    # The waits below are measured from when each write returned, not fixed: a loaded runner
+    # delays the steps, never the expiry they wait for. The slid session's TTL (3 s) leaves
+    # more than a second either side of each check.
+    await asyncio.sleep(1.5)
+    # Slid by an append (its own TTL, whoever appends): now due 3 s after this one.
     await plain.append_event(sessions["slid"], event(2))
+    slid = time.monotonic()
     # Expired, then made again: without a TTL, and with a long one.
     await plain.create_session(app_name=APP, user_id="bob", session_id="again")
     await long.create_session(app_name=APP, user_id="ann", session_id="again_ttl")
@@ -197,12 +201,13 @@ async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:
     assert await stale(admin, "ras", users) == []
     # Past the slid session's first TTL (a cluster's app index still has that estimate):
     # checked, found alive, kept.
-    await asyncio.sleep(max(0.0, 2.4 - (time.monotonic() - start)))
+    await asyncio.sleep(max(0.0, written["slid"] + 3.2 - time.monotonic()))
     await others_write(worker, "ras", 40, "q")
     assert "slid" in await present()
     assert await short.get_session(app_name=APP, user_id="bob", session_id="slid") is not None
+    assert time.monotonic() < slid + 3  # else the checks above proved nothing
     # Past its slid TTL: gone, and only it.
-    await asyncio.sleep(max(0.0, 3.6 - (time.monotonic() - start)))
+    await asyncio.sleep(max(0.0, slid + 3.3 - time.monotonic()))
     await others_write(worker, "ras", 40, "r")
     assert await present() == {"zero", "none", "again", "again_ttl"}
     assert await stale(admin, "ras", users) == []
