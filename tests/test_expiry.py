@@ -175,16 +175,16 @@ async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:
         "again": (short, "bob", None),
         "again_ttl": (short, "ann", None),
     }
-    sessions, written = {}, {}
+    sessions = {}
     for sid, (svc, user, ttl) in made.items():
         sessions[sid] = await svc.create_session(
             app_name=APP, user_id=user, session_id=sid, ttl=ttl
         )
         await svc.append_event(sessions[sid], event(1))
-        written[sid] = time.monotonic()
-    # The waits below are measured from when each write returned, not fixed: a loaded runner
+    # The waits below are measured from when the writes returned, not fixed: a loaded runner
     # delays the steps, never the expiry they wait for. The slid session's TTL (3 s) leaves
     # more than a second either side of each check.
+    written = time.monotonic()
     await asyncio.sleep(1.5)
     # Slid by an append (its own TTL, whoever appends): now due 3 s after this one.
     await plain.append_event(sessions["slid"], event(2))
@@ -201,7 +201,7 @@ async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:
     assert await stale(admin, "ras", users) == []
     # Past the slid session's first TTL (a cluster's app index still has that estimate):
     # checked, found alive, kept.
-    await asyncio.sleep(max(0.0, written["slid"] + 3.2 - time.monotonic()))
+    await asyncio.sleep(max(0.0, written + 3.2 - time.monotonic()))
     await others_write(worker, "ras", 40, "q")
     assert "slid" in await present()
     assert await short.get_session(app_name=APP, user_id="bob", session_id="slid") is not None
