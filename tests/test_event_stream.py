@@ -147,6 +147,7 @@ async def test_a_watch_without_a_position_starts_after_the_newest_event(
     copy = await other.get_session(app_name=APP, user_id=USER, session_id="s")
     appended: list[str] = []
     while not first.done():
+        assert len(appended) < 100, "the watch never yielded"  # fail, never hang
         appended.append(f"n{len(appended)}")
         await other.append_event(copy, Event(author=appended[-1]))
         await asyncio.wait({first}, timeout=0.1)
