@@ -46,7 +46,7 @@ from benchmarks.harness.workloads import make_adk_event, unique_prefix
 from redis_agent_sessions import Event as CoreEvent
 from redis_agent_sessions import RedisSessionService as CoreService
 from redis_agent_sessions import SessionServiceConfig
-from redis_agent_sessions.adk import RedisSessionService, _AdkCodec
+from redis_agent_sessions.adk import RedisSessionService, _adk_codec
 from redis_agent_sessions.sessions import _Codec
 
 APP, USER, SID = "bench", "u", "big"
@@ -99,7 +99,7 @@ async def bench(url: str, n_events: int, rounds: int) -> dict[str, Any]:
                 Event.model_validate_json(r)
 
         # The plans the services decode with (the core one is built here: its service validates).
-        adk_plan, core_plan = _AdkCodec().plan, _Codec().plan
+        adk_plan, core_plan = _adk_codec().plan, _Codec().plan
         progress(f"full reads and parse floors: {rounds} interleaved rounds")
         reads = await timing.interleave(
             {

@@ -125,9 +125,9 @@ def test_core_examples() -> None:
 
 @functools.cache
 def adk_codec() -> Any:
-    from redis_agent_sessions.adk import _AdkCodec
+    from redis_agent_sessions.adk import _adk_codec
 
-    return _AdkCodec()
+    return _adk_codec()
 
 
 @pytest.mark.adk
@@ -214,7 +214,7 @@ def test_the_fingerprint_is_the_same_in_every_process() -> None:
     code = (
         "from redis_agent_sessions.sessions import _Codec; print(_Codec().plan.fingerprint)\n"
         "try:\n"
-        "    from redis_agent_sessions.adk import _AdkCodec; print(_AdkCodec().fingerprint)\n"
+        "    from redis_agent_sessions.adk import _adk_codec; print(_adk_codec().fingerprint)\n"
         "except ImportError: print('-')\n"
     )
     runs = {

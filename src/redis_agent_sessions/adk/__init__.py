@@ -32,8 +32,6 @@ try:
     from google.adk.events import Event
     from google.adk.sessions import BaseSessionService, Session
     from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
-    from google.genai import _common as _genai_common
-    from google.genai import types as _genai_types
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "redis_agent_sessions.adk needs google-adk, which needs Python 3.11 or newer: "
@@ -46,12 +44,11 @@ from redis_agent_sessions import errors
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.lifecycle import AnyRedis, check_client_or_uri, open_url
 from redis_agent_sessions._redis.uri import SCHEMES
-from redis_agent_sessions.adk._compacted import CompactedReads, read_compacted, read_hints
+from redis_agent_sessions.adk._codec import AdkCodec
+from redis_agent_sessions.adk._compacted import CompactedReads, read_compacted
 from redis_agent_sessions.adk._memory import RedisMemoryService
 from redis_agent_sessions.config import SessionServiceConfig
-from redis_agent_sessions.sessions._pydantic_codec import PydanticCodec, private
 from redis_agent_sessions.sessions._service import SessionServiceBase
-from redis_agent_sessions.sessions._trusted import Hooks
 from redis_agent_sessions.sessions._types import ErrorTypes
 
 __all__ = [
@@ -79,66 +76,8 @@ class StaleSessionError(errors.StaleSessionError, _AdkStaleSessionError):
     """Another writer appended since this session copy was read; nothing was written."""
 
 
-def _skipped(owner: type, name: str, *unless: str) -> dict[Any, frozenset[str]]:
-    """``owner``'s before-validator ``name`` for :attr:`Hooks.skip_before`, skipped unless
-    one of ``unless`` is given. These are private to google-genai and google-adk: in a
-    version without it, nothing (the plan runs whatever validator there is)."""
-    method = getattr(owner, name, None)
-    function = getattr(method, "__func__", None)
-    return {} if function is None else {function: frozenset(unless)}
-
-
-class _AdkCodec(PydanticCodec[Session, Event]):
-    """Maps the engine onto ADK's ``Session`` and ``Event``, raising ADK's errors.
-
-    The engine's revision travels in ``Session._storage_update_marker``, the private
-    attribute ADK reserves for exactly this, so pydantic ``==`` between a session we
-    returned and one read back holds.
-    """
-
-    # On by default: ADK's own flows (the Runner, rewind, compaction, ...) never change a
-    # session event in place, which is what the contract suites check of every event the
-    # cache held (tests/conftest.py, read_cache). 0 in the config turns it off.
-    read_cache_bytes = 128 << 20
-
-    # What the schema cannot tell the trusted decode (sessions/_trusted); each is checked
-    # against validation by tests/test_trusted_decode.py.
-    hooks = Hooks(
-        skip_before={
-            # Only warns when a field holds a model instance of another class: JSON never does.
-            **_skipped(_genai_common.BaseModel, "_check_field_type_mismatches"),
-            # Routes convenience kwargs; stored events never have them.
-            **_skipped(
-                Event, "_accept_convenience_kwargs", "message", "state", "route", "node_path"
-            ),
-        },
-        # Part.__init__ drops fields given as None, then validates the rest as is.
-        plain_inits=frozenset({_genai_types.Part}),
-    )
-
-    def __init__(self) -> None:
-        # genai decodes base64 bytes itself, so binary parts survive dict validation
-        # (tests/test_adk_parity.py::test_rich_event_round_trip).
-        super().__init__(
-            Session,
-            Event,
-            GetSessionConfig,
-            ErrorTypes(AlreadyExistsError, SessionNotFoundError, StaleSessionError),
-        )
-
-    def revision(self, session: Session) -> int | None:
-        marker = private(session, "_storage_update_marker")
-        # A marker we did not write (a session built by hand or by another backend)
-        # says nothing about our revision: the engine then compares last event ids.
-        if marker is None or not marker.isdigit():
-            return None
-        return int(marker)
-
-    def set_revision(self, session: Session, revision: int) -> None:
-        session._storage_update_marker = str(revision)
-
-    def read_hints(self, event: Event) -> tuple[str, str]:
-        return read_hints(event)
+def _adk_codec() -> AdkCodec:
+    return AdkCodec(ErrorTypes(AlreadyExistsError, SessionNotFoundError, StaleSessionError))
 
 
 class RedisSessionService(
@@ -194,8 +133,8 @@ class RedisSessionService(
         """Close the client if this service created it."""
         await self.aclose()
 
-    def _codec(self) -> _AdkCodec:
-        return _AdkCodec()
+    def _codec(self) -> AdkCodec:
+        return _adk_codec()
 
     def _list_response(self, sessions: list[Session]) -> ListSessionsResponse:
         return ListSessionsResponse(sessions=sessions)
