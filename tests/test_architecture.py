@@ -41,6 +41,26 @@ def test_only_the_topology_module_asks_what_the_client_talks_to() -> None:
     assert asking == set()
 
 
+LAYOUT_MODULES = {"_layout.py", "_cluster.py", "_single_node.py"}
+TOPOLOGY_ANSWERS = ("cluster", "_cluster_client")
+
+
+def test_each_capability_decides_the_topology_in_one_place() -> None:
+    """Outside the layout modules, sessions/ and memory/ each read ``Topology.cluster``
+    (the one answer to "single node or cluster?") once, and pass the choice on."""
+    places: dict[str, list[str]] = {"sessions": [], "memory": []}
+    for capability, found in places.items():
+        for path in _modules(PACKAGE / capability):
+            if path.name in LAYOUT_MODULES:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                # config.cluster is what the user asked for, handed to Topology to decide.
+                asks = isinstance(node, ast.Attribute) and node.attr in TOPOLOGY_ANSWERS
+                if asks and not (isinstance(node.value, ast.Name) and node.value.id == "config"):
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert {c: len(found) for c, found in places.items()} == {"sessions": 1, "memory": 1}, places
+
+
 def test_benchmarks_import_the_harness_never_each_other() -> None:
     benchmarks = {p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "__init__"}
     assert benchmarks, "benchmarks/ holds the benchmarks"
@@ -57,3 +77,9 @@ def test_benchmarks_import_the_harness_never_each_other() -> None:
                 if parts[0] == "benchmarks" and len(parts) > 1 and parts[1] in benchmarks:
                     crossing.append(f"{path.relative_to(ROOT)} imports {name}")
     assert crossing == []
+
+
+def test_the_adk_session_facade_keeps_only_what_is_adks() -> None:
+    """The service is defined once (sessions/_service.py); the ADK module adds its errors,
+    id normalisation, CompactedReads and the URI constructor, and stays short."""
+    assert len((PACKAGE / "adk" / "__init__.py").read_text().splitlines()) < 250
