@@ -14,18 +14,22 @@ The SDK is set up as an application would: a ``TracerProvider`` (sampling every 
 and batching cost, not what shipping them costs), and a ``MeterProvider`` with a periodic
 reader (60 s, so it never exports within the run) to a metric exporter that drops too.
 
-Two services on one client, one session each: ``off`` (``telemetry=False``) and ``on``
-(``telemetry=True``). The timed appends run in interleaved rounds (each service its
-share per round, the order alternating) so drift hits both alike; each sample is one
-awaited ``append_event`` of a small event with a session and a ``user:`` delta. The ratio
-is the median over rounds of (on p50 / off p50) within a round. Target: <= 1.05.
+Three services on one client, one session each: ``off`` (``telemetry=False``), ``on``
+(``telemetry=True``) and ``floor``: telemetry off, its ``append_event`` wrapped by hand in
+the least any instrumentation the issue asks for must do with the SDK, one span (a name, no
+attributes, not made current) and one histogram measurement per call. ``floor`` separates
+the SDK's own cost from the library's. The timed appends run in interleaved rounds (each
+service its share per round, the order rotated and reversed) so drift hits all alike; each sample is
+one awaited ``append_event`` of a small event with a session and a ``user:`` delta. A
+ratio is the median over rounds of (p50 / off p50) within a round. Target (on): <= 1.05.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -66,6 +70,25 @@ class DropMetrics(MetricExporter):
         return None
 
 
+def floor(method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
+    """``method`` with one bare span and one histogram measurement per call."""
+    tracer = trace.get_tracer("benchmarks.floor")
+    duration = metrics.get_meter("benchmarks.floor").create_histogram("floor.duration", unit="s")
+    attributes = {"db.system.name": "redis", "db.operation.name": "append_event"}
+    clock = time.perf_counter
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        span = tracer.start_span("append_event")
+        started = clock()
+        try:
+            return await method(*args, **kwargs)
+        finally:
+            duration.record(clock() - started, attributes)
+            span.end()
+
+    return call
+
+
 def install_sdk(sample: float) -> None:
     tracer_provider = TracerProvider(sampler=TraceIdRatioBased(sample))
     tracer_provider.add_span_processor(BatchSpanProcessor(DropSpans()))
@@ -83,22 +106,26 @@ async def measure(url: str, rounds: int, per_round: int, sample: float) -> dict[
             name: RedisSessionService(
                 client, config=SessionServiceConfig(key_prefix=prefix, telemetry=on)
             )
-            for name, on in (("off", False), ("on", True))
+            for name, on in (("off", False), ("on", True), ("floor", False))
         }
+        services["floor"].append_event = floor(services["floor"].append_event)  # type: ignore[method-assign]
         sessions = {
             name: await service.create_session(app_name=APP, user_id=f"u-{name}")
             for name, service in services.items()
         }
         counter = iter(range(10**9))
 
-        def append(name: str) -> Any:
-            i = next(counter)
-            event = Event(author="a", actions=EventActions(state_delta={"k": i, "user:u": i}))
-            return services[name].append_event(sessions[name], event)
+        def appender(name: str) -> Callable[[], Any]:
+            def append() -> Any:
+                i = next(counter)
+                event = Event(author="a", actions=EventActions(state_delta={"k": i, "user:u": i}))
+                return services[name].append_event(sessions[name], event)
+
+            return append
 
         progress(f"{rounds} rounds of {per_round} appends per service")
         result = await timing.interleave(
-            {"off": lambda: append("off"), "on": lambda: append("on")},
+            {name: appender(name) for name in services},
             rounds,
             per_round=per_round,
             warmup_rounds=2,
@@ -109,13 +136,16 @@ async def measure(url: str, rounds: int, per_round: int, sample: float) -> dict[
         await servers.delete_prefix(client, prefix)
         await client.aclose()
     ratios = result.ratios("on", "off")
+    floor_ratios = result.ratios("floor", "off")
     return {
         "environment": env,
         "rounds": rounds,
         "appends_per_round": per_round,
-        "p50_us": {name: result.p50_ms(name) * 1000 for name in ("off", "on")},
+        "p50_us": {name: result.p50_ms(name) * 1000 for name in ("off", "floor", "on")},
         "ratio_per_round": ratios,
         "ratio": timing.median_of(ratios),
+        "floor_ratio_per_round": floor_ratios,
+        "floor_ratio": timing.median_of(floor_ratios),
         "sampled": sample,
         "target": 1.05,
     }
@@ -133,6 +163,11 @@ def text(result: dict[str, Any]) -> str:
     lines.append(
         f"on / off, median of {result['rounds']} rounds: {result['ratio']:.3f} "
         f"(rounds: {ratios}); target <= {result['target']}: {verdict}"
+    )
+    floors = ", ".join(f"{r:.3f}" for r in result["floor_ratio_per_round"])
+    lines.append(
+        f"floor / off (one bare SDK span and one histogram measurement): "
+        f"{result['floor_ratio']:.3f} (rounds: {floors})"
     )
     return "\n".join(lines)
 
