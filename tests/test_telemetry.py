@@ -157,6 +157,35 @@ async def test_spans_are_children_of_the_callers_span(exported: Exported) -> Non
         assert span.context.trace_id == parent.get_span_context().trace_id
 
 
+class TracedClient(fakeredis.FakeAsyncRedis):
+    """A client instrumented as an application might instrument redis-py: a span per
+    command, started in whatever context is current."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        with trace.get_tracer("a redis instrumentation").start_as_current_span(str(args[0])):
+            return await super().execute_command(*args, **options)
+
+
+async def test_spans_inside_a_call_are_its_children_and_the_callers_span_is_current_after(
+    exported: Exported,
+) -> None:
+    service = RedisSessionService(TracedClient(server=fakeredis.FakeServer()), config=ON)
+    tracer = trace.get_tracer("an agent")
+    with tracer.start_as_current_span("invocation") as parent:
+        session = await service.create_session(app_name="shop", user_id="alice")
+        exported.spans.clear()
+        await service.append_event(session, delta(k=1))
+        assert trace.get_current_span() is parent
+    spans = exported.finished()
+    (ours,) = [s for s in spans if s.name == "append_event"]
+    inside = [s for s in spans if s.instrumentation_scope.name == "a redis instrumentation"]
+    assert inside, "the append sent no command through the client"
+    assert ours.context is not None
+    for span in inside:
+        assert span.parent is not None
+        assert span.parent.span_id == ours.context.span_id
+
+
 async def test_a_failed_call_is_an_error_span_and_an_error_measurement(
     exported: Exported,
 ) -> None:
