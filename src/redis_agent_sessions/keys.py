@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["KeySpace", "SessionKeys", "escape", "unescape"]
+__all__ = ["KeySpace", "SessionKeys", "escape", "glob_escape", "unescape"]
 
 _ESCAPES = {ord(c): f"%{ord(c):02X}" for c in "%:{} \x7f"}
 _ESCAPES.update({i: f"%{i:02X}" for i in [*range(0x20), *range(0x80, 0xA0)]})
@@ -75,8 +75,9 @@ def escape(identifier: str) -> str:
     return identifier.translate(_ESCAPES)
 
 
-def _glob(text: str) -> str:
-    """``text`` matched literally in a SCAN MATCH pattern."""
+def glob_escape(text: str) -> str:
+    """``text`` matched literally in a SCAN MATCH pattern (a glob: a prefix holding
+    ``* ? [ ]`` or ``\\`` must match only itself)."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
@@ -207,8 +208,8 @@ class KeySpace:
     def memory_entries_pattern(self, app_name: str | None = None) -> str:
         """SCAN MATCH pattern of the entries zsets of every (app, user), or of one app's
         users (for operator commands: there is no registry of memory users)."""
-        owner = "*" if app_name is None else f"{_glob(escape(app_name))}:*"
-        return f"{_glob(self.prefix)}:mem:{{{owner}}}:entries"
+        owner = "*" if app_name is None else f"{glob_escape(escape(app_name))}:*"
+        return f"{glob_escape(self.prefix)}:mem:{{{owner}}}:entries"
 
     def memory_owner(self, entries_key: str) -> tuple[str, str] | None:
         """(app, user) of an entries zset key, None when the key is not one."""

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from redis_agent_sessions._messages import PROG
 from redis_agent_sessions.demo._worker import APP
-from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.keys import KeySpace, glob_escape
 
 __all__ = [
     "browse_command",
@@ -63,15 +63,10 @@ def _cli(url: str) -> tuple[list[str], str]:
     return cli, note
 
 
-def _glob_escape(prefix: str) -> str:
-    # SCAN MATCH is a glob: a prefix holding * ? [ ] or \ must match only itself.
-    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
-
-
 def removal_command(url: str, prefix: str) -> str:
     """A shell command deleting every key under ``prefix`` (and nothing else) on ``url``."""
     cli, note = _cli(url)
-    scan = shlex.join([*cli, "--scan", "--pattern", _glob_escape(prefix) + ":*"])
+    scan = shlex.join([*cli, "--scan", "--pattern", glob_escape(prefix) + ":*"])
     return f"{scan} | xargs {shlex.join([*cli, 'UNLINK'])}{note}"
 
 
@@ -105,7 +100,7 @@ async def print_inspection(ctl: Redis, url: str, keys: KeySpace, *, own_server: 
         for line in await cli_lines(ctl, cmd[0], cmd[1]):
             print("    " + line)
     if not own_server:
-        pattern = _glob_escape(keys.prefix) + ":*"
+        pattern = glob_escape(keys.prefix) + ":*"
         print(f"  All demo keys: {shlex.join([*cli, '--scan', '--pattern', pattern])}")
 
 
