@@ -40,10 +40,10 @@ class ServiceURL:
     """SessionServiceConfig fields given in the query (validated together by ``config``)."""
     memory_backend: str | None = None
     redis_params: dict[str, str] = field(default_factory=dict)
+    """redis-py's parameters given in the query, as written (see ``client_kwargs``)."""
     memory: dict[str, str] = field(default_factory=dict)
     """The memory settings after ``memory_backend``, as written (the memory service
     converts them)."""
-    """redis-py's parameters given in the query, as written (see ``client_kwargs``)."""
 
     @property
     def scheme(self) -> str:
