@@ -76,12 +76,10 @@ class CallableEmbedder:
         if not callable(fn) or (query_fn is not None and not callable(query_fn)):
             raise InvalidInputError("fn and query_fn must be callables")
         self.dimensions = check_dimensions(dimensions)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.batch_size = check_batch_size(batch_size)
         self.name = name if name is not None else getattr(fn, "__qualname__", "callable")
         if not isinstance(self.name, str) or not self.name:
             raise InvalidInputError(f"name must be a non-empty string, got {self.name!r}")
-        self.batch_size = batch_size
         self._fn = fn
         self._query_fn = query_fn
         self._in_thread = in_thread
@@ -109,6 +107,12 @@ class CallableEmbedder:
 def check_dimensions(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32_768:
         raise InvalidInputError(f"dimensions must be an int from 1 to 32768, got {value!r}")
+    return value
+
+
+def check_batch_size(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"batch_size must be a positive int, got {value!r}")
     return value
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis_agent_sessions.errors import EmbeddingError, InvalidInputError
-from redis_agent_sessions.memory._embedders import check_dimensions
+from redis_agent_sessions.memory._embedders import check_batch_size, check_dimensions
 
 if TYPE_CHECKING:
     from google import genai
@@ -71,8 +71,7 @@ class GoogleEmbedder:
         _require_genai()
         if not isinstance(model, str) or not model.removeprefix("models/"):
             raise InvalidInputError(f"model must be a non-empty string, got {model!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_batch_size(batch_size)
         for task in (document_task, query_task):
             if task is not None and (not isinstance(task, str) or not task):
                 raise InvalidInputError(f"task types must be non-empty strings, got {task!r}")
