@@ -652,10 +652,6 @@ def one_cpu_run(
 # -- report ----------------------------------------------------------------------------------
 
 
-def verdict(value: float, target: float) -> str:
-    return "met" if value <= target else "MISSED"
-
-
 def latency_report(lat: Latency) -> list[str]:
     out: list[str] = []
     table = Table(("latency, one client, sequential", "n", "p50 us", "p99 us", "mean us"))
@@ -715,7 +711,7 @@ def latency_report(lat: Latency) -> list[str]:
             f"{ratio:.2f}x",
             spread(f"append {kind}"),
             f"<= {goal}x",
-            verdict(ratio, goal),
+            report.verdict(ratio, goal),
         )
     for mode, label in (("full", "full"), ("recent", f"last {RECENT}")):
         one, many = lat.gets["single", mode].p50_us, lat.gets["cluster", mode].p50_us
@@ -727,7 +723,7 @@ def latency_report(lat: Latency) -> list[str]:
             f"{ratio:.2f}x",
             spread(f"get {mode}"),
             f"<= {TARGET_GET}x",
-            verdict(ratio, TARGET_GET),
+            report.verdict(ratio, TARGET_GET),
         )
     out += [ratios.render(), ""]
 

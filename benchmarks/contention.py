@@ -289,7 +289,7 @@ def render(result: dict[str, Any]) -> str:
             if gave_up or lost:
                 cells[-1] += " MISSED"
         share = by_mode.get("adk+cache/alone", [0.0, 0.0, 0.0])
-        verdict = "met" if share[0] >= TARGET_ADK_VS_ALONE else "MISSED"
+        verdict = report.verdict(share[0], TARGET_ADK_VS_ALONE, at_least=True)
         cells.append(f"adk+cache/alone {share[0]:.0%} ({share[1]:.0%}-{share[2]:.0%}) {verdict}")
         out.append(f"  {writers} writers: " + "; ".join(cells))
     return "\n".join(out)

@@ -138,7 +138,7 @@ def text(result: dict[str, Any]) -> str:
             )
     lines.append(table.render())
     worst = max(row["ratio"] for layout in result["layouts"] for row in layout["sessions"].values())
-    verdict = "met" if worst <= result["target"] else "MISSED"
+    verdict = report.verdict(worst, result["target"])
     lines.append(
         f"median over {result['rounds']} rounds of {result['appends_per_round']} appends each; "
         f"app with {result['layouts'][0]['sessions_in_app']:,} other sessions; worst "

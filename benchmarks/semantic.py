@@ -319,8 +319,8 @@ async def run_plain(url: str, sizes: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(value: float, target: float, *, at_least: bool = False) -> str:
-    met = value >= target if at_least else value <= target
-    return f"{'>=' if at_least else '<='} {target:g}: {'met' if met else 'MISSED'}"
+    met = report.verdict(value, target, at_least=at_least)
+    return f"{'>=' if at_least else '<='} {target:g}: {met}"
 
 
 def render(result: dict[str, Any]) -> str:

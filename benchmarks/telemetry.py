@@ -159,7 +159,7 @@ def text(result: dict[str, Any]) -> str:
         table.add(name, report.us(p50))
     lines.append(table.render())
     ratios = ", ".join(f"{r:.3f}" for r in result["ratio_per_round"])
-    verdict = "met" if result["ratio"] <= result["target"] else "MISSED"
+    verdict = report.verdict(result["ratio"], result["target"])
     lines.append(
         f"on / off, median of {result['rounds']} rounds: {result['ratio']:.3f} "
         f"(rounds: {ratios}); target <= {result['target']}: {verdict}"

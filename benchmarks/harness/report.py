@@ -42,6 +42,7 @@ __all__ = [
     "share_table",
     "sign",
     "us",
+    "verdict",
 ]
 
 
@@ -187,6 +188,11 @@ def share_table(title: str, parts: dict[str, float], total: float) -> Table:
     for name, value in parts.items():
         table.add(name, us(value), f"{value / total:.0%}")
     return table
+
+
+def verdict(value: float, target: float, *, at_least: bool = False) -> str:
+    """``met`` when ``value`` is at most ``target`` (or ``at_least`` it), else ``MISSED``."""
+    return "met" if (value >= target if at_least else value <= target) else "MISSED"
 
 
 def ratio_row(
