@@ -158,6 +158,58 @@ async def test_expired_sessions_leave_the_indexes_with_ordinary_writes(
     assert with_them <= without * 1.05, (with_them, without)
 
 
+async def test_mixed_ttls_expire_alike_and_sessions_without_one_stay(
+    admin: Any, worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proof again with every way a session gets a TTL, among sessions of the same users
+    that have none: 300 expire (a third by the service's TTL, a third by their own on a
+    service without one, a third by their own shorter than their service's); 300 ordinary
+    writes later <= 1% of their members are left, the 60 without a TTL are all still listed
+    and readable, and the store holds about what a store with only those 60 holds."""
+    by_service = service(worker, "ras:a", ttl_seconds=1)
+    plain = service(worker, "ras:a")
+    long = service(worker, "ras:a", ttl_seconds=3600)
+    users = [f"user{u}" for u in range(30)]
+    ways = [(by_service, None), (plain, 1), (long, 1)]
+
+    async def keep(prefix: str) -> None:
+        # Without a TTL: made by a service without one, and opted out (0) of the service's.
+        kinds = [(service(worker, prefix), None), (service(worker, prefix, ttl_seconds=1), 0)]
+        for i in range(60):
+            svc, ttl = kinds[i % 2]
+            s = await svc.create_session(
+                app_name=APP, user_id=users[i % 30], session_id=f"k{i}", ttl=ttl
+            )
+            await svc.append_event(s, event(i))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Layout, "expired_per_write", 0)  # as in the test above
+        await keep("ras:a")
+        for i in range(300):
+            svc, ttl = ways[i % 3]
+            s = await svc.create_session(
+                app_name=APP, user_id=users[i % 30], session_id=f"s{i}", ttl=ttl
+            )
+            await svc.append_event(s, event(i))
+
+    await keep("ras:b")  # a store that never had the expiring ones
+    await asyncio.sleep(1.5)
+    left = await stale(admin, "ras:a", users)
+    assert len(left) == 300 * (3 if cluster_path(plain) else 4)
+
+    await others_write(worker, "ras:a", 300, "o")
+    await others_write(worker, "ras:b", 300, "o")
+
+    remaining = await stale(admin, "ras:a", users)
+    assert len(remaining) <= len(left) // 100, remaining[:10]
+    kept = {sid for _, user, sid in await indexed(admin, "ras:a", users) if user in users}
+    assert {f"k{i}" for i in range(60)} <= kept
+    for i in range(60):
+        assert await plain.get_session(app_name=APP, user_id=users[i % 30], session_id=f"k{i}")
+    with_them, without = await footprint(admin, "ras:a"), await footprint(admin, "ras:b")
+    assert with_them <= without * 1.05, (with_them, without)
+
+
 async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:
     """Per-session TTLs mixed with the service's and with none: those without a TTL stay,
     a session whose TTL appends slid stays until it really expires, and a session made
