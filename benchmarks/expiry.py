@@ -21,6 +21,14 @@ during the run: this is the steady-state cost every append pays (the due check f
 due). Draining a backlog costs one more round trip (a prune script) on the appends that find
 due members, at most ``expired_per_write`` sessions each: see the README's "Costs". Target:
 <= 1.05.
+
+Then what a store converges to, per layout (the issue's scenario): ``--expired`` sessions of 30
+users, one event each, with ``ttl_seconds=1`` (their own writes not cleaning up), expire; then
+as many ordinary writes of other users (a create with a day's TTL, then an append, per turn;
+no listing) go to that store and to one that never had the expired sessions. Printed: the
+index members naming expired sessions before and after those writes, and ``MEMORY USAGE ...
+SAMPLES 0`` summed over every key of each store (what the keys hold, without the server's own
+overhead), as a ratio to the store that never had them.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from redis.asyncio import Redis
 
 from benchmarks.harness import report, servers, timing
 from redis_agent_sessions import Event, EventActions, RedisSessionService, SessionServiceConfig
+from redis_agent_sessions.keys import KeySpace, split_app_member
 
 APP = "bench_expiry"
 TARGET = 1.05
@@ -104,13 +113,79 @@ async def measure_layout(
     return {"layout": layout, "sessions_in_app": sessions, "sessions": rows}
 
 
-async def measure(url: str, rounds: int, per_round: int, sessions: int) -> dict[str, Any]:
+async def footprint(client: Redis, prefix: str) -> int:
+    """MEMORY USAGE of every key under ``prefix`` (a benchmark may SCAN; the library never)."""
+    total = 0
+    async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        total += await client.memory_usage(key, samples=0) or 0
+    return total
+
+
+async def stale_members(client: Redis, prefix: str, users: int) -> int:
+    """Members of the app's and the expired users' listing indexes naming a gone session."""
+    keys = KeySpace(prefix)
+    named: list[tuple[str, str]] = []
+    for index in (keys.app_sessions(APP), keys.app_updated(APP)):
+        named += [split_app_member(m.decode()) for m in await client.zrange(index, 0, -1)]
+    for user in (f"gone{u}" for u in range(users)):
+        for index in (keys.user_sessions(APP, user), keys.user_updated(APP, user)):
+            named += [(user, m.decode()) for m in await client.zrange(index, 0, -1)]
+    return sum([not await client.exists(keys.session(APP, user, sid).meta) for user, sid in named])
+
+
+async def ordinary_writes(client: Redis, prefix: str, cluster: bool, writes: int) -> None:
+    config = SessionServiceConfig(key_prefix=prefix, ttl_seconds=86_400, cluster=cluster or None)
+    service = RedisSessionService(client, config=config)
+    for i in range(0, writes, 2):
+        s = await service.create_session(app_name=APP, user_id=f"other{i % 17}", session_id=f"o{i}")
+        event = Event(author="a", actions=EventActions(state_delta={"n": i, "note": "x" * 800}))
+        await service.append_event(s, event)
+
+
+async def converge_layout(client: Redis, cluster: bool, expired: int) -> dict[str, Any]:
+    layout = "cluster layout" if cluster else "single node"
+    progress(f"{layout}: {expired} sessions expire, then {expired} ordinary writes")
+    prefix = f"bench-expiry-{uuid.uuid4().hex[:8]}"
+    had, never = f"{prefix}:had", f"{prefix}:never"
+    config = SessionServiceConfig(key_prefix=had, ttl_seconds=1, cluster=cluster or None)
+    service = RedisSessionService(client, config=config)
+    service._engine.layout.expired_per_write = 0  # as if written before the cleanup existed
+    users = 30
+    for i in range(expired):
+        s = await service.create_session(
+            app_name=APP, user_id=f"gone{i % users}", session_id=f"s{i}"
+        )
+        await service.append_event(s, Event(author="a", actions=EventActions(state_delta={"n": i})))
+    await asyncio.sleep(1.5)
+    left = await stale_members(client, had, users)
+    left_bytes = await footprint(client, had)
+    await ordinary_writes(client, had, cluster, expired)
+    await ordinary_writes(client, never, cluster, expired)
+    result = {
+        "layout": layout,
+        "expired_sessions": expired,
+        "stale_members": {"before": left, "after": await stale_members(client, had, users)},
+        "bytes": {
+            "expired_left": left_bytes,
+            "had": await footprint(client, had),
+            "never": await footprint(client, never),
+        },
+    }
+    result["ratio"] = result["bytes"]["had"] / result["bytes"]["never"]
+    await servers.delete_prefix(client, prefix)
+    return result
+
+
+async def measure(
+    url: str, rounds: int, per_round: int, sessions: int, expired: int
+) -> dict[str, Any]:
     client = Redis.from_url(url)
     try:
         layouts = [
             await measure_layout(client, cluster, rounds, per_round, sessions)
             for cluster in (False, True)
         ]
+        converged = [await converge_layout(client, cluster, expired) for cluster in (False, True)]
         env = await report.server_environment(client)
     finally:
         await client.aclose()
@@ -120,6 +195,7 @@ async def measure(url: str, rounds: int, per_round: int, sessions: int) -> dict[
         "appends_per_round": per_round,
         "layouts": layouts,
         "target": TARGET,
+        "converged": converged,
     }
 
 
@@ -144,6 +220,37 @@ def text(result: dict[str, Any]) -> str:
         f"app with {result['layouts'][0]['sessions_in_app']:,} other sessions; worst "
         f"{worst:.3f}, target <= {result['target']}: {verdict}"
     )
+    lines.append("")
+    lines.append("what the store converges to: expired sessions, then as many ordinary writes")
+    table = report.Table(
+        (
+            "layout",
+            "expired",
+            "stale before",
+            "stale after",
+            "left (B)",
+            "had (B)",
+            "never (B)",
+            "had / never",
+        )
+    )
+    for row in result["converged"]:
+        table.add(
+            row["layout"],
+            f"{row['expired_sessions']:,}",
+            f"{row['stale_members']['before']:,}",
+            f"{row['stale_members']['after']:,}",
+            f"{row['bytes']['expired_left']:,}",
+            f"{row['bytes']['had']:,}",
+            f"{row['bytes']['never']:,}",
+            f"{row['ratio']:.3f}",
+        )
+    lines.append(table.render())
+    lines.append(
+        "stale: index members naming expired sessions; left: the store once they expired; "
+        "had / never: MEMORY USAGE of every key, after the writes, against a store that never "
+        "had them"
+    )
     return "\n".join(lines)
 
 
@@ -152,11 +259,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--sessions", type=int, default=None, help="other sessions in the app (10,000)"
     )
+    parser.add_argument(
+        "--expired", type=int, default=None, help="sessions that expire, then writes (3,000)"
+    )
     args = parser.parse_args(argv)
     rounds, per_round = (3, 200) if args.quick else (10, 1000)
     sessions = args.sessions or (1000 if args.quick else 10_000)
+    expired = args.expired or (300 if args.quick else 3000)
     with servers.redis_url(args.url) as (url, _):
-        result = asyncio.run(measure(url, rounds, per_round, sessions))
+        result = asyncio.run(measure(url, rounds, per_round, sessions, expired))
     report.emit(result, text, args.json)
 
 
