@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -124,12 +124,16 @@ async def footprint(client: Redis, prefix: str) -> int:
 async def stale_members(client: Redis, prefix: str, users: int) -> int:
     """Members of the app's and the expired users' listing indexes naming a gone session."""
     keys = KeySpace(prefix)
+
+    async def members(index: str) -> list[str]:
+        return [m.decode() for m in cast("list[bytes]", await client.zrange(index, 0, -1))]
+
     named: list[tuple[str, str]] = []
     for index in (keys.app_sessions(APP), keys.app_updated(APP)):
-        named += [split_app_member(m.decode()) for m in await client.zrange(index, 0, -1)]
+        named += [split_app_member(m) for m in await members(index)]
     for user in (f"gone{u}" for u in range(users)):
         for index in (keys.user_sessions(APP, user), keys.user_updated(APP, user)):
-            named += [(user, m.decode()) for m in await client.zrange(index, 0, -1)]
+            named += [(user, m) for m in await members(index)]
     return sum([not await client.exists(keys.session(APP, user, sid).meta) for user, sid in named])
 
 
@@ -161,7 +165,7 @@ async def converge_layout(client: Redis, cluster: bool, expired: int) -> dict[st
     left_bytes = await footprint(client, had)
     await ordinary_writes(client, had, cluster, expired)
     await ordinary_writes(client, never, cluster, expired)
-    result = {
+    result: dict[str, Any] = {
         "layout": layout,
         "expired_sessions": expired,
         "stale_members": {"before": left, "after": await stale_members(client, had, users)},
