@@ -124,6 +124,26 @@ async def others_write(client: Any, prefix: str, count: int, tag: str) -> None:
         await svc.append_event(s, event(i, "x" * 800))
 
 
+async def they_leave(admin: Any, worker: Any, users: list[str], cluster: bool) -> None:
+    """The proof, once 300 sessions of ``users`` were written to store ``ras:a`` with TTLs of
+    a second, their own writes not cleaning up: when they have expired, every index member
+    of theirs is left; 300 ordinary writes of other users later (to ``ras:a``, and to
+    ``ras:b``, which never had them) <= 1% is, and ``ras:a`` holds about what ``ras:b`` does."""
+    await asyncio.sleep(1.5)
+    left = await stale(admin, "ras:a", users)
+    assert len(left) == 300 * (3 if cluster else 4)
+
+    await others_write(worker, "ras:a", 300, "o")
+    await others_write(worker, "ras:b", 300, "o")
+
+    remaining = await stale(admin, "ras:a", users)
+    assert len(remaining) <= len(left) // 100, remaining[:10]
+    with_them, without = await footprint(admin, "ras:a"), await footprint(admin, "ras:b")
+    # Users who ever wrote keep a little on a cluster (their outbox, their registration for
+    # the sweep): the documentation's "What expires" (docs/redis-layout.md).
+    assert with_them <= without * 1.05, (with_them, without)
+
+
 # -- the proof: per layout, expired sessions leave by themselves ----------------------------
 
 
@@ -143,19 +163,7 @@ async def test_expired_sessions_leave_the_indexes_with_ordinary_writes(
             user = users[i % 30]
             s = await expiring.create_session(app_name=APP, user_id=user, session_id=f"s{i}")
             await expiring.append_event(s, event(i))
-    await asyncio.sleep(1.5)
-    left = await stale(admin, "ras:a", users)
-    assert len(left) == 300 * (3 if cluster_path(expiring) else 4)
-
-    await others_write(worker, "ras:a", 300, "o")
-    await others_write(worker, "ras:b", 300, "o")  # a store that never had them
-
-    remaining = await stale(admin, "ras:a", users)
-    assert len(remaining) <= len(left) // 100, remaining[:10]
-    with_them, without = await footprint(admin, "ras:a"), await footprint(admin, "ras:b")
-    # Users who ever wrote keep a little on a cluster (their outbox, their registration for
-    # the sweep): the documentation's "What expires" (docs/redis-layout.md).
-    assert with_them <= without * 1.05, (with_them, without)
+    await they_leave(admin, worker, users, cluster_path(expiring))
 
 
 async def test_mixed_ttls_expire_alike_and_sessions_without_one_stay(
@@ -193,21 +201,11 @@ async def test_mixed_ttls_expire_alike_and_sessions_without_one_stay(
             await svc.append_event(s, event(i))
 
     await keep("ras:b")  # a store that never had the expiring ones
-    await asyncio.sleep(1.5)
-    left = await stale(admin, "ras:a", users)
-    assert len(left) == 300 * (3 if cluster_path(plain) else 4)
-
-    await others_write(worker, "ras:a", 300, "o")
-    await others_write(worker, "ras:b", 300, "o")
-
-    remaining = await stale(admin, "ras:a", users)
-    assert len(remaining) <= len(left) // 100, remaining[:10]
+    await they_leave(admin, worker, users, cluster_path(plain))
     kept = {sid for _, user, sid in await indexed(admin, "ras:a", users) if user in users}
     assert {f"k{i}" for i in range(60)} <= kept
     for i in range(60):
         assert await plain.get_session(app_name=APP, user_id=users[i % 30], session_id=f"k{i}")
-    with_them, without = await footprint(admin, "ras:a"), await footprint(admin, "ras:b")
-    assert with_them <= without * 1.05, (with_them, without)
 
 
 async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:
