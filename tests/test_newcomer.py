@@ -2,46 +2,39 @@
 new directory holding only the repository's tracked files, then its examples with the
 interpreter that line installed, against a real Redis (REDIS_URL).
 
-The examples are the README's Python blocks with their invisible setup blocks
-(tests/test_docs_examples.py reads them the same way), where ``fake_redis()`` gives a client
-of the real server instead. Slow (a pip install); where google-adk cannot be installed the
-README's line cannot be followed, and the test says so.
+The examples are the README's Python blocks with their invisible setup blocks, as
+tests/test_docs_examples.py's ``examples`` reads them, run in the new interpreter, where
+``fake_redis()`` gives a client of the real server instead. Slow (a pip install); where
+google-adk cannot be installed the README's line cannot be followed, and the test says so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from _servers import skip_without
-from test_docs_examples import installed
+from test_docs_examples import examples, installed
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 RUNNER = """
-import ast, asyncio, re, sys, textwrap
-from pathlib import Path
+import ast, asyncio, json, sys
 from redis.asyncio import Redis
 
-BLOCK = re.compile(
-    r"<!-- setup\\n(?P<setup>.*?)-->|^(?P<indent>[ \\t]*)```python\\n(?P<code>.*?)^[ \\t]*```",
-    re.S | re.M,
-)
-
-async def main(readme, url):
+async def main(blocks, url):
     namespace = {"fake_redis": lambda: Redis.from_url(url), "__name__": "readme"}
-    for match in BLOCK.finditer(Path(readme).read_text()):
-        source = textwrap.dedent(match["setup"] if match["setup"] is not None else match["code"])
-        code = compile(source, readme, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        result = eval(code, namespace)
+    for i, source in enumerate(json.loads(open(blocks).read()), 1):
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        result = eval(compile(source, f"README.md block {i}", "exec", flags=flags), namespace)
         if result is not None:
             await result
     print("README examples ran")
@@ -81,11 +74,13 @@ def test_the_readme_install_line_and_examples_work_from_a_fresh_clone(tmp_path: 
     )  # fmt: skip
     assert setup.returncode == 0, setup.stderr[-3000:]
     python = clone / ".venv" / "bin" / "python"
-    (clone / "run_readme.py").write_text(textwrap.dedent(RUNNER))
+    (clone / "run_readme.py").write_text(RUNNER)
+    blocks = [source for _, source in examples(clone / "README.md")]
+    (clone / "readme_blocks.json").write_text(json.dumps(blocks))
     # The README's ADK setup block builds its agent from the tests' scripted app (no LLM).
     env["PYTHONPATH"] = str(clone / "tests")
     ran = subprocess.run(
-        [str(python), "run_readme.py", "README.md", url], cwd=clone, env=env,
+        [str(python), "run_readme.py", "readme_blocks.json", url], cwd=clone, env=env,
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
