@@ -54,15 +54,24 @@ class Topology:
             endpoint["server.port"] = found["port"]
         return endpoint
 
-    @property
     def socket_timeout(self) -> float | None:
-        """Seconds the client waits for any reply (None: for ever), as it was built."""
-        if self._cluster_client:
-            kwargs = self.client.nodes_manager.connection_kwargs
-        else:
-            kwargs = getattr(getattr(self.client, "connection_pool", None), "connection_kwargs", {})
-        timeout = kwargs.get("socket_timeout")
+        """Seconds the client's connections wait for any reply (None: for ever).
+
+        Asked of a connection made as the client makes its own (never connected), not read
+        from the client's arguments: ``Redis.from_url(url)`` passes none, and the
+        connection class then applies its own default (redis-py's: 5 s).
+        """
+        timeout = getattr(self._new_connection(), "socket_timeout", None)
         return float(timeout) if isinstance(timeout, (int, float)) else None
+
+    def _new_connection(self) -> Any:
+        """An unconnected connection of the client's kind, or None for a client that makes
+        none (a stand-in without a pool)."""
+        if self._cluster_client:
+            nodes = list(self.client.nodes_manager.startup_nodes.values())
+            return nodes[0].connection_class(**nodes[0].connection_kwargs) if nodes else None
+        make = getattr(getattr(self.client, "connection_pool", None), "make_connection", None)
+        return make() if callable(make) else None
 
     async def ready(self) -> None:
         """Initialize a fresh cluster client once: redis-py 8.1's RedisCluster fails when its

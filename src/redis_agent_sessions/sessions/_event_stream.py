@@ -7,6 +7,7 @@ whatever the history. Watching blocks in ``XREAD`` on the server; Python never p
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -40,18 +41,24 @@ class EventStream(Generic[E]):
         decode: Callable[[str, list[Any]], list[E]],
         ready: Callable[[], Awaitable[None]],
         not_found: type[SessionNotFoundError] = SessionNotFoundError,
-        socket_timeout: float | None = None,
+        socket_timeout: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._redis = client
         self._keys = keys
         self._decode = decode
         self._ready = ready
         self._not_found = not_found
+        self._socket_timeout = socket_timeout
+
+    @functools.cached_property
+    def _most_block_ms(self) -> int | None:
         # A blocked XREAD answers nothing until it wakes up, and the client gives up on any
         # reply after its socket timeout: blocking longer made every quiet read a client
         # timeout, and a few in a row ended the watch. Half the timeout leaves the reply
-        # time to arrive; it is the most a deletion waits to be noticed.
-        self._most_block_ms = None if not socket_timeout else max(1, int(socket_timeout * 500))
+        # time to arrive; it is the most a deletion waits to be noticed. Asked at the first
+        # watch, as most services never watch.
+        timeout = self._socket_timeout()
+        return None if not timeout else max(1, int(timeout * 500))
 
     def _session(self, app_name: str, user_id: str, session_id: str) -> SessionKeys:
         return self._keys.session(

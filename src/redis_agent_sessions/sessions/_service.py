@@ -239,9 +239,10 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         twice), or at the first event with ``from_beginning``. Connection drops are retried
         from the same position. Ends when the session is deleted or expires; stop it by
         breaking out of the loop or cancelling the task. ``block_ms`` is how long one read
-        blocks before re-checking that the session exists, at most half the client's
-        ``socket_timeout`` (a longer block would time out on the client), so a quiet
-        session is watched for ever and a deletion is noticed within that time.
+        blocks before re-checking that the session exists, at most half the socket timeout
+        of the client's connections (a longer block would time out on the client; redis-py
+        applies 5 s when the client names none), so a quiet session is watched for ever and
+        a deletion is noticed within that time.
 
         Raises:
             SessionNotFoundError: (at the first iteration) no such session.
