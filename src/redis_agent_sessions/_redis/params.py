@@ -29,7 +29,11 @@ from redis.asyncio.connection import (
 
 from redis_agent_sessions.errors import InvalidInputError
 
-__all__ = ["BOOLEANS", "accepted", "convert"]
+__all__ = ["BOOLEANS", "DOCS", "accepted", "convert"]
+
+DOCS = "docs/deployment.md#connection-urls"
+"""Where the connection parameters are described: errors point there rather than list
+redis-py's ~60 constructor parameters, internals among them."""
 
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 _CLASSES = {"redis": Connection, "rediss": SSLConnection, "unix": UnixDomainSocketConnection}
@@ -106,10 +110,18 @@ def convert(scheme: str, cluster: bool | None, name: str, value: str) -> Any:
     if name not in parameters:
         target = {None: "", True: " for a Redis Cluster"}.get(cluster, f" for {scheme}://")
         raise InvalidInputError(
-            f"URL parameter {name!r} is not one redis-py takes{target}; it takes "
-            + ", ".join(sorted(parameters))
+            f"URL parameter {name!r} is not one redis-py takes{target}{_elsewhere(name)}; "
+            f"the connection parameters are in {DOCS}"
         )
     try:
         return parameters[name](value)
     except (TypeError, ValueError):
         raise InvalidInputError(f"bad value for URL parameter {name}: {value!r}") from None
+
+
+def _elsewhere(name: str) -> str:
+    """`` (it is one for rediss://)``: the URLs whose redis-py takes ``name``, if any."""
+    where = [f"{scheme}://" for scheme in _CLASSES if name in accepted(scheme, False)]
+    if any(name in accepted(scheme, True) for scheme in _CLASSES):
+        where.append("a Redis Cluster (cluster=true)")
+    return f" (it is one for {' and '.join(where)})" if where else ""

@@ -9,6 +9,8 @@ TypeError deep inside a connection pool.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -111,10 +113,7 @@ def parse_service_url(url: str) -> ServiceURL:
             if value:  # as redis-py reads a URL: an empty value is no value
                 kept[name] = value
         else:
-            raise InvalidInputError(
-                f"unknown URL parameter {name!r}; this library's are {', '.join(_OURS)}, and "
-                f"redis-py's for a {parts.scheme}:// URL are {', '.join(sorted(redis_py))}"
-            )
+            raise InvalidInputError(_unknown(name, redis_py))
     if memory_backend not in (None, "auto", "search", "plain"):
         raise InvalidInputError(
             f"URL parameter memory_backend must be auto, search or plain: {memory_backend!r}"
@@ -134,6 +133,17 @@ def parse_service_url(url: str) -> ServiceURL:
     # argument, is checked when the client is made.
     service_url.client_kwargs(None)
     return service_url
+
+
+def _unknown(name: str, redis_py: Iterable[str]) -> str:
+    """Why ``name`` is refused: the library's settings, a near miss of anyone's, and where
+    redis-py's parameters are described."""
+    near = difflib.get_close_matches(name, [*_OURS, *redis_py], n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return (
+        f"unknown URL parameter {name!r}{hint}; this library's settings are "
+        f"{', '.join(_OURS)}, and redis-py's connection parameters are in {_params.DOCS}"
+    )
 
 
 def _redacted(url: str) -> str:
