@@ -328,6 +328,15 @@ async def test_bad_input_gets_one_clear_line(cli: Cli) -> None:
     assert made
 
 
+async def test_a_bad_page_token_names_the_flag_given(cli: Cli) -> None:
+    await seed(cli)
+    for token in ("garbage", "W1tdLFtdXQ"):  # not a token; a token of another listing
+        bad = cli.run("ls", "booking", "--page", token)
+        assert bad.returncode == 2, bad.stderr
+        assert bad.stderr.startswith("redis-agent-sessions: --page "), bad.stderr
+        assert "page_token" not in bad.stderr
+
+
 def test_operator_commands_without_the_extra_say_what_to_install() -> None:
     code = (
         "import sys; sys.modules['rich'] = None\n"

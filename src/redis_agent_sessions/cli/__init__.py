@@ -117,7 +117,7 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 async def _operate(args: argparse.Namespace) -> int:
     try:
-        from redis_agent_sessions.cli import _context
+        from redis_agent_sessions.cli import _context, _options
     except ImportError as exc:  # rich is the [cli] extra
         return _fail(
             2,
@@ -133,6 +133,7 @@ async def _operate(args: argparse.Namespace) -> int:
         PermissionDeniedError,
         RedisSessionsError,
     )
+    from redis_agent_sessions.sessions._pages import PageTokenError
 
     module = importlib.import_module(f"redis_agent_sessions.cli.{_COMMANDS[args.command][0]}")
     ctx = None
@@ -146,6 +147,8 @@ async def _operate(args: argparse.Namespace) -> int:
         return _fail(2, f"lost the connection to Redis: {_context.first_line(exc)}")
     except PermissionDeniedError as exc:
         return _fail(2, _context.first_line(exc))
+    except PageTokenError as exc:
+        return _fail(2, f"{_options.PAGE_FLAG} {exc.reason}")
     except InvalidInputError as exc:
         return _fail(2, _context.first_line(exc))
     except CorruptDataError as exc:

@@ -17,6 +17,7 @@ from redis_agent_sessions.cli._context import (
     utc,
     when,
 )
+from redis_agent_sessions.cli._options import PAGE_FLAG
 from redis_agent_sessions.cli._records import read_record
 from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
@@ -112,7 +113,7 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
     if order != args.order:
         ctx.err.print("(cluster: app-wide listings are by creation time)")
     if page.next_page_token:
-        ctx.out.print(f"next page: --page {page.next_page_token}")
+        ctx.out.print(f"next page: {PAGE_FLAG} {page.next_page_token}")
     return 0
 
 

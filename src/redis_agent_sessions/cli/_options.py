@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add"]
+__all__ = ["PAGE_FLAG", "add"]
+
+PAGE_FLAG = "--page"
+"""The flag carrying a page token (the API's ``page_token``), named in its errors."""
 
 
 def add(name: str, parser: argparse.ArgumentParser) -> None:
@@ -37,7 +40,7 @@ def _ls(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--limit", type=_positive, default=50, help="sessions per page (default 50, max 1000)"
     )
-    p.add_argument("--page", help="page token printed by the previous page")
+    p.add_argument(PAGE_FLAG, dest="page", help="page token printed by the previous page")
     p.add_argument("--order", choices=["updated", "created"], default="updated", help="sort key")
     p.add_argument("--oldest-first", action="store_true", help="oldest first")
     _json(p)

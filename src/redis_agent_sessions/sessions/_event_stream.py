@@ -18,7 +18,12 @@ from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
 from redis_agent_sessions.keys import KeySpace, SessionKeys
-from redis_agent_sessions.sessions._pages import EventsPage, read_token, write_token
+from redis_agent_sessions.sessions._pages import (
+    EventsPage,
+    PageTokenError,
+    read_token,
+    write_token,
+)
 
 __all__ = ["EventStream"]
 
@@ -86,7 +91,7 @@ class EventStream(Generic[E]):
         if page_token is not None:
             [after] = read_token(page_token, scope)
             if not isinstance(after, str) or not _STREAM_ID.match(after):
-                raise InvalidInputError("page_token is not a page token of events")
+                raise PageTokenError("is not a page token of events")
         await self._ready()
         pipe = self._redis.pipeline(transaction=False)
         pipe.exists(keys.meta)

@@ -20,7 +20,12 @@ from redis_agent_sessions._redis.codec import check_id, decode_hash, text
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.keys import split_app_member
 from redis_agent_sessions.sessions._context import Context
-from redis_agent_sessions.sessions._pages import SessionsPage, read_token, write_token
+from redis_agent_sessions.sessions._pages import (
+    PageTokenError,
+    SessionsPage,
+    read_token,
+    write_token,
+)
 from redis_agent_sessions.sessions._replies import pairs as as_dict
 from redis_agent_sessions.sessions._replies import stored_session
 from redis_agent_sessions.sessions._types import E, S, StoredSession
@@ -202,9 +207,9 @@ def _cursor(position: list[Any]) -> tuple[float, bytes]:
         score_text, member = position
         score = float(score_text)
     except (TypeError, ValueError):
-        raise InvalidInputError("page_token is not a page token of sessions") from None
+        raise PageTokenError("is not a page token of sessions") from None
     if not isinstance(member, str) or not math.isfinite(score):
-        raise InvalidInputError("page_token is not a page token of sessions")
+        raise PageTokenError("is not a page token of sessions")
     return score, member.encode()
 
 

@@ -16,9 +16,22 @@ import orjson
 
 from redis_agent_sessions.errors import InvalidInputError
 
-__all__ = ["EventsPage", "SessionsPage", "read_token", "write_token"]
+__all__ = ["EventsPage", "PageTokenError", "SessionsPage", "read_token", "write_token"]
 
 T = TypeVar("T")
+
+
+class PageTokenError(InvalidInputError):
+    """A page token this listing cannot continue from. ``reason`` is worded to follow the
+    name of whatever carried the token, so the CLI can name its own flag instead of the
+    API's ``page_token``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"page_token {self.reason}"
 
 
 @dataclass(slots=True)
@@ -48,12 +61,12 @@ def read_token(token: object, scope: list[str | None]) -> list[Any]:
     """The position a token of the listing ``scope`` holds; InvalidInputError for anything
     else (not a token, or one of another listing or order)."""
     if not isinstance(token, str) or not token:
-        raise InvalidInputError(f"page_token must be a token from a previous page: {token!r}")
+        raise PageTokenError(f"must be a token from a previous page: {token!r}")
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         found, position = orjson.loads(raw)
     except (binascii.Error, ValueError, TypeError):
-        raise InvalidInputError(f"page_token is not a page token: {token!r}") from None
+        raise PageTokenError(f"is not a page token: {token!r}") from None
     if found != scope or not isinstance(position, list):
-        raise InvalidInputError("page_token belongs to another listing or order")
+        raise PageTokenError("belongs to another listing or order")
     return position
