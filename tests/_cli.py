@@ -28,11 +28,15 @@ class Cli:
     cluster: bool
     prefix: str = field(default_factory=lambda: f"cli-{uuid.uuid4().hex[:8]}")
 
-    def run(self, *args: str, stdin: str | None = None, prefix: str | None = None) -> Any:
+    def argv(self, *args: str, prefix: str | None = None) -> list[str]:
+        """The command line of ``args`` on this server, under ``prefix`` (default: the test's)."""
         flags = ["--url", self.url, "--key-prefix", prefix or self.prefix]
+        cluster = ["--cluster"] if self.cluster else []
+        return [sys.executable, "-m", "redis_agent_sessions", *args, *flags, *cluster]
+
+    def run(self, *args: str, stdin: str | None = None, prefix: str | None = None) -> Any:
         result = subprocess.run(
-            [sys.executable, "-m", "redis_agent_sessions", *args, *flags]
-            + (["--cluster"] if self.cluster else []),
+            self.argv(*args, prefix=prefix),
             capture_output=True,
             text=True,
             input=stdin,

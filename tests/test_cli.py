@@ -4,6 +4,7 @@ the real cluster, with data seeded through the library under a fresh key prefix.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -335,6 +336,26 @@ async def test_a_bad_page_token_names_the_flag_given(cli: Cli) -> None:
         assert bad.returncode == 2, bad.stderr
         assert bad.stderr.startswith("redis-agent-sessions: --page "), bad.stderr
         assert "page_token" not in bad.stderr
+
+
+async def test_output_into_a_closed_pipe_ends_quietly_as_unix_tools_do(cli: Cli) -> None:
+    """``export APP | head``: once the reader is gone, every command writing to stdout stops
+    with no message and the status of a process killed by SIGPIPE (128 + 13)."""
+    await seed(cli)
+    for args in (["export", "booking"], ["ls", "booking"], ["show", "booking", "bob", "b1"],
+                 ["ls", "booking", "--json"], ["stats"]):  # fmt: skip
+        result = into_closed_pipe(cli.argv(*args))
+        assert (result.returncode, result.stderr) == (141, ""), (args, result.stderr)
+
+
+def into_closed_pipe(argv: list[str]) -> Any:
+    """``argv`` run with its stdout a pipe whose reader is gone before the first write."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
 
 
 def test_operator_commands_without_the_extra_say_what_to_install() -> None:

@@ -1,7 +1,8 @@
 """The ``redis-agent-sessions`` command: the demo, and the operator commands (``[cli]`` extra).
 
 Exit codes: 0 ok, 1 not found / nothing matched (or data that cannot be read, or that stops
-the command: an import meeting a session that exists), 2 usage or connection error; every
+the command: an import meeting a session that exists), 2 usage or connection error, 141
+when the reader of stdout went away (``| head``; silent, as for Unix tools); every other
 failure prints one line on stderr, ``redis-agent-sessions: <message>``, never a traceback.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -50,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Shared, durable sessions for AI agent workers, stored in Redis.",
         epilog="Exit codes: 0 ok, 1 not found, nothing matched or a data problem, 2 usage or "
-        "connection error.",
+        "connection error, 141 the output's reader went away (| head).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -86,8 +88,30 @@ def _demo_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
+SIGPIPE_STATUS = 128 + 13
+"""What a shell reports for a Unix tool that SIGPIPE ended (``yes | head``)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    try:
+        code = _command(argv)
+        # Python flushes stdout once more at exit, past this try: a reader gone by then
+        # would get a traceback.
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # `... | head`: the reader has all it wanted. Stop quietly, as Unix tools do; what is
+        # still buffered goes nowhere, so the flush at exit cannot fail again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass  # stdout is no file (a test's capture): nothing will flush it to a pipe
+        return SIGPIPE_STATUS
+
+
+def _command(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
@@ -155,6 +179,8 @@ async def _operate(args: argparse.Namespace) -> int:
         return _fail(1, f"cannot read stored data: {_context.first_line(exc)}")
     except (RedisSessionsError, RedisError) as exc:
         return _fail(1, _context.first_line(exc))
+    except BrokenPipeError:
+        raise  # stdout's reader is gone: main ends every command alike
     except Exception as exc:  # an operator gets one line, even for what nobody foresaw
         return _fail(1, f"{type(exc).__name__}: {_context.first_line(exc)}")
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -165,11 +166,20 @@ def _rstrip(line: list[Segment]) -> Iterable[Segment]:
     return line
 
 
+class _Stdout(Console):
+    """rich's console, but a reader that went away ends the command as any other write to
+    stdout does (the CLI's entry point stops quietly): rich would exit 1 by itself."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def _console() -> Console:
     """stdout; when it is not a terminal (a pipe, a file), lines are never wrapped."""
-    console = Console(highlight=False, soft_wrap=True)
+    console = _Stdout(highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=10_000)
+        console = _Stdout(highlight=False, soft_wrap=True, width=10_000)
     return console
 
 
