@@ -9,6 +9,7 @@ from redis_agent_sessions.errors import (
     AlreadyExistsError,
     CorruptDataError,
     EmbeddingError,
+    IncompleteSessionError,
     InvalidInputError,
     MemoryIndexError,
     PayloadTooLargeError,
@@ -16,6 +17,7 @@ from redis_agent_sessions.errors import (
     RedisSessionsError,
     SessionNotFoundError,
     StaleSessionError,
+    StoreFullError,
     WriteConcernError,
 )
 from redis_agent_sessions.memory import (
@@ -52,6 +54,7 @@ __all__ = [
     "EventsPage",
     "GetSessionConfig",
     "GoogleEmbedder",
+    "IncompleteSessionError",
     "InvalidInputError",
     "ListSessionsResponse",
     "MemoryEntry",
@@ -69,6 +72,7 @@ __all__ = [
     "SessionServiceConfig",
     "SessionsPage",
     "StaleSessionError",
+    "StoreFullError",
     "SweepReport",
     "WriteConcernError",
     "__version__",

@@ -11,6 +11,7 @@ __all__ = [
     "AlreadyExistsError",
     "CorruptDataError",
     "EmbeddingError",
+    "IncompleteSessionError",
     "InvalidInputError",
     "MemoryIndexError",
     "PayloadTooLargeError",
@@ -18,6 +19,7 @@ __all__ = [
     "RedisSessionsError",
     "SessionNotFoundError",
     "StaleSessionError",
+    "StoreFullError",
     "WriteConcernError",
 ]
 
@@ -67,6 +69,47 @@ class CorruptDataError(RedisSessionsError):
         super().__init__(f"corrupt data at Redis key {key!r}: {detail}")
         self.key = key
         self.detail = detail
+
+
+class IncompleteSessionError(RedisSessionsError):
+    """Some of a session's keys are gone while its metadata remains: Redis evicted them
+    apart under a ``maxmemory-policy`` that may evict this store's keys (or they were
+    deleted by hand). Nothing is returned or written for such a session, so an agent is
+    never handed part of a conversation as if it were whole; ``delete_session`` removes it
+    (``redis-agent-sessions incomplete APP --delete`` finds and removes them all).
+
+    ``missing`` names what is gone: ``"events"``, ``"event ids"`` (the index that makes
+    retried appends idempotent) or ``"session state"``.
+    """
+
+    def __init__(
+        self, app_name: str, user_id: str, session_id: str, missing: list[str], key: str
+    ) -> None:
+        super().__init__(
+            f"session {session_id!r} of user {user_id!r} in app {app_name!r} is incomplete: "
+            f"its {' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} missing from "
+            f"Redis (keys of {key!r}), most likely evicted under maxmemory-policy. Nothing "
+            "was returned or written; delete the session (delete_session, or "
+            f"`redis-agent-sessions incomplete {app_name} --delete`)"
+        )
+        self.app_name = app_name
+        self.user_id = user_id
+        self.session_id = session_id
+        self.missing = list(missing)
+
+
+class StoreFullError(RedisSessionsError):
+    """Redis refused a write because it is out of memory (``used_memory`` at ``maxmemory``
+    under ``maxmemory-policy noeviction``). Nothing was written; reads and deletes keep
+    working. Free memory (delete or expire sessions) or raise ``maxmemory``, then retry."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(
+            "Redis is out of memory and refuses writes (maxmemory reached under "
+            "maxmemory-policy noeviction); nothing was written. Reads and deletes still work: "
+            "free memory or raise maxmemory, then retry"
+            + (f" (Redis said: {detail})" if detail else "")
+        )
 
 
 class EmbeddingError(RedisSessionsError):

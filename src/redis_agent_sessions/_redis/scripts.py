@@ -15,11 +15,11 @@ from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.prebuilt import evalsha
-from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError
+from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError, StoreFullError
 
 __all__ = [
     "call",
@@ -28,6 +28,7 @@ __all__ = [
     "lua_source",
     "permission_error",
     "register",
+    "store_full",
     "typed_permissions",
 ]
 
@@ -40,10 +41,17 @@ def lua_source(name: str) -> str:
     """The text of ``lua/<name>.lua`` inside this package, after the libraries every script
     may call: the ACL prelude (``lua/_permitted.lua``), which every script calls before its
     first command, the layout argument's reader (``lua/_layout.lua``) and the expiry index's
-    helpers (``lua/_expiry.lua``)."""
+    helpers (``lua/_expiry.lua``). A script whose file opens with a shebang line
+    (``#!lua flags=no-writes``: it only reads, so Redis runs it at full memory and never
+    lets it write) keeps that line first, where Redis looks for it."""
     lua = resources.files(__package__).joinpath("lua")
-    parts = ("_permitted", "_layout", "_expiry", name)
-    return "".join(lua.joinpath(f"{part}.lua").read_text("utf-8") for part in parts)
+    own = lua.joinpath(f"{name}.lua").read_text("utf-8")
+    first = ""
+    if own.startswith("#!"):
+        first, own = own.split("\n", 1)
+        first += "\n"
+    parts = ("_permitted", "_layout", "_expiry")
+    return first + "".join(lua.joinpath(f"{p}.lua").read_text("utf-8") for p in parts) + own
 
 
 def register(client: Any, name: str) -> AsyncScript:
@@ -52,12 +60,22 @@ def register(client: Any, name: str) -> AsyncScript:
     return script
 
 
+# How a server that loads scripts as plain Lua 5.1 (fakeredis, which the suites and users'
+# own tests run on) refuses a shebang line.
+_NO_SHEBANG = "unexpected symbol near '#'"
+
+
 async def call(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
     """Run ``script``; a refused command (asked before writing, or refused by Redis) is a
-    PermissionDeniedError naming it."""
+    PermissionDeniedError naming it, a write refused for memory a StoreFullError."""
     try:
         reply = await evalsha(script, keys, args)
     except ResponseError as exc:
+        if _NO_SHEBANG in str(exc) and isinstance(script.script, str) and script.script[:2] == "#!":
+            # The shebang turned into a comment, once per script object: the same script.
+            plain = script.registered_client.register_script(f"--{script.script}")
+            script.script, script.sha = plain.script, plain.sha
+            return await call(script, keys, args)
         reply = exc
     return checked(reply, keys)
 
@@ -71,6 +89,8 @@ def checked(reply: Any, keys: list[Any]) -> Any:
     # it there). Not expected: every script asks for all it runs.
     if isinstance(reply, ResponseError) and "user executing the script can't" in str(reply):
         raise PermissionDeniedError(None, None, str(reply)) from reply
+    if isinstance(reply, OutOfMemoryError):
+        raise store_full(reply) from reply
     # Not only Redis's error replies: a cluster pipeline also puts the ConnectionError of a
     # node lost mid-reply here. Returned, it would pass for the script's reply.
     if isinstance(reply, Exception):
@@ -81,6 +101,12 @@ def checked(reply: Any, keys: list[Any]) -> Any:
 
 
 _COMMAND = re.compile(r"run the '([^']+)' command")
+
+
+def store_full(exc: ResponseError | str) -> StoreFullError:
+    """Redis's OOM refusal as a StoreFullError. Redis refuses only a script's first write
+    (later ones run, so that a script never stops half way), so nothing was written."""
+    return StoreFullError(str(exc).split(" script: ", 1)[0].strip())
 
 
 def permission_error(exc: ResponseError, key: str | None) -> PermissionDeniedError:
@@ -131,6 +157,8 @@ async def execute(pipe: Any, keys: list[str]) -> list[Any]:
             raise CorruptDataError(keys[min(i, len(keys) - 1)], f"foreign type: {reply}")
         if isinstance(reply, NoPermissionError):
             raise permission_error(reply, keys[min(i, len(keys) - 1)]) from reply
+        if isinstance(reply, OutOfMemoryError):
+            raise store_full(reply) from reply
         if isinstance(reply, Exception):
             raise reply
     return replies

@@ -160,7 +160,9 @@ async def import_record(
             (event, orjson.dumps(raw)) for event, raw in zip(events, record["events"], strict=True)
         ]
         # The last event leaves last_update_time as it was (ADK's may differ from it).
-        await engine.writes.append_exported(keys, sid, stored, float(record["last_update_time"]))
+        await engine.writes.append_exported(
+            keys, user, sid, stored, float(record["last_update_time"])
+        )
     except BaseException:
         await engine.writes.delete_session(app_name=app, user_id=user, session_id=sid)
         raise

@@ -108,9 +108,9 @@ class ClusterLayout(Layout):
     async def snapshot(
         self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
     ) -> tuple[list[Any], Any]:
-        """The user-slot snapshot [meta, state, user state, outbox, events] (and with
-        ``anchor``, its event_ids value and the first entry) and the app state, in one
-        round trip to both slots' nodes.
+        """The user-slot snapshot [meta, state, user state, outbox, events, presence of the
+        events and event ids] (and with ``anchor``, its event_ids value and the first
+        entry) and the app state, in one round trip to both slots' nodes.
 
         MULTI on redis-py's cluster client runs in threads (~25x a pipeline), so the user's
         slot is read optimistically: metadata before and after the rest, kept only if it
@@ -121,7 +121,9 @@ class ClusterLayout(Layout):
         """
         first = self._first_unapplied(keys)
         read_keys = [keys.meta, keys.state, keys.user_state, keys.events, keys.app_outbox]
-        checked = [keys.event_ids, keys.events] if anchor is not None else []
+        checked = [keys.events, keys.event_ids]
+        if anchor is not None:
+            checked += [keys.event_ids, keys.events]
         reply: list[Any] = []
         outbox: Any = []
         for _ in range(self.optimistic_reads):
@@ -134,6 +136,8 @@ class ClusterLayout(Layout):
             else:
                 pipe.xrevrange(keys.events, "+", start, count=max(count, 1))
             pipe.xrange(keys.app_outbox, first, "+")
+            pipe.exists(keys.events)
+            pipe.exists(keys.event_ids)
             if anchor is not None:
                 pipe.hget(keys.event_ids, anchor)
                 pipe.xrange(keys.events, "-", "+", count=1)
@@ -146,7 +150,8 @@ class ClusterLayout(Layout):
             meta, state, user, events, outbox = replies[:5]
             again, app_raw, applied = replies[-3:]
             if meta == again:
-                reply = [meta, state, user, outbox, events, *replies[5:-3]] if meta else []
+                present = replies[5:7]
+                reply = [meta, state, user, outbox, events, present, *replies[7:-3]] if meta else []
                 break
         else:
             pipe = self.client.pipeline(transaction=False)
@@ -156,7 +161,7 @@ class ClusterLayout(Layout):
             args = [mode, start, count or 0, f"cluster:{first}"]
             if anchor is not None:
                 args.append(anchor)
-            script = self.runner.run(self.runner.read, [*read_keys, *checked[:1]], args, [])
+            script = self.runner.run(self.runner.read, [*read_keys, keys.event_ids], args, [])
             flat, (app_raw, applied) = await asyncio.gather(
                 script, _scripts.execute(pipe, [keys.app_state, keys.app_applied])
             )

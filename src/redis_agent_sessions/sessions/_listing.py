@@ -17,7 +17,7 @@ from typing import Any, Generic, Literal
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, decode_hash, text
-from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.errors import IncompleteSessionError, InvalidInputError
 from redis_agent_sessions.keys import split_app_member
 from redis_agent_sessions.sessions._context import Context
 from redis_agent_sessions.sessions._pages import (
@@ -26,8 +26,8 @@ from redis_agent_sessions.sessions._pages import (
     read_token,
     write_token,
 )
+from redis_agent_sessions.sessions._replies import missing_parts, stored_session
 from redis_agent_sessions.sessions._replies import pairs as as_dict
-from redis_agent_sessions.sessions._replies import stored_session
 from redis_agent_sessions.sessions._types import E, S, StoredSession
 from redis_agent_sessions.state import merge_state
 
@@ -106,7 +106,13 @@ class SessionLister(Generic[S, E]):
                 gone.append((u, s))
                 found.append(None)
                 continue
-            stored = stored_session(keys.meta, meta if isinstance(meta, dict) else as_dict(meta))
+            meta = meta if isinstance(meta, dict) else as_dict(meta)
+            stored = stored_session(keys.meta, meta)
+            # What a listing returns is checked: a session whose state was evicted is
+            # never listed with part of it. (Its events are checked when it is read.)
+            if missing := missing_parts(meta, state, None):
+                who = (app_name, u, s)
+                raise IncompleteSessionError(*who, missing, keys.meta)
             stored.state = merge_state(decode_hash(keys.state, state), user_states[u], app_state)
             found.append(stored)
         return found, gone

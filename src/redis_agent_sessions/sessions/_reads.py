@@ -8,11 +8,20 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, decode_hash, gc_paused, meta_field, text
-from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
+from redis_agent_sessions.errors import (
+    CorruptDataError,
+    IncompleteSessionError,
+    InvalidInputError,
+)
 from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.sessions._cache import MEMORY_PER_JSON_BYTE, Cached, ReadCache, fits
 from redis_agent_sessions.sessions._context import Context
-from redis_agent_sessions.sessions._replies import first_id, stored_events, stored_session
+from redis_agent_sessions.sessions._replies import (
+    first_id,
+    missing_parts,
+    stored_events,
+    stored_session,
+)
 from redis_agent_sessions.sessions._types import E, S, Snapshot, StoredSession
 from redis_agent_sessions.state import merge_state
 
@@ -134,20 +143,31 @@ class Reads(Generic[S, E]):
         reply, app_raw = await self._ctx.layout.snapshot(keys, count, start, anchor)
         if not reply:
             return None
-        meta, state, user_state, _, entries, *checks = reply
-        found = self.found(keys, meta, (state, user_state, app_raw), entries)
+        meta, state, user_state, _, entries, present, *checks = reply
+        found = self.found(keys, meta, (state, user_state, app_raw), entries, present)
         if anchor is not None:
             found.anchor = text(checks[0]) if checks[0] else None
             found.first_id = text(checks[1][0][0]) if checks[1] else None
         return found
 
     def found(
-        self, keys: SessionKeys, meta: dict[Any, Any], hashes: tuple[Any, Any, Any], entries: Any
+        self,
+        keys: SessionKeys,
+        meta: dict[Any, Any],
+        hashes: tuple[Any, Any, Any],
+        entries: Any,
+        present: Any = None,
     ) -> Snapshot:
         """What one read returned, as a Snapshot: the metadata hash, the session, user and
-        app state hashes (as HGETALL replies) and the stream entries."""
+        app state hashes (as HGETALL replies) and the stream entries; ``present``, whether
+        the events stream and event ids hash exist (None: not read). IncompleteSessionError
+        when the read shows keys the session had evicted."""
         state, user_state, app_state = hashes
         stored = stored_session(keys.meta, meta)
+        missing = missing_parts(meta, state, present)
+        if missing:
+            who = (stored.app_name, stored.user_id, stored.id)
+            raise IncompleteSessionError(*who, missing, keys.meta)
         stored.state = merge_state(
             decode_hash(keys.state, state),
             decode_hash(keys.user_state, user_state),

@@ -10,17 +10,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from redis_agent_sessions._redis.codec import event_ms, text
-from redis_agent_sessions.errors import CorruptDataError
+from redis_agent_sessions._redis.scripts import store_full
+from redis_agent_sessions.errors import CorruptDataError, IncompleteSessionError
 from redis_agent_sessions.sessions._types import ErrorTypes, StoredSession
 
 __all__ = [
     "DUPLICATE",
+    "INCOMPLETE",
     "NOT_FOUND",
     "OK",
     "STALE",
     "WRONG_TYPE",
     "appended",
     "first_id",
+    "missing_parts",
     "pairs",
     "raw_events",
     "stored_bytes",
@@ -30,6 +33,7 @@ __all__ = [
 ]
 
 OK, DUPLICATE, NOT_FOUND, STALE, WRONG_TYPE = 1, 2, -1, -2, -3
+INCOMPLETE, FULL = -5, -6
 _EVENT_FIELD = (b"event", "event")
 _SCHEMA_FIELD = (b"schema", "schema")
 
@@ -38,15 +42,39 @@ def typed(reply: Any) -> Any:
     """A script's reply, or its report of a key holding a foreign type raised."""
     if isinstance(reply, list) and reply and reply[0] == WRONG_TYPE:
         raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
+    if isinstance(reply, list) and reply and reply[0] == FULL:
+        raise store_full(text(reply[1]))
     return reply
 
 
-def appended(reply: Any, session_id: str, errors: ErrorTypes) -> None:
-    """append_event.lua's refusals raised: no such session, or a stale writer."""
+def appended(reply: Any, who: tuple[str, str, str], errors: ErrorTypes) -> None:
+    """append_event.lua's refusals raised: no such session, a stale writer, or a session
+    whose keys were evicted apart. ``who``: the session's app, user and id."""
     if reply[0] == NOT_FOUND:
-        raise errors.not_found(f"Session {session_id} not found.")
+        raise errors.not_found(f"Session {who[2]} not found.")
     if reply[0] == STALE:
         raise errors.stale()
+    if reply[0] == INCOMPLETE:
+        raise IncompleteSessionError(*who, [text(m) for m in reply[2:]], text(reply[1]))
+
+
+def missing_parts(meta: Mapping[Any, Any], state: Any, present: Any) -> list[str]:
+    """What a session's read shows to be gone though its metadata says it was stored:
+    ``meta`` as read, ``state`` its session state hash as read (a hash is never emptied
+    once written, so an empty reply where the metadata says ``has_state`` means it is
+    gone), ``present`` whether its events stream and event ids hash exist (two EXISTS
+    replies; None when the read did not ask). Sessions stored before ``has_state`` was
+    kept are checked for their events only."""
+    rev = meta.get(b"rev", meta.get("rev"))
+    missing = []
+    if present is not None and rev not in (b"0", "0", None):
+        if not int(present[0]):
+            missing.append("events")
+        if not int(present[1]):
+            missing.append("event ids")
+    if not state and meta.get(b"has_state", meta.get("has_state")) is not None:
+        missing.append("session state")
+    return missing
 
 
 def raw_events(key: str, entries: list[Any]) -> list[bytes | str]:

@@ -5,9 +5,12 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import OutOfMemoryError
+
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions.keys import SessionKeys, escape
 from redis_agent_sessions.sessions._layout import Layout
+from redis_agent_sessions.sessions._replies import pairs
 from redis_agent_sessions.sessions._sweep import SweepReport
 
 if TYPE_CHECKING:  # imported only when telemetry is on
@@ -78,15 +81,20 @@ class SingleNode(Layout):
     async def snapshot(
         self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
     ) -> tuple[list[Any], Any]:
-        """[meta, state, user state, app state, events] (and with ``anchor``, its event_ids
-        value and the first entry) in one transaction (MULTI/EXEC), so the revision the
-        session carries is exactly the one its events reflect."""
+        """[meta, state, user state, app state, events, presence of the events and event ids]
+        (and with ``anchor``, its event_ids value and the first entry) in one transaction
+        (MULTI/EXEC), so the revision the session carries is exactly the one its events
+        reflect. At full memory Redis refuses to queue any command of a transaction, so
+        there the read-only script takes the same snapshot."""
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(keys.meta)
         pipe.hgetall(keys.state)
         pipe.hgetall(keys.user_state)
         pipe.hgetall(keys.app_state)
-        read_keys = [keys.meta, keys.state, keys.user_state, keys.app_state]
+        pipe.exists(keys.events)
+        pipe.exists(keys.event_ids)
+        read_keys = [keys.meta, keys.state, keys.user_state, keys.app_state, keys.events]
+        read_keys.append(keys.event_ids)
         if anchor is not None:
             pipe.hget(keys.event_ids, anchor)
             pipe.execute_command(b"XRANGE", keys.events, "-", "+", "COUNT", 1)
@@ -98,11 +106,30 @@ class SingleNode(Layout):
             pipe.execute_command(b"XRANGE", keys.events, start, "+")
         elif count > 0:
             pipe.execute_command(b"XREVRANGE", keys.events, "+", start, "COUNT", count)
-        replies = await _scripts.execute(pipe, [*read_keys, keys.events])
+        try:
+            replies = await _scripts.execute(pipe, [*read_keys, keys.events])
+        except OutOfMemoryError:
+            return await self._scripted_snapshot(keys, count, start, anchor)
         if not replies[0]:
             return [], None
         events = replies[len(read_keys)] if len(replies) > len(read_keys) else []
-        return [*replies[:4], events, *replies[4 : len(read_keys)]], replies[3]
+        present = replies[4:6]
+        return [*replies[:4], events, present, *replies[6 : len(read_keys)]], replies[3]
+
+    async def _scripted_snapshot(
+        self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
+    ) -> tuple[list[Any], Any]:
+        mode = "all" if count is None else "recent" if count else "none"
+        args: list[Any] = [mode, start, count or 0, "single"]
+        if anchor is not None:
+            args.append(anchor)
+        script_keys = [keys.meta, keys.state, keys.user_state, keys.events, keys.app_state]
+        reply = await self.runner.run(self.runner.read, [*script_keys, keys.event_ids], args, [])
+        if not reply:
+            return [], None
+        return [pairs(reply[0]), pairs(reply[1]), pairs(reply[2]), pairs(reply[3]), *reply[4:]], (
+            pairs(reply[3])
+        )
 
     async def read_sessions(
         self,

@@ -180,7 +180,7 @@ class Writes(Generic[S, E]):
                     self._hold_catch_up(keys, position, reply[-1])
                 elif reply[0] in (OK, DUPLICATE, STALE):
                     self._ctx.catch_ups.seen(keys.meta, int(reply[1]))
-                appended(reply, session.id, self._codec.errors)
+                appended(reply, (session.app_name, session.user_id, session.id), self._codec.errors)
             # The event is stored; if the app step fails the caller retries, and the retry
             # (a duplicate) finishes it.
             await self._ctx.layout.settle(keys, reply[3], shortfalls)
@@ -286,6 +286,7 @@ class Writes(Generic[S, E]):
     async def append_exported(
         self,
         keys: SessionKeys,
+        user_id: str,
         session_id: str,
         events: Sequence[tuple[E, bytes]],
         update_time: float,
@@ -316,7 +317,7 @@ class Writes(Generic[S, E]):
         shortfalls: list[str] = []
         replies = await self._runner.run_many(self._runner.append, calls, shortfalls)
         for reply in replies:
-            appended(reply, session_id, self._codec.errors)
+            appended(reply, (keys.app_name, user_id, session_id), self._codec.errors)
         await self._ctx.layout.settle(keys, replies[-1][3], shortfalls)
         self._runner.confirmed("append_event", shortfalls)
 

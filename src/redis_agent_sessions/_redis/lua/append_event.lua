@@ -45,7 +45,10 @@
 --         {2, revision the event produced, '', outbox} already stored (a retry),
 --         {-1} no such session, {-2, current revision, catch-up} stale writer,
 --         {-3, key, found type} when a key has a foreign type, {-4, command, key} when the
---         ACL user may not run a command it needs. Only status 1 changes data (besides
+--         ACL user may not run a command it needs, {-5, meta key, what is missing...} when
+--         the session's keys were evicted apart (its metadata remains, its events, event ids
+--         or session state do not: see 'has_state'), {-6, error} when Redis refuses the
+--         first write for memory (maxmemory under noeviction). Only status 1 changes data (besides
 --         dropping applied outbox entries; status 2 re-writes the revision as it is, so
 --         that a WAIT after a retry covers the original write, which a retry that wrote
 --         nothing would not: WAIT counts the connection's own writes).
@@ -64,7 +67,8 @@
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
 local cluster, unapplied = layout(ARGV[9])
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
-    'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
+    'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7], 'EXISTS', KEYS[2],
+    'EXISTS', KEYS[3], 'EXISTS', KEYS[4])
   or (ARGV[19] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
   or (ARGV[20] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
@@ -114,10 +118,19 @@ local function outbox()
   redis.call('XTRIM', KEYS[6], 'MINID', unapplied)
   return redis.call('XRANGE', KEYS[6], unapplied, '+')
 end
-local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms', 'ttl', 'full_reads')
+local meta = redis.pcall('HMGET', KEYS[1], 'rev', 'last_event_id', 'last_ms', 'ttl', 'full_reads',
+  'has_state')
 if meta['err'] then return {-3, KEYS[1], 'not a hash'} end
 if not meta[1] then return {-1} end
 local rev = tonumber(meta[1])
+-- Redis may evict a session's keys one by one (maxmemory-policy): written as if whole, such
+-- a session would lose its history for good, and without its event ids a retry would be
+-- stored twice. Checked before the retry check, which needs those ids.
+local lost = {}
+if rev > 0 and redis.call('EXISTS', KEYS[3]) == 0 then lost[#lost + 1] = 'events' end
+if rev > 0 and redis.call('EXISTS', KEYS[4]) == 0 then lost[#lost + 1] = 'event ids' end
+if meta[6] and redis.call('EXISTS', KEYS[2]) == 0 then lost[#lost + 1] = 'session state' end
+if #lost > 0 then return {-5, KEYS[1], unpack(lost)} end
 local ttl = tonumber(meta[4] or ARGV[8])
 if ttl > 0 and expire_refused then return expire_refused end
 
@@ -178,7 +191,11 @@ end
 local stored = {'event', ARGV[5]}
 if ARGV[18] ~= '' then stored = {'event', ARGV[5], 'schema', ARGV[18]} end
 local stream_id = redis.pcall('XADD', KEYS[3], ms .. '-*', unpack(stored))
-if type(stream_id) == 'table' then return {-3, KEYS[3], stream_id['err']} end
+if type(stream_id) == 'table' then
+  -- Redis refuses a script's first write at full memory, and only that one: nothing written.
+  if string.sub(tostring(stream_id['err']), 1, 3) == 'OOM' then return {-6, stream_id['err']} end
+  return {-3, KEYS[3], stream_id['err']}
+end
 
 local pos = 22
 for scope, key in ipairs({KEYS[2], KEYS[5], KEYS[6]}) do
@@ -233,6 +250,7 @@ if ARGV[12] ~= '' then
   redis.call('ZADD', KEYS[8], first, stream_id .. ' ' .. ARGV[12])
 end
 if full_reads ~= '' and not meta[5] then redis.call('HSET', KEYS[1], 'full_reads', full_reads) end
+if ARGV[19] ~= '0' and not meta[6] then redis.call('HSET', KEYS[1], 'has_state', 1) end
 if ttl > 0 then
   for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
   redis.call('EXPIRE', KEYS[8], ttl)

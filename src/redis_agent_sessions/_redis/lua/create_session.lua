@@ -91,6 +91,8 @@ end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'app_name', ARGV[2], 'user_id', ARGV[3],
   'rev', 0, 'create_time', ARGV[4], 'last_update_time', ARGV[4], 'last_event_id', '')
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'ttl', ARGV[5]) end
+-- A state hash is never emptied once written: its absence then means it was evicted.
+if counts[1] > 0 then redis.call('HSET', KEYS[1], 'has_state', 1) end
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
 redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1])
 if expires then

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- Plain-backend search: the entries matching the most query words, newest first.
 -- KEYS[1] texts hash (entry id -> lowercased text)   KEYS[2..] posting zsets (id by time)
 -- ARGV[1] limit   ARGV[2] number of query words, then for each word: the number of its

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- Reads the vectors of memory entries, for the plain backend's exact vector search: one
 -- command instead of one HGET per entry (most of the time of a pipeline of thousands).
 -- KEYS[1], KEYS[2], ... entry hashes (one (app, user): one slot)

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- Reads many hashes in one call: a page of sessions' metadata and state hashes (single node).
 -- One script reply costs the client far less than a pipeline of as many HGETALLs, whose
 -- replies redis-py reads and converts one by one (3.3 vs 8.3 ms for 300 hashes).
