@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["PROG", "plural", "say_error"]
+__all__ = ["PROG", "plural", "say_error", "size"]
 
 PROG = "redis-agent-sessions"
 
@@ -21,6 +21,15 @@ def plural(n: int, one: str, many: str | None = None, *, at_least: bool = False)
     """
     word = one if n == 1 and not at_least else (many or one + "s")
     return f"{n:,}{'+' if at_least else ''} {word}"
+
+
+def size(n: float) -> str:
+    """Bytes in binary units: ``512 B``, ``1.5 KiB``, ``12.0 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def say_error(message: str) -> None:

@@ -17,7 +17,7 @@ import orjson
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from redis_agent_sessions._messages import plural
+from redis_agent_sessions._messages import plural, size
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.cli._context import Context, NotFound
 from redis_agent_sessions.keys import split_app_member, unescape
@@ -65,7 +65,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             str(row["users"]),
             str(row["events"]),
             str(row["memory_entries"]),
-            _size(row["bytes"]),
+            size(row["bytes"]),
         ]
         if ctx.cluster:
             more = row["app_writes_more"]  # a bound reached: counts are at least these
@@ -192,14 +192,6 @@ def _pairs(module: Any) -> dict[Any, Any]:
     if isinstance(module, dict):
         return module
     return dict(zip(module[::2], module[1::2], strict=True))
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n:.1f} TiB"
 
 
 def _vectors(raw: Any) -> dict[str, Any] | None:
