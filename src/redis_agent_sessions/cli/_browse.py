@@ -17,6 +17,7 @@ from redis_agent_sessions.cli._context import (
     utc,
     when,
 )
+from redis_agent_sessions.cli._follow import follow
 from redis_agent_sessions.cli._options import PAGE_FLAG
 from redis_agent_sessions.cli._records import read_record
 from redis_agent_sessions.cli._render import event_lines, short_json
@@ -166,15 +167,9 @@ async def _tail(ctx: Context, args: argparse.Namespace) -> int:
         _print_event(ctx, event.model_dump(mode="json", exclude_none=True))
     if not args.follow:
         return 0
-    watch = ctx.sessions.watch(
-        app_name=args.app,
-        user_id=args.user,
-        session_id=args.session,
-        after_event_id=newest,
-        from_beginning=newest is None,
+    await follow(
+        ctx, args, newest, lambda e: _print_event(ctx, e.model_dump(mode="json", exclude_none=True))
     )
-    async for event in watch:
-        _print_event(ctx, event.model_dump(mode="json", exclude_none=True))
     ctx.err.print("(the session was deleted or expired)")
     return 0
 

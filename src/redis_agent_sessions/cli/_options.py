@@ -55,7 +55,14 @@ def _show(p: argparse.ArgumentParser) -> None:
 def _tail(p: argparse.ArgumentParser) -> None:
     _session(p)
     p.add_argument("-n", "--lines", type=_count, default=10, help="events to show first (10)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new events until the session is deleted or Ctrl-C; waits "
+        "through Redis outages of any length (retrying every 0.5 s to 5 s) and goes on "
+        "after the last event printed",
+    )
     _json(p)
 
 
