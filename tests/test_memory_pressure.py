@@ -17,6 +17,7 @@ import asyncio
 import random
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,13 +30,17 @@ import redis
 from _local_cluster import free_ports, require_or_skip
 from redis_agent_sessions import (
     Content,
+    CorruptDataError,
     Event,
     EventActions,
+    GetSessionConfig,
     IncompleteSessionError,
     Part,
+    RedisMemoryService,
     RedisSessionService,
     SessionNotFoundError,
     SessionServiceConfig,
+    StoreFullError,
 )
 
 pytestmark = [pytest.mark.real]
@@ -90,6 +95,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         proc.wait(10)
 
 
+def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "redis_agent_sessions", *args, "--url", url]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
 @dataclass
 class Written:
     """What the store acknowledged for one session."""
@@ -102,7 +112,8 @@ class Written:
 
 
 def turn(i: int, sid: str) -> Event:
-    words = " ".join(random.choice(("flight", "hotel", "Lisbon", "seat", "window")) for _ in range(30))
+    choices = ("flight", "hotel", "Lisbon", "seat", "window")
+    words = " ".join(random.choice(choices) for _ in range(30))
     return Event(
         author="user" if i % 2 else "agent",
         content=Content(parts=[Part(text=f"turn {i} of {sid}: {words}")]),
@@ -147,7 +158,9 @@ def whole(session: Any, w: Written) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru"])
-async def test_an_evicted_session_is_never_returned_as_if_whole(server: Server, policy: str) -> None:
+async def test_an_evicted_session_is_never_returned_as_if_whole(
+    server: Server, policy: str
+) -> None:
     server.limit("6mb", policy)
     config = SessionServiceConfig(ttl_seconds=3600)
     async with RedisSessionService.from_url(server.url, config=config) as service:
@@ -156,19 +169,23 @@ async def test_an_evicted_session_is_never_returned_as_if_whole(server: Server, 
         outcomes = {"whole": 0, "incomplete": 0, "gone": 0}
         incomplete: set[str] = set()
         for w in written:
+            refused: IncompleteSessionError | None = None
             try:
                 s = await service.get_session(app_name=APP, user_id=w.user, session_id=w.sid)
             except IncompleteSessionError as exc:
-                assert exc.session_id == w.sid and exc.missing, exc
-                assert w.sid in str(exc) and "evicted" in str(exc)
+                refused = exc
+            if refused is not None:
+                assert refused.session_id == w.sid, refused
+                assert refused.missing
+                assert w.sid in str(refused)
+                assert "evicted" in str(refused)
                 outcomes["incomplete"] += 1
                 incomplete.add(w.sid)
-                continue
-            if s is None:
+            elif s is None:
                 outcomes["gone"] += 1
-                continue
-            assert whole(s, w), f"{w.sid}: a partial session was returned ({len(s.events)} events)"
-            outcomes["whole"] += 1
+            else:
+                assert whole(s, w), f"{w.sid}: a partial session was returned: {len(s.events)}"
+                outcomes["whole"] += 1
         # The eviction really split sessions, so the check above could have failed.
         assert outcomes["incomplete"] > 0, outcomes
         # A listing never shows part of a session's state either.
@@ -176,9 +193,151 @@ async def test_an_evicted_session_is_never_returned_as_if_whole(server: Server, 
             try:
                 listed = await service.list_sessions(app_name=APP, user_id=user)
             except IncompleteSessionError as exc:
-                assert exc.session_id in incomplete
+                refused = exc
+            else:
+                refused = None
+            if refused is not None:
+                assert refused.session_id in incomplete
                 continue
             by_id = {w.sid: w for w in written if w.user == user}
             for s in listed.sessions:
                 own = {k: v for k, v in s.state.items() if ":" not in k}
                 assert own == by_id[s.id].state
+
+
+def readiness_of(found: Any) -> dict[str, tuple[bool, str]]:
+    return {c.name: (c.ok, c.detail) for c in found.checks}
+
+
+@pytest.mark.parametrize(
+    ("policy", "ttl", "ready"),
+    [
+        ("volatile-lru", 3600, False),
+        ("volatile-lru", None, True),
+        ("allkeys-lru", None, False),
+        ("allkeys-lfu", 3600, False),
+        ("noeviction", 3600, True),
+    ],
+)
+async def test_readiness_names_a_policy_that_evicts_the_store(
+    server: Server, policy: str, ttl: int | None, ready: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.limit("64mb", policy)
+    config = SessionServiceConfig(ttl_seconds=ttl)
+    async with RedisSessionService.from_url(server.url, config=config) as service:
+        with caplog.at_level("WARNING", logger="redis_agent_sessions"):
+            for n in range(3):  # the first use warns, once
+                await service.get_session(app_name=APP, user_id="u", session_id=f"s{n}")
+        found = await service.check_ready()
+    ok, detail = readiness_of(found)["memory"]
+    assert (bool(found), ok) == (ready, ready), found
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    if ready:
+        assert "of 64.0 MiB used" in detail
+        assert policy in detail
+        assert warnings == []
+        return
+    assert f"maxmemory-policy {policy} lets Redis evict" in detail
+    assert ("any key" if policy.startswith("allkeys") else "ttl_seconds=3600") in detail
+    assert len(warnings) == 1
+    assert detail in warnings[0]
+    # Entries of the memory service have no TTL: only allkeys-* may evict them.
+    async with RedisMemoryService.from_url(server.url, backend="plain") as memory:
+        assert readiness_of(await memory.check_ready())["memory"][0] is (
+            not policy.startswith("allkeys")
+        )
+
+
+async def full(server: Server, service: RedisSessionService) -> tuple[Any, StoreFullError]:
+    """Fill a Redis limited to 3 MB under noeviction (``server.limit``) with one user's
+    sessions until a write is refused; the last session and the refusal. Used memory then
+    moves a little around the limit, so the limit goes down to 1 MB: the server stays full
+    for what follows."""
+    n = 0
+    while True:
+        s = await service.create_session(app_name=APP, user_id="u", session_id=f"s{n}")
+        n += 1
+        for i in range(20):
+            try:
+                await service.append_event(s, turn(i, s.id))
+            except StoreFullError as exc:
+                server.admin.config_set("maxmemory", "1mb")
+                return s, exc
+
+
+async def test_a_full_redis_refuses_writes_as_full_and_keeps_serving_reads(server: Server) -> None:
+    async with (
+        RedisSessionService.from_url(server.url) as service,
+        RedisMemoryService.from_url(server.url, backend="plain") as memory,
+    ):
+        server.limit("3mb", "noeviction")
+        told = await service.create_session(app_name=APP, user_id="u", session_id="told")
+        await service.append_event(told, turn(0, "told"))
+        await memory.add_session_to_memory(told)
+        last, refusal = await full(server, service)
+        assert "out of memory" in str(refusal)
+        assert "nothing was written" in str(refusal)
+        assert not isinstance(refusal, CorruptDataError)
+        # Nothing half-written: the session reads as it was before the refused append.
+        again = await service.get_session(app_name=APP, user_id="u", session_id=last.id)
+        assert again is not None
+        assert [e.id for e in again.events] == [e.id for e in last.events]
+        assert again.state == last.state
+        with pytest.raises(StoreFullError):
+            await service.create_session(app_name=APP, user_id="u", session_id="one-more")
+        # Redis lets a script that has written go past the limit (never half way), and
+        # used memory moves a little: memory ingestion is refused as full, or done whole.
+        try:
+            await memory.add_session_to_memory(again)
+        except StoreFullError:
+            pass
+        # Every read path works at full memory.
+        found = await service.check_ready()
+        checks = readiness_of(found)
+        assert checks["scripts"][0]
+        assert not found
+        assert checks["memory"][1].startswith("writes are refused: Redis is out of memory")
+        assert (await service.get_session(app_name=APP, user_id="u", session_id="told")) is not None
+        recent = await service.get_session(
+            app_name=APP,
+            user_id="u",
+            session_id=last.id,
+            config=GetSessionConfig(num_recent_events=2),
+        )
+        assert recent is not None
+        assert len(recent.events) == min(2, len(last.events))
+        stale = await service.get_session(app_name=APP, user_id="u", session_id="told")
+        assert stale is not None
+        await service.refresh(stale)
+        listed = await service.list_sessions(app_name=APP, user_id="u")
+        assert {"told", last.id} <= {s.id for s in listed.sessions}
+        page = await service.list_events(app_name=APP, user_id="u", session_id="told")
+        assert [e.id for e in page.events] == [e.id for e in told.events]
+        watched = []
+        async for event in service.watch(
+            app_name=APP, user_id="u", session_id="told", from_beginning=True
+        ):
+            watched.append(event.id)
+            break
+        assert watched == [told.events[0].id]
+        hits = await memory.search_memory(app_name=APP, user_id="u", query="turn 0 of told")
+        assert hits.memories
+        # Deleting works, and frees memory.
+        await service.delete_session(app_name=APP, user_id="u", session_id=last.id)
+        assert await service.get_session(app_name=APP, user_id="u", session_id=last.id) is None
+
+
+@pytest.mark.cli
+async def test_operators_read_everything_at_full_memory(server: Server) -> None:
+    server.limit("3mb", "noeviction")
+    async with RedisSessionService.from_url(server.url) as service:
+        last, _ = await full(server, service)
+    for command in (["show", APP, "u", last.id], ["export", APP], ["ls", APP], ["stats"]):
+        done = cli(server.url, *command)
+        assert done.returncode == 0, (command, done.stderr)
+    stats = cli(server.url, "stats").stdout
+    assert "maxmemory-policy noeviction" in stats, stats
+    assert "of 1.0 MiB used" in stats, stats
+    ping = cli(server.url, "ping")
+    assert ping.returncode == 1
+    assert "writes are refused: Redis is out of memory" in ping.stdout

@@ -49,12 +49,17 @@ async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
     before = await stored(redis_client)
     readiness = await service.check_ready()
     assert readiness, readiness
-    assert names(readiness) == [("redis", True), ("scripts", True)]
+    assert names(readiness) == [("redis", True), ("scripts", True), ("memory", True)]
     assert all(c.detail and c.seconds >= 0 for c in readiness.checks)
     assert await stored(redis_client) == before
     memory = RedisMemoryService(worker_client, backend="plain")
     found = await memory.check_ready()
-    assert names(found) == [("redis", True), ("memory backend", True), ("search", True)]
+    assert names(found) == [
+        ("redis", True),
+        ("memory backend", True),
+        ("search", True),
+        ("memory", True),
+    ]
     assert found.checks[1].detail == "plain backend"
 
 
@@ -70,7 +75,7 @@ async def test_a_user_missing_a_permission_is_not_ready_and_told_which(missing: 
         async with acl_user(admin, without=missing) as worker:
             readiness = await RedisSessionService(worker).check_ready()
     assert not readiness
-    assert names(readiness) == [("redis", True), ("scripts", False)]
+    assert names(readiness) == [("redis", True), ("scripts", False), ("memory", False)]
     assert missing in readiness.checks[1].detail.lower()
     assert readiness.checks[1].detail.startswith("PermissionDeniedError")
 
@@ -78,7 +83,7 @@ async def test_a_user_missing_a_permission_is_not_ready_and_told_which(missing: 
 async def test_an_unreachable_server_is_not_ready_and_nothing_else_runs() -> None:
     async with RedisSessionService.from_url("redis://127.0.0.1:1/0") as service:
         readiness = await service.check_ready()
-    assert names(readiness) == [("redis", False), ("scripts", False)]
+    assert names(readiness) == [("redis", False), ("scripts", False), ("memory", False)]
     assert readiness.checks[0].detail.startswith("ConnectionError")
     assert readiness.checks[1].detail == "not run: redis failed"
     async with RedisMemoryService.from_url("redis://127.0.0.1:1/0") as memory:
@@ -107,7 +112,7 @@ async def test_a_server_that_never_answers_is_not_ready_within_the_timeout(
     url = f"redis://127.0.0.1:{silent_port}/0"
     async with RedisSessionService.from_url(url, socket_timeout=30) as service:
         readiness = await asyncio.wait_for(service.check_ready(timeout=0.3), 5)
-    assert names(readiness) == [("redis", False), ("scripts", False)]
+    assert names(readiness) == [("redis", False), ("scripts", False), ("memory", False)]
     assert readiness.checks[0].detail == "no answer within 0.3 s"
 
 
@@ -128,8 +133,8 @@ async def test_a_write_concern_without_enough_replicas_is_not_ready() -> None:
         )
         async with RedisSessionService.from_url(url, config=config) as service:
             readiness = await service.check_ready()
-        assert names(readiness)[-1] == ("write concern", ready), readiness
-    assert "1 of 2 replicas confirmed within 300 ms" in readiness.checks[-1].detail
+        assert names(readiness)[-2] == ("write concern", ready), readiness
+    assert "1 of 2 replicas confirmed within 300 ms" in readiness.checks[-2].detail
 
 
 @pytest.mark.real
@@ -141,7 +146,12 @@ async def test_memory_on_a_server_without_the_search_module_is_not_ready_for_sea
         await admin.flushdb()
     async with RedisMemoryService.from_url(url, backend="search") as memory:
         readiness = await memory.check_ready()
-    assert names(readiness) == [("redis", True), ("memory backend", False), ("search", False)]
+    assert names(readiness) == [
+        ("redis", True),
+        ("memory backend", False),
+        ("search", False),
+        ("memory", False),
+    ]
     assert readiness.checks[1].detail.startswith("MemoryIndexError")
     async with RedisMemoryService.from_url(skip_without("REDIS_SEARCH_URL")) as memory:
         found = await memory.check_ready()
@@ -166,6 +176,7 @@ def test_the_ping_command_exits_0_1_or_2(variable: str) -> None:
         "redis",
         "memory backend",
         "search",
+        "memory",
     ]
     table = ping("--url", url)
     assert (table.returncode, table.stdout.strip().splitlines()[-1]) == (0, "ready")

@@ -14,11 +14,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
+from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
+from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
 
-__all__ = ["PROBE_ID", "Check", "Readiness", "run_checks"]
+__all__ = ["PROBE_ID", "Check", "NotReady", "Probe", "Readiness", "memory_probe", "run_checks"]
 
 PROBE_ID = "readiness-probe"
 """App, user and session id of the session the script checks ask for (never created)."""
@@ -53,6 +55,28 @@ Probe = Callable[[], Awaitable[str]]
 """A check: returns what it found, raises why it failed."""
 
 
+class NotReady(RedisSessionsError):
+    """A check found what stops the service (its message is the whole detail)."""
+
+
+def memory_probe(topology: Topology, ttl: str | None) -> Probe:
+    """The memory check: fails when Redis is full (writes refused) or when its
+    ``maxmemory-policy`` may evict the store's keys (``ttl``: what gives sessions a TTL,
+    see :mod:`redis_agent_sessions._redis.pressure`). A server that does not tell (INFO
+    refused to this user, fakeredis) passes, saying so."""
+
+    async def probe() -> str:
+        try:
+            policies = await read_policies(topology)
+        except ResponseError as exc:
+            return f"not checked: INFO memory refused ({_first_line(exc)})"
+        if why := problem(policies, ttl):
+            raise NotReady(why)
+        return fullest(policies).describe()
+
+    return probe
+
+
 async def run_checks(probes: Sequence[tuple[str, Probe]], timeout: float) -> Readiness:
     """Run ``probes`` in order, each within what is left of ``timeout`` seconds."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -70,6 +94,8 @@ async def run_checks(probes: Sequence[tuple[str, Probe]], timeout: float) -> Rea
             ok = True
         except (TimeoutError, asyncio.TimeoutError):
             detail, ok = f"no answer within {timeout:g} s", False
+        except NotReady as exc:
+            detail, ok = str(exc), False
         except (RedisSessionsError, RedisError, OSError) as exc:
             detail, ok = f"{type(exc).__name__}: {_first_line(exc)}", False
         checks.append(Check(name, ok, detail, time.monotonic() - started))

@@ -106,7 +106,8 @@ _COMMAND = re.compile(r"run the '([^']+)' command")
 def store_full(exc: ResponseError | str) -> StoreFullError:
     """Redis's OOM refusal as a StoreFullError. Redis refuses only a script's first write
     (later ones run, so that a script never stops half way), so nothing was written."""
-    return StoreFullError(str(exc).split(" script: ", 1)[0].strip())
+    said = str(exc).split(" script: ", 1)[0].strip()
+    return StoreFullError(said.removeprefix("OOM ").strip())
 
 
 def permission_error(exc: ResponseError, key: str | None) -> PermissionDeniedError:

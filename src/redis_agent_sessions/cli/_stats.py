@@ -15,11 +15,12 @@ from typing import Any
 
 import orjson
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from redis_agent_sessions._messages import plural, size
 from redis_agent_sessions._redis.codec import text
-from redis_agent_sessions.cli._context import Context, NotFound
+from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
+from redis_agent_sessions.cli._context import Context, NotFound, first_line
 from redis_agent_sessions.keys import split_app_member, unescape
 from redis_agent_sessions.sessions._sweep import DEFAULT_OLDER_THAN, MAX_SWEEP_LIMIT
 
@@ -42,6 +43,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         raise NotFound(f"no sessions or app state for app {args.app!r}")
     report: dict[str, Any] = {
         "server": await _server(ctx),
+        "memory": await _memory(ctx),
         "memory_backend": text(await ctx.client.get(ctx.keys.memory_backend()) or "not chosen"),
         "memory_vectors": _vectors(await ctx.client.get(ctx.keys.memory_vectors())),
         "apps": rows,
@@ -55,6 +57,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         f"{', '.join(server['modules']) or 'none'}; memory backend: {report['memory_backend']}"
         + _vectors_text(report["memory_vectors"])
     )
+    ctx.out.print(f"Memory: {report['memory']['text']}")
     columns = ["APP", "SESSIONS", "EXPIRED", "USERS", "EVENTS", "MEMORY ENTRIES", "BYTES (EST.)"]
     table = ctx.table(*columns, *(["SWEEP DUE", "UNAPPLIED"] if ctx.cluster else []))
     for row in rows:
@@ -186,6 +189,20 @@ async def _server(ctx: Context) -> dict[str, Any]:
         "mode": "cluster" if ctx.cluster else info.get("redis_mode", "standalone"),
         "modules": names,
     }
+
+
+async def _memory(ctx: Context) -> dict[str, Any]:
+    """Used and maximum memory and the policy (of the fullest primary on a cluster), and
+    what that policy means for the store; what stops it is said as readiness says it."""
+    try:
+        policies = await read_policies(ctx.engine.layout.topology)
+    except RedisError as exc:  # INFO may be refused to a restricted user
+        return {"text": f"unknown (INFO memory: {first_line(exc)})"}
+    top = fullest(policies)
+    found = {"used": top.used, "maxmemory": top.maxmemory, "policy": top.policy}
+    where = f" (the fullest of {len(policies)} primaries)" if len(policies) > 1 else ""
+    warning = problem(policies, "those given ttl_seconds or a ttl of their own")
+    return {**found, "text": top.describe() + where + (f"; {warning}" if warning else "")}
 
 
 def _pairs(module: Any) -> dict[Any, Any]:

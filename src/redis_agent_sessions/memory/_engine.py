@@ -19,8 +19,9 @@ from typing import Any, Literal
 import orjson
 from redis.exceptions import NoPermissionError, ResponseError
 
-from redis_agent_sessions._health import PROBE_ID, Readiness, run_checks
+from redis_agent_sessions._health import PROBE_ID, Probe, Readiness, memory_probe, run_checks
 from redis_agent_sessions._redis.codec import check_id, check_sequence, text
+from redis_agent_sessions._redis.pressure import warn_once
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
@@ -107,7 +108,13 @@ class MemoryEngine:
             )
             return "a search runs"
 
-        probes = [("redis", self._topology.reach), ("memory backend", backend), ("search", search)]
+        probes: list[tuple[str, Probe]] = [
+            ("redis", self._topology.reach),
+            ("memory backend", backend),
+            ("search", search),
+        ]
+        # Memory entries never have a TTL: only an allkeys-* policy evicts them.
+        probes.append(("memory", memory_probe(self._topology, None)))
         return await run_checks(probes, timeout)
 
     async def _ready(
@@ -119,6 +126,7 @@ class MemoryEngine:
             async with self._lock:
                 if self._store is None or self._search is None:
                     await self._topology.ready()
+                    await warn_once(self._topology, None)
                     self._store, self._search = await self._open_backend()
         if app is not None and user is not None and isinstance(self._search, IndexSearch):
             await self._search.ensure_index(app, user, rebuild=self._adopting)

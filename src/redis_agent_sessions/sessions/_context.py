@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
+from redis_agent_sessions._redis.pressure import warn_once
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.sessions._cache import ReadCache
@@ -39,12 +40,24 @@ class Context(Generic[S, E]):
     """Turns of this worker's writers on a session (``reject`` policy only)."""
     telemetry: Telemetry | None = None
     """Spans and counters (``SessionServiceConfig.telemetry``), or None."""
+    policy_checked: bool = False
+    """Whether the server's maxmemory-policy was looked at (the first operation does)."""
+
+    @property
+    def ttl(self) -> str | None:
+        """What gives this service's sessions a TTL, as readiness and warnings say it."""
+        seconds = self.config.ttl_seconds
+        return f"ttl_seconds={seconds}" if seconds else None
 
     async def ready(self, *, write: bool = False) -> None:
         """Before an operation: the client is initialized, and before a write, the server
-        can confirm writes as the write concern asks."""
-        # Two checks, no awaits, on the path of every call once the client is ready.
+        can confirm writes as the write concern asks. The first one warns (a log line) when
+        the server may evict this store's keys."""
+        # Three checks, no awaits, on the path of every call once the client is ready.
         if self.layout.topology.fresh:
             await self.layout.ready()
+        if not self.policy_checked:
+            self.policy_checked = True
+            await warn_once(self.layout.topology, self.ttl)
         if write and self.runner.concern is not None:
             await self.runner.check_server()

@@ -32,8 +32,9 @@
 --         when the ACL user may not run a command it needs (nothing written)
 local cluster, unapplied = layout(ARGV[7])
 local refused = denied_each('TYPE', KEYS)
-  or denied('EXISTS', KEYS[1], 'DEL', KEYS[2], 'DEL', KEYS[3], 'DEL', KEYS[4], 'HSET', KEYS[1],
-    'HSET', KEYS[2], 'HSET', KEYS[5], 'ZADD', KEYS[6], 'ZADD', KEYS[7], 'HGETALL', KEYS[5])
+  or denied('EXISTS', KEYS[1], 'EXISTS', KEYS[2], 'EXISTS', KEYS[3], 'EXISTS', KEYS[4],
+    'DEL', KEYS[2], 'DEL', KEYS[3], 'DEL', KEYS[4], 'HSET', KEYS[1], 'HSET', KEYS[2],
+    'HSET', KEYS[5], 'ZADD', KEYS[6], 'ZADD', KEYS[7], 'HGETALL', KEYS[5])
   or (cluster and denied('XADD', KEYS[8], 'XTRIM', KEYS[8], 'XRANGE', KEYS[8]))
   or (not cluster and denied('HSET', KEYS[8], 'HGETALL', KEYS[8], 'ZADD', KEYS[9],
     'ZADD', KEYS[10], 'ZADD', KEYS[11], 'ZADD', KEYS[12], 'ZREM', KEYS[12], 'ZRANGE', KEYS[12]))
@@ -55,7 +56,11 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 
 -- Leftovers of an expired or hand-deleted session must not reappear under the new one.
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+-- Only when there are any: at full memory Redis refuses a script's first write only if it
+-- may grow memory, and lets the rest through; a DEL first would let a create past the limit.
+if redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) > 0 then
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+end
 
 local ttl = tonumber(ARGV[5])
 local expires = ttl > 0 and expires_at(ARGV[9], ttl)
