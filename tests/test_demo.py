@@ -25,7 +25,7 @@ import redis
 
 from _servers import skip_without
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
-from redis_agent_sessions.demo._output import browse_command, removal_command
+from redis_agent_sessions.demo._output import RedisCli, browse_command, removal_commands
 from redis_agent_sessions.demo._worker import APP, CONVERSATIONS
 from redis_agent_sessions.keys import KeySpace
 
@@ -51,7 +51,7 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
-def _assert_story(out: str) -> None:
+def _assert_story(out: str, prefix: str = "ras-demo") -> None:
     assert re.search(r"Checks: (\d+)/\1 passed", out), out
     assert "[FAIL]" not in out
     assert "append rejected: StaleSessionError" in out
@@ -60,7 +60,7 @@ def _assert_story(out: str) -> None:
         assert f"{user} turn 2:" in out
     workers = set(re.findall(r"(worker-\d) \(pid \d+\) user\d turn", out))
     assert workers == {"worker-1", "worker-2", "worker-3"}
-    assert "XRANGE 'ras-demo" in out
+    assert f"XRANGE '{prefix}" in out
 
 
 def _gone(pid: int) -> bool:
@@ -116,20 +116,129 @@ def test_demo_with_redis_url_uses_its_own_prefix_only() -> None:
 @pytest.mark.slow
 @pytest.mark.real
 def test_demo_with_redis_url_refuses_a_used_prefix() -> None:
-    url = _db3(skip_without("REDIS_URL"))
-    prefix = f"ras-demo-test-{secrets.token_hex(4)}"
-    with redis.Redis.from_url(url) as client:
+    # The URL's key_prefix is the namespace the demo may use (an ACL may allow no other):
+    # --key-prefix goes under it.
+    outer = f"ras-demo-test-{secrets.token_hex(4)}"
+    url = _db3(skip_without("REDIS_URL")) + f"?key_prefix={outer}"
+    prefix = f"{outer}:inner"
+    with redis.Redis.from_url(_db3(skip_without("REDIS_URL"))) as client:
         try:
-            assert _run([*DEMO, "--key-prefix", prefix], _env(REDIS_URL=url)).returncode == 0
-            again = _run([*DEMO, "--key-prefix", prefix], _env(REDIS_URL=url))
+            first = _run([*DEMO, "--key-prefix", "inner"], _env(REDIS_URL=url))
+            assert first.returncode == 0, first.stdout + first.stderr
+            assert f"all keys under the prefix '{prefix}'" in first.stdout
+            _assert_story(first.stdout, prefix)
+            assert first.stdout.rstrip().endswith(f" --key-prefix {prefix}")
+            assert {k.split(b":", 2)[1] for k in client.scan_iter(match=f"{outer}:*")} == {b"inner"}
+            again = _run([*DEMO, "--key-prefix", "inner"], _env(REDIS_URL=url))
             assert again.returncode == 1
             assert "already exists" in again.stderr
             # One line, in the CLI's style.
             assert again.stderr.strip().startswith("redis-agent-sessions: demo failed: ")
         finally:
+            keys = list(client.scan_iter(match=f"{outer}:*", count=1000))
+            if keys:
+                client.delete(*keys)
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_demo_into_a_closed_pipe_ends_quietly_as_unix_tools_do() -> None:
+    """``demo | head``: the entry point every command shares stops it silently with the
+    status of a process SIGPIPE ended, its workers stopped."""
+    url = _db3(skip_without("REDIS_URL"))
+    prefix = f"ras-demo-test-{secrets.token_hex(4)}"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [*DEMO, "--key-prefix", prefix],
+            env=_env(REDIS_URL=url),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+        with redis.Redis.from_url(url) as client:
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 client.delete(*keys)
+    assert (result.returncode, result.stderr) == (141, "")
+
+
+@pytest.mark.slow
+@pytest.mark.real
+@pytest.mark.cluster
+def test_demo_runs_on_a_cluster_under_the_urls_key_prefix() -> None:
+    """REDIS_URL with cluster=true, as every from_url reads it, and a key_prefix: the demo's
+    fresh prefix goes under it, and every command it prints works on the cluster."""
+    node = skip_without("REDIS_CLUSTER_URL")
+    outer = f"ras-demo-test-{secrets.token_hex(4)}"
+    url = f"{node}/0?cluster=true&key_prefix={outer}"
+    cluster = redis.RedisCluster.from_url(node)
+    try:
+        result = _run(DEMO, _env(REDIS_URL=url))
+        assert result.returncode == 0, result.stdout + result.stderr
+        found = re.search(
+            rf"all keys under the prefix '({outer}:ras-demo-[0-9a-f]{{8}})'", result.stdout
+        )
+        assert found, result.stdout
+        prefix = found[1]
+        _assert_story(result.stdout, prefix)
+        written = _cluster_keys(cluster, f"{outer}:*")
+        assert written
+        assert all(k.startswith(f"{prefix}:") for k in written)
+        # The printed redis-cli commands reach the cluster: they follow its redirects.
+        meta_command = r"\$ (redis-cli -p \d+ -c HGETALL '[^']+:session:user1-trip')\n"
+        shown = re.search(meta_command, result.stdout)
+        assert shown, result.stdout
+        if shutil.which("redis-cli"):
+            meta = subprocess.run(
+                ["bash", "-c", shown[1]], capture_output=True, text=True, timeout=30, check=True
+            )
+            assert "app_name" in meta.stdout, meta.stdout + meta.stderr
+        browse = f"redis-agent-sessions ls booking_app --url '{url}' --key-prefix {prefix}"
+        assert result.stdout.rstrip().endswith(f"\n  {browse}")
+        if importlib.util.find_spec("rich") is not None:  # the [cli] extra
+            listed = _run([*DEMO[:-1], *shlex.split(browse)[1:]], _env())
+            assert listed.returncode == 0, listed.stderr
+            assert re.search(r"\suser1-trip-2\s", listed.stdout), listed.stdout
+        # A cluster is scanned node by node: the removal names every primary.
+        removal = result.stdout.split("with, on each primary:\n", 1)[1].split("\nList", 1)[0]
+        lines = [line.strip() for line in removal.splitlines()]
+        assert len(lines) == len(cluster.get_primaries()), removal
+        if shutil.which("redis-cli"):
+            for line in lines:
+                subprocess.run(["bash", "-c", line], check=True, timeout=60, capture_output=True)
+            assert _cluster_keys(cluster, f"{outer}:*") == []
+    finally:
+        for key in _cluster_keys(cluster, f"{outer}:*"):
+            cluster.delete(key)
+        cluster.close()
+
+
+def _cluster_keys(cluster: Any, pattern: str) -> list[str]:
+    return sorted(
+        k.decode()
+        for n in cluster.get_primaries()
+        for k in cluster.scan_iter(match=pattern, count=1000, target_nodes=n)
+    )
+
+
+@pytest.mark.real
+@pytest.mark.cluster
+def test_demo_on_a_cluster_without_cluster_true_says_so_in_one_line() -> None:
+    node = skip_without("REDIS_CLUSTER_URL")
+    result = _run(DEMO, _env(REDIS_URL=f"{node}/0"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Redis Cluster" in lines[0]
+    assert "cluster=true" in lines[0]
+    assert "Started" not in result.stdout  # no worker was started
 
 
 @pytest.mark.parametrize(
@@ -141,6 +250,11 @@ def test_demo_with_redis_url_refuses_a_used_prefix() -> None:
         "redis://127.0.0.1:99999/0",
         "redis://127.0.0.1/0?socket_timeout=soon",
         "redis://:s3cret@[::1/0",
+        # The library's URL reader is the demo's: its settings, and nothing else.
+        "redis://127.0.0.1/0?bogus=1",
+        "redis://127.0.0.1/0?key_prefix={x}",
+        "redis://127.0.0.1/0?cluster=perhaps",
+        "rediss://127.0.0.1/0?ssl_cert_reqs=sometimes",
     ],
 )
 def test_demo_malformed_redis_url_exits_2_with_one_line(url: str) -> None:
@@ -157,7 +271,7 @@ def test_demo_malformed_redis_url_exits_2_with_one_line(url: str) -> None:
 
 def test_removal_pattern_matches_only_the_prefix() -> None:
     # A --key-prefix holding glob characters must not widen what the command deletes.
-    command = removal_command("redis://127.0.0.1:7000/2", "demo*[x]")
+    [command] = removal_commands(RedisCli.of("redis://127.0.0.1:7000/2", None), "demo*[x]")
     pattern = re.search(r"--pattern '([^']+)'", command)
     assert pattern, command
     assert pattern[1] == r"demo\*\[x\]:*"
@@ -169,7 +283,8 @@ async def test_removal_pattern_finds_exactly_the_demo_keys(redis_client: Any) ->
     mine, others = [f"{prefix}:a", f"{prefix}:{{b:c}}:d"], ["demoZx:a", "demo*[x]x:a", "other"]
     for key in mine + others:
         await redis_client.set(key, "1")
-    pattern = re.search(r"--pattern '([^']+)'", removal_command("redis://h/0", prefix))
+    [command] = removal_commands(RedisCli.of("redis://h/0", None), prefix)
+    pattern = re.search(r"--pattern '([^']+)'", command)
     assert pattern
     found = [k.decode() async for k in redis_client.scan_iter(match=pattern[1])]
     assert sorted(found) == sorted(mine)
@@ -194,6 +309,32 @@ def test_documented_key_examples_name_what_the_demo_writes() -> None:
         session.app_expiry,
     }  # fmt: skip
     assert set(examples) == expected
+
+
+def test_the_redis_cli_commands_reach_the_server_as_the_url_does() -> None:
+    """TLS files, a user and a database from the URL; a cluster's any-key command follows
+    redirects, and its removal goes node by node, one key a call (a node refuses keys of two
+    slots in one UNLINK)."""
+    tls = RedisCli.of(
+        "rediss://ops:pw@db.example:6380/2?ssl_ca_certs=/ca.crt&ssl_certfile=/c.crt"
+        "&ssl_keyfile=/c.key&ssl_cert_reqs=none&key_prefix=p&socket_timeout=3",
+        None,
+    )
+    assert tls.any_key == [
+        "redis-cli", "-h", "db.example", "-p", "6380", "--user", "ops", "--tls",
+        "--cacert", "/ca.crt", "--cert", "/c.crt", "--key", "/c.key", "--insecure", "-n", "2",
+    ]  # fmt: skip
+    assert tls.note == " (add -a <password>)"
+    assert "pw" not in " ".join(tls.any_key)
+    cluster = RedisCli.of(
+        "redis://127.0.0.1:7000/0?cluster=true", [("127.0.0.1", 7001), ("h", 7002)]
+    )
+    assert cluster.any_key == ["redis-cli", "-p", "7000", "-c"]
+    assert removal_commands(cluster, "p") == [
+        "redis-cli -p 7001 --scan --pattern 'p:*' | xargs -r -n 1 redis-cli -p 7001 UNLINK",
+        "redis-cli -h h -p 7002 --scan --pattern 'p:*' | xargs -r -n 1 redis-cli -h h -p 7002"
+        " UNLINK",
+    ]
 
 
 def test_browse_command_works_as_printed_and_shows_no_password() -> None:

@@ -72,10 +72,12 @@ def _demo_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         description=(
             "Runs worker processes that serve interleaved turns of a scripted flight-booking "
             "conversation for several users, shows a stale writer being rejected, checks the "
-            "result and prints the redis-cli commands to inspect it. Uses REDIS_URL when set "
-            "(keys under a fresh ras-demo-<random> prefix, nothing else touched, kept for the "
-            "`redis-agent-sessions ls` command it ends with); otherwise starts and finally "
-            "stops a throwaway local redis-server."
+            "result and prints the redis-cli commands to inspect it. Uses REDIS_URL when set, "
+            "read as the library reads URLs (?cluster=true for a Redis Cluster, TLS files, "
+            "...; keys under a fresh ras-demo-<random> prefix, nested under the URL's "
+            "key_prefix if any, nothing else touched, kept for the `redis-agent-sessions ls` "
+            "command it ends with); otherwise starts and finally stops a throwaway local "
+            "redis-server."
         ),
     )
     demo.add_argument(
@@ -84,7 +86,8 @@ def _demo_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     demo.add_argument(
         "--key-prefix",
         help="key prefix for the demo's data (default: ras-demo, or ras-demo-<random> "
-        "with REDIS_URL); must not hold an earlier demo run",
+        "with REDIS_URL; under the URL's key_prefix if it has one); must not hold an earlier "
+        "demo run",
     )
 
 

@@ -19,36 +19,39 @@ import json
 import multiprocessing
 import os
 import secrets
+import shlex
 import sys
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 import redis
-from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError, RedisClusterException
 
 from redis_agent_sessions._messages import PROG, plural, say_error
+from redis_agent_sessions._redis.lifecycle import AnyRedis, is_cluster_client
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.demo._output import (
+    RedisCli,
     browse_command,
     needs_cli_extra,
     print_inspection,
     redact,
-    removal_command,
+    removal_commands,
     show,
     text,
-    url_problem,
 )
 from redis_agent_sessions.demo._worker import (
     APP,
     CONVERSATIONS,
     SCRIPT,
+    connect,
     queue_key,
     results_key,
     worker_main,
 )
-from redis_agent_sessions.errors import AlreadyExistsError
+from redis_agent_sessions.errors import AlreadyExistsError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.sessions import RedisSessionService
 
@@ -56,6 +59,8 @@ __all__ = ["run_demo"]
 
 REPORT_TIMEOUT = 20
 """Seconds to wait for any worker report before giving up (the demo never hangs)."""
+REACH_TIMEOUT = 10
+"""Seconds the first PING may take (a host that drops packets would hang it)."""
 
 
 class DemoError(Exception):
@@ -66,18 +71,7 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
     """Run the demo; returns the process exit code (0 ok, 1 failed check, 2 no Redis)."""
     url = os.environ.get("REDIS_URL")
     if url:
-        problem = url_problem(url)
-        if problem is not None:
-            # Exit 1 means a failed self-check; a URL that names no server is like no server.
-            say_error(
-                f"REDIS_URL={redact(url)!r} is not a Redis URL: {problem} "
-                "(use redis://[:password@]host:port/db, rediss://... or unix:///path)"
-            )
-            return 2
-        # Never touch a user's existing keys: everything goes under a fresh prefix.
-        prefix = key_prefix or f"ras-demo-{secrets.token_hex(4)}"
-        print(f"Using REDIS_URL={redact(url)}, all keys under the prefix {prefix!r}")
-        return _run(url, prefix, workers, own_server=False)
+        return _run(url, key_prefix, workers, own_server=False)
     binary = find_redis_server()
     if binary is None:
         say_error(
@@ -96,7 +90,7 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
             f"Started a throwaway redis-server (pid {server.pid}) on 127.0.0.1:{server.port}, "
             f"binary {binary}.\nIt keeps nothing on disk and is stopped when the demo ends."
         )
-        return _run(server.url, key_prefix or "ras-demo", workers, own_server=True)
+        return _run(server.url, key_prefix, workers, own_server=True)
     finally:
         server.stop()
         # No listing command here: it would name a server that no longer exists.
@@ -107,13 +101,90 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
         )
 
 
-def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
+def _run(url: str, key_prefix: str | None, n_workers: int, *, own_server: bool) -> int:
     try:
-        with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
-            client.ping()
-    except redis.RedisError as exc:
-        say_error(f"cannot reach Redis at {redact(url)}: {exc}")
+        client, config = connect(url)
+    except (InvalidInputError, ValueError) as exc:
+        # Exit 1 means a failed self-check; a URL that names no server is like no server.
+        problem = str(exc).replace("\n", " ")
+        say_error(f"REDIS_URL={redact(url)!r} is not a Redis URL the demo can use: {problem}")
         return 2
+    prefix = _prefix(config, key_prefix, own_server=own_server)
+    config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": prefix})
+    if not own_server:
+        print(f"Using REDIS_URL={redact(url)}, all keys under the prefix {prefix!r}")
+    return asyncio.run(_dispatch(client, url, config, n_workers, own_server=own_server))
+
+
+def _prefix(config: SessionServiceConfig, asked: str | None, *, own_server: bool) -> str:
+    """The demo's key prefix: ``--key-prefix``, else ``ras-demo``, made fresh on a server of
+    the user's so that no existing key is touched; under the URL's ``key_prefix`` when it
+    gives one, the namespace the user may write to (an ACL may allow no other)."""
+    if asked is None:
+        asked = "ras-demo" if own_server else f"ras-demo-{secrets.token_hex(4)}"
+    if "key_prefix" in config.model_fields_set:
+        return f"{config.key_prefix}:{asked}"
+    return asked
+
+
+async def _dispatch(
+    client: AnyRedis, url: str, config: SessionServiceConfig, n_workers: int, *, own_server: bool
+) -> int:
+    try:
+        problem = await _unreachable(client, url)
+        if problem is not None:
+            say_error(problem)
+            return 2
+        cli = RedisCli.of(url, _primaries(client))
+        return await _with_workers(client, url, config, cli, n_workers, own_server=own_server)
+    finally:
+        await client.aclose()
+
+
+def _primaries(client: AnyRedis) -> list[tuple[str, int]] | None:
+    """A cluster client's primaries (host, port), None for one node: the client was made
+    for what the URL asks, so that is where the demo learns which it has."""
+    if not is_cluster_client(client):
+        return None
+    cluster: Any = client  # a RedisCluster, which is_cluster_client does not tell mypy
+    return [(str(node.host), int(node.port)) for node in cluster.get_primaries()]
+
+
+async def _unreachable(client: AnyRedis, url: str) -> str | None:
+    """Why the demo cannot use the server, in one line; None when it can."""
+    try:
+        await asyncio.wait_for(client.ping(), REACH_TIMEOUT)
+        if is_cluster_client(client):
+            return None
+        try:
+            info = await client.info("cluster")
+        except NoPermissionError:
+            return None  # a least-privilege user: it may not ask, so it is not told
+    except asyncio.TimeoutError:
+        return f"cannot reach Redis at {redact(url)}: no answer within {REACH_TIMEOUT} s"
+    except (redis.RedisError, RedisClusterException, OSError) as exc:
+        return f"cannot reach Redis at {redact(url)}: {exc}"
+    if info.get("cluster_enabled"):
+        # A single-node client meets MOVED replies on most keys: every from_url needs the
+        # URL to say cluster=true, and so does the demo.
+        asked = redact(url) + ("&" if "?" in url else "?") + "cluster=true"
+        return (
+            f"REDIS_URL={redact(url)} names a node of a Redis Cluster: say so in its query, "
+            f"REDIS_URL={shlex.quote(asked)}, as every from_url of the library needs"
+        )
+    return None
+
+
+async def _with_workers(
+    client: AnyRedis,
+    url: str,
+    config: SessionServiceConfig,
+    cli: RedisCli,
+    n_workers: int,
+    *,
+    own_server: bool,
+) -> int:
+    prefix = config.key_prefix
     names = [f"worker-{i + 1}" for i in range(n_workers)]
     ctx = multiprocessing.get_context("spawn")
     procs: list[BaseProcess] = [
@@ -126,13 +197,13 @@ def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
             f"Started {plural(n_workers, 'worker process', 'worker processes')}: "
             + ", ".join(f"{p.name} (pid {p.pid})" for p in procs)
         )
-        return asyncio.run(_main(url, _Workers(prefix, procs), own_server=own_server))
-    except (DemoError, redis.RedisError) as exc:
+        return await _main(client, config, cli, _Workers(prefix, procs, client), own_server)
+    except (DemoError, redis.RedisError, RedisClusterException) as exc:
         print(file=sys.stderr)  # apart from the story on stdout, in a terminal
         say_error(f"demo failed: {exc}")
         return 1
     finally:
-        _stop_workers(url, prefix, procs)
+        await _stop_workers(client, prefix, procs)
         if not own_server:
             # The data stays for inspection rather than expiring: a TTL could only cover a
             # session's own keys (user: and app: state and the indexes never expire), and
@@ -140,31 +211,34 @@ def _run(url: str, prefix: str, n_workers: int, *, own_server: bool) -> int:
             extra = ""
             if needs_cli_extra():
                 extra = f" (needs the [cli] extra: pip install '{PROG}[cli]')"
+            where = ", on each primary" if cli.cluster else ""
+            removal = "\n  ".join(removal_commands(cli, prefix))
             print(
                 f"\nThe demo's keys stay on that server. Remove them all (only keys under "
-                f"{prefix}:) with:\n  {removal_command(url, prefix)}\n"
+                f"{prefix}:) with{where}:\n  {removal}\n"
                 f"List its sessions with the operator CLI{extra}:\n  {browse_command(url, prefix)}"
             )
 
 
-def _stop_workers(url: str, prefix: str, procs: list[BaseProcess]) -> None:
+async def _stop_workers(client: AnyRedis, prefix: str, procs: list[BaseProcess]) -> None:
+    # Each Redis step is bounded: a server that stopped answering must not hang the exit.
+    stop = json.dumps({"kind": "stop"})
     try:
-        with redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2) as client:
-            for p in procs:
-                client.rpush(queue_key(prefix, p.name), json.dumps({"kind": "stop"}))
-    except redis.RedisError:
+        for p in procs:
+            await asyncio.wait_for(client.rpush(queue_key(prefix, p.name), stop), 2)
+    except (redis.RedisError, RedisClusterException, asyncio.TimeoutError):
         pass  # Workers that cannot hear us are terminated below.
     for p in procs:
         if p.pid is None:
             continue  # never started
-        p.join(5)
+        await asyncio.to_thread(p.join, 5)
         if p.is_alive():
             p.terminate()
-            p.join(2)
+            await asyncio.to_thread(p.join, 2)
+    queues = [queue_key(prefix, p.name) for p in procs]
     try:
-        with redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2) as client:
-            client.delete(results_key(prefix), *(queue_key(prefix, p.name) for p in procs))
-    except redis.RedisError:
+        await asyncio.wait_for(client.delete(results_key(prefix), *queues), 2)
+    except (redis.RedisError, RedisClusterException, asyncio.TimeoutError):
         pass
 
 
@@ -174,7 +248,7 @@ class _Workers:
 
     prefix: str
     procs: list[BaseProcess]
-    ctl: Any = None  # the control client, set once the event loop runs
+    ctl: Any  # the control client
 
     @property
     def names(self) -> list[str]:
@@ -201,28 +275,27 @@ class _Workers:
         return report
 
 
-async def _main(url: str, workers: _Workers, *, own_server: bool) -> int:
-    prefix = workers.prefix
-    config = SessionServiceConfig(key_prefix=prefix)
-    async with RedisSessionService.from_url(url, config=config) as svc, Redis.from_url(url) as ctl:
-        workers.ctl = ctl
-        print(f'\n== Sessions (app "{APP}", instruction "Current booking step: {{booking_step?}}")')
-        for conv in SCRIPT:
-            try:
-                await svc.create_session(
-                    app_name=APP,
-                    user_id=conv.user,
-                    session_id=conv.session_id,
-                    state={"booking_step": "start", "user:name": conv.name},
-                )
-            except AlreadyExistsError as exc:
-                raise DemoError(f"{exc} Use a fresh --key-prefix.") from exc
-            state = f"booking_step=start, user:name={conv.name}"
-            print(f"  created {conv.user}/{conv.session_id}: {state}")
-        reports = await _conversations(workers)
-        races = await _race(workers)
-        checks = await _verify(svc, ctl, config, reports, races)
-        await print_inspection(ctl, url, KeySpace(prefix), own_server=own_server)
+async def _main(
+    ctl: AnyRedis, config: SessionServiceConfig, cli: RedisCli, workers: _Workers, own_server: bool
+) -> int:
+    svc = RedisSessionService(ctl, config=config)
+    print(f'\n== Sessions (app "{APP}", instruction "Current booking step: {{booking_step?}}")')
+    for conv in SCRIPT:
+        try:
+            await svc.create_session(
+                app_name=APP,
+                user_id=conv.user,
+                session_id=conv.session_id,
+                state={"booking_step": "start", "user:name": conv.name},
+            )
+        except AlreadyExistsError as exc:
+            raise DemoError(f"{exc} Use a fresh --key-prefix.") from exc
+        state = f"booking_step=start, user:name={conv.name}"
+        print(f"  created {conv.user}/{conv.session_id}: {state}")
+    reports = await _conversations(workers)
+    races = await _race(workers)
+    checks = await _verify(svc, ctl, config, reports, races)
+    await print_inspection(ctl, cli, KeySpace(config.key_prefix), own_server=own_server)
     failed = [c for c, ok in checks if not ok]
     print(f"\n== Checks: {len(checks) - len(failed)}/{len(checks)} passed")
     for name, ok in checks:
@@ -287,7 +360,7 @@ async def _race(workers: _Workers) -> list[dict[str, Any]]:
 
 async def _verify(
     svc: RedisSessionService,
-    ctl: Redis,
+    ctl: AnyRedis,
     config: SessionServiceConfig,
     reports: list[dict[str, Any]],
     races: list[dict[str, Any]],

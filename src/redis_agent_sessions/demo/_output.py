@@ -7,67 +7,104 @@ import importlib.util
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
-
-import redis
-from redis.asyncio import Redis
+from urllib.parse import unquote, urlsplit
 
 from redis_agent_sessions._messages import PROG
+from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.demo._worker import APP
 from redis_agent_sessions.keys import KeySpace, glob_escape
 
 __all__ = [
+    "RedisCli",
     "browse_command",
     "clip",
     "print_inspection",
     "redact",
-    "removal_command",
+    "removal_commands",
     "show",
     "text",
-    "url_problem",
 ]
 
 
-def url_problem(url: str) -> str | None:
-    """Why ``url`` is not a Redis URL redis-py can use, or None when it is.
+@dataclass(frozen=True)
+class RedisCli:
+    """``redis-cli`` command lines that reach the demo's data, TLS files and all."""
 
-    redis-py parses a URL only when the first connection is made, deep in a traceback;
-    parsing it up front (without connecting) lets the demo say so in one line.
-    """
-    try:
-        redis.ConnectionPool.from_url(url)
-    except ValueError as exc:  # bad scheme, port, or query option (redis-py and urllib)
-        return str(exc).replace("\n", " ")
-    return None
+    any_key: list[str]
+    """Runs a command on any key (on a cluster, following its redirects)."""
+    nodes: list[list[str]]
+    """One per node holding keys (a cluster's primaries): a scan sees one node's keys."""
+    note: str
+    """How to give the password, which is never printed."""
+    cluster: bool = False
+    """Whether the nodes are a cluster's, which refuse a command on keys of two slots."""
+
+    @classmethod
+    def of(cls, url: str, primaries: list[tuple[str, int]] | None) -> RedisCli:
+        """For ``url``, read as the services read it; ``primaries`` (host, port) when it
+        names a Redis Cluster, None for one node."""
+        parsed = parse_service_url(url)
+        parts = urlsplit(parsed.redis_url)
+        params = parsed.redis_params
+        options: list[str] = []
+        if parts.username:
+            options += ["--user", unquote(parts.username)]
+        if parsed.scheme == "rediss":
+            options.append("--tls")
+            options += [
+                arg
+                for name, flag in _TLS_FILES.items()
+                if name in params
+                for arg in (flag, params[name])
+            ]
+            if params.get("ssl_cert_reqs", "").lower() == "none":
+                options.append("--insecure")
+        note = " (add -a <password>)" if parts.password else ""
+        if parsed.scheme == "unix":
+            node = ["redis-cli", "-s", parts.path, *options, *_db(params.get("db", "0"))]
+            return cls(node, [node], note)
+        if primaries is None:
+            db = parts.path.strip("/") or params.get("db", "0")
+            node = _address(parts.hostname, parts.port or 6379) + options + _db(db)
+            return cls(node, [node], note)
+        # A cluster has database 0 only, which needs no -n.
+        redirected = [*_address(parts.hostname, parts.port or 6379), "-c", *options]
+        nodes = [_address(host, port) + options for host, port in primaries]
+        return cls(redirected, nodes, note, cluster=True)
 
 
-def _cli(url: str) -> tuple[list[str], str]:
-    """``redis-cli`` with the options that reach the server of ``url``, and a password note."""
-    parts = urlsplit(url)
+_TLS_FILES = {
+    "ssl_ca_certs": "--cacert",
+    "ssl_ca_path": "--cacertdir",
+    "ssl_certfile": "--cert",
+    "ssl_keyfile": "--key",
+}
+"""redis-py's URL parameters naming TLS files, and redis-cli's options for them."""
+
+
+def _address(host: str | None, port: int) -> list[str]:
     cli = ["redis-cli"]
-    query_db = parse_qs(parts.query).get("db", ["0"])[0]
-    if parts.scheme == "unix":
-        cli += ["-s", parts.path]
-        db = query_db
-    else:
-        if parts.hostname not in (None, "127.0.0.1", "localhost"):
-            cli += ["-h", parts.hostname]
-        cli += ["-p", str(parts.port or 6379)]
-        db = parts.path.strip("/") or query_db
-    if db != "0":
-        cli += ["-n", db]
-    if parts.scheme == "rediss":
-        cli.append("--tls")
-    note = " (add -a <password>)" if parts.password else ""
-    return cli, note
+    if host not in (None, "127.0.0.1", "localhost"):
+        cli += ["-h", str(host)]
+    return [*cli, "-p", str(port)]
 
 
-def removal_command(url: str, prefix: str) -> str:
-    """A shell command deleting every key under ``prefix`` (and nothing else) on ``url``."""
-    cli, note = _cli(url)
-    scan = shlex.join([*cli, "--scan", "--pattern", glob_escape(prefix) + ":*"])
-    return f"{scan} | xargs {shlex.join([*cli, 'UNLINK'])}{note}"
+def _db(db: str) -> list[str]:
+    return ["-n", db] if db != "0" else []
+
+
+def removal_commands(cli: RedisCli, prefix: str) -> list[str]:
+    """Shell commands deleting every key under ``prefix`` (and nothing else), one per node."""
+    pattern = glob_escape(prefix) + ":*"
+    # A node of a cluster refuses one UNLINK of keys in different slots: one key a call.
+    each = ["-r", "-n", "1"] if cli.cluster else []
+    return [
+        f"{shlex.join([*node, '--scan', '--pattern', pattern])} | "
+        f"{shlex.join(['xargs', *each, *node, 'UNLINK'])}{cli.note}"
+        for node in cli.nodes
+    ]
 
 
 def browse_command(url: str, prefix: str) -> str:
@@ -84,8 +121,7 @@ def needs_cli_extra() -> bool:
     return importlib.util.find_spec("rich") is None
 
 
-async def print_inspection(ctl: Redis, url: str, keys: KeySpace, *, own_server: bool) -> None:
-    cli, note = _cli(url)
+async def print_inspection(ctl: Any, cli: RedisCli, keys: KeySpace, *, own_server: bool) -> None:
     sk = keys.session(APP, "user1", "user1-trip")
     commands = [
         ["HGETALL", sk.meta], ["HGETALL", sk.state], ["HGETALL", sk.user_state],
@@ -94,17 +130,19 @@ async def print_inspection(ctl: Redis, url: str, keys: KeySpace, *, own_server: 
         ["ZRANGE", sk.app_sessions, "0", "-1", "WITHSCORES"],
     ]  # fmt: skip
     when = "output now, before the server is stopped" if own_server else "output now"
-    print(f"\n== Look at it yourself{note} (user1's keys; {when})")
+    print(f"\n== Look at it yourself{cli.note} (user1's keys; {when})")
     for cmd in commands:
-        print("  $ " + shlex.join(cli + cmd))
+        print("  $ " + shlex.join(cli.any_key + cmd))
         for line in await cli_lines(ctl, cmd[0], cmd[1]):
             print("    " + line)
     if not own_server:
         pattern = glob_escape(keys.prefix) + ":*"
-        print(f"  All demo keys: {shlex.join([*cli, '--scan', '--pattern', pattern])}")
+        scans = [shlex.join([*node, "--scan", "--pattern", pattern]) for node in cli.nodes]
+        where = ", on each primary:\n    " if cli.cluster else ": "
+        print(f"  All demo keys{where}" + "\n    ".join(scans))
 
 
-async def cli_lines(ctl: Redis, command: str, key: str) -> list[str]:
+async def cli_lines(ctl: Any, command: str, key: str) -> list[str]:
     """What redis-cli would show for ``command key``, one line per field/entry/member."""
     client: Any = ctl  # redis-py's reply types are unions of every protocol's shape
     if command == "XRANGE":

@@ -18,9 +18,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from redis_agent_sessions._messages import plural
+from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
+from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import StaleSessionError
 from redis_agent_sessions.keys import KeySpace
@@ -73,6 +73,18 @@ SCRIPT = (
     ),
 )
 CONVERSATIONS = {c.user: c for c in SCRIPT}
+
+
+def connect(url: str, prefix: str | None = None) -> tuple[AnyRedis, SessionServiceConfig]:
+    """A client for ``url`` and the config its query gives, read as every service reads a
+    URL (the library's settings, ``cluster=true``, TLS files), with ``prefix`` as the key
+    prefix when given; InvalidInputError or ValueError for a URL it cannot use. Makes no
+    connection yet."""
+    parsed = parse_service_url(url)
+    config = parsed.config(None)
+    if prefix is not None:
+        config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": prefix})
+    return client_for(parsed, config, False, {}), config
 
 
 def queue_key(prefix: str, worker: str) -> str:
@@ -224,7 +236,7 @@ async def _turn_job(svc: RedisSessionService, job: dict[str, Any]) -> dict[str, 
     }
 
 
-async def _race_job(svc: RedisSessionService, ctl: Redis, job: dict[str, Any]) -> dict[str, Any]:
+async def _race_job(svc: RedisSessionService, ctl: AnyRedis, job: dict[str, Any]) -> dict[str, Any]:
     """Two workers load the same session; the second appends after the first did."""
     user, sid, keys = job["user"], job["session_id"], job["keys"]
     session = await svc.get_session(app_name=APP, user_id=user, session_id=sid)
@@ -264,9 +276,10 @@ async def _race_job(svc: RedisSessionService, ctl: Redis, job: dict[str, Any]) -
 
 async def serve(url: str, prefix: str, name: str) -> None:
     """Serve jobs from this worker's queue until told to stop (or orphaned, or idle)."""
-    config = SessionServiceConfig(key_prefix=prefix)
+    ctl, config = connect(url, prefix)
+    svc = RedisSessionService(ctl, config=config)
     parent = multiprocessing.parent_process()
-    async with RedisSessionService.from_url(url, config=config) as svc, Redis.from_url(url) as ctl:
+    try:
         idle_since = time.monotonic()
         while True:
             item = await ctl.blpop([queue_key(prefix, name)], timeout=1)
@@ -288,6 +301,8 @@ async def serve(url: str, prefix: str, name: str) -> None:
             report.update(worker=name, pid=os.getpid())
             await ctl.rpush(results_key(prefix), json.dumps(report))
             idle_since = time.monotonic()
+    finally:
+        await ctl.aclose()
 
 
 def worker_main(url: str, prefix: str, name: str) -> None:
