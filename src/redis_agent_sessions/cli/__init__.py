@@ -34,6 +34,7 @@ _COMMANDS = {
     "delete": ("_remove", "delete one session"),
     "purge": ("_remove", "delete an app's sessions not updated for a while"),
     "expired": ("_expired", "drop the index entries of an app's sessions that no longer exist"),
+    "incomplete": ("_incomplete", "find (--delete: remove) sessions Redis evicted in part"),
     "reembed": ("_reembed", "give memory entries vectors of a model (semantic recall)"),
     "sweep": ("_sweep", "apply app-scope writes that workers left half done (Redis Cluster)"),
     "ping": ("_ping", "readiness: Redis answers, scripts run, write concern and memory work"),

@@ -149,6 +149,14 @@ def _expired(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _incomplete(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    p.add_argument(
+        "--delete", action="store_true", help="delete them (default: only list them, exit 1)"
+    )
+    _json(p)
+
+
 def _reembed(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--embedder",
@@ -204,6 +212,7 @@ _ADD = {
     "delete": _delete,
     "purge": _purge,
     "expired": _expired,
+    "incomplete": _incomplete,
     "reembed": _reembed,
     "sweep": _sweep,
 }

@@ -16,7 +16,11 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
-from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
+from redis_agent_sessions.errors import (
+    IncompleteSessionError,
+    InvalidInputError,
+    SessionNotFoundError,
+)
 from redis_agent_sessions.keys import KeySpace, SessionKeys
 from redis_agent_sessions.sessions._pages import (
     EventsPage,
@@ -24,6 +28,7 @@ from redis_agent_sessions.sessions._pages import (
     read_token,
     write_token,
 )
+from redis_agent_sessions.sessions._replies import missing_parts
 
 __all__ = ["EventStream"]
 
@@ -94,15 +99,21 @@ class EventStream(Generic[E]):
                 raise PageTokenError("is not a page token of events")
         await self._ready()
         pipe = self._redis.pipeline(transaction=False)
-        pipe.exists(keys.meta)
+        pipe.hget(keys.meta, "rev")
+        pipe.exists(keys.events)
+        pipe.exists(keys.event_ids)
         # One more than asked: whether a next page exists is known without another read.
         if newest_first:
             pipe.xrevrange(keys.events, f"({after}" if after else "+", "-", count=limit + 1)
         else:
             pipe.xrange(keys.events, f"({after}" if after else "-", "+", count=limit + 1)
-        exists, entries = await _scripts.execute(pipe, [keys.meta, keys.events])
-        if not exists:
+        read = [keys.meta, keys.events, keys.event_ids, keys.events]
+        rev, *present, entries = await _scripts.execute(pipe, read)
+        if rev is None:
             raise self._not_found(f"Session {session_id} not found.")
+        # A page never passes off a session Redis evicted in part as one without events.
+        if missing := missing_parts({"rev": rev}, None, present):
+            raise IncompleteSessionError(app_name, user_id, session_id, missing, keys.meta)
         more = len(entries) > limit
         entries = entries[:limit]
         token = write_token(scope, [text(entries[-1][0])]) if more else None
@@ -129,32 +140,42 @@ class EventStream(Generic[E]):
                 raise InvalidInputError("give after_event_id or from_beginning, not both")
         if self._most_block_ms is not None:
             block_ms = min(block_ms, self._most_block_ms)
-        return self._follow(keys, session_id, after_event_id, from_beginning, block_ms, count)
+        who = (app_name, user_id, session_id)
+        return self._follow(keys, who, after_event_id, from_beginning, block_ms, count)
 
     async def _follow(
         self,
         keys: SessionKeys,
-        session_id: str,
+        who: tuple[str, str, str],
         after_event_id: str | None,
         from_beginning: bool,
         block_ms: int,
         count: int,
     ) -> AsyncIterator[E]:
+        session_id = who[2]
         await self._ready()
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hget(keys.meta, "create_time")
+        pipe.hmget(keys.meta, ["create_time", "rev", "has_state"])
         pipe.xrevrange(keys.events, "+", "-", count=1)
+        pipe.exists(keys.state)
+        pipe.exists(keys.events)
+        pipe.exists(keys.event_ids)
+        read = [keys.meta, keys.events, keys.state, keys.events, keys.event_ids]
         if after_event_id is not None:
             pipe.hget(keys.event_ids, after_event_id)
-        replies = await _scripts.execute(pipe, [keys.meta, keys.events, keys.event_ids])
-        created = replies[0]
+        replies = await _scripts.execute(pipe, read)
+        created, rev, has_state = replies[0]
         if created is None:
             raise self._not_found(f"Session {session_id} not found.")
+        # A session Redis evicted in part is not followed as if it were whole (as reads).
+        meta = {"rev": rev} if has_state is None else {"rev": rev, "has_state": has_state}
+        if missing := missing_parts(meta, replies[2], replies[3:5]):
+            raise IncompleteSessionError(*who, missing, keys.meta)
         # A concrete position, never "$": after a reconnect, "$" would skip what was
         # appended while the connection was down.
         position = "0-0"
         if after_event_id is not None:
-            position = _position_of(after_event_id, replies[2], session_id)
+            position = _position_of(after_event_id, replies[5], session_id)
         elif not from_beginning and replies[1]:
             position = text(replies[1][0][0])
         failures = 0

@@ -60,11 +60,11 @@ def appended(reply: Any, who: tuple[str, str, str], errors: ErrorTypes) -> None:
 
 def missing_parts(meta: Mapping[Any, Any], state: Any, present: Any) -> list[str]:
     """What a session's read shows to be gone though its metadata says it was stored:
-    ``meta`` as read, ``state`` its session state hash as read (a hash is never emptied
-    once written, so an empty reply where the metadata says ``has_state`` means it is
-    gone), ``present`` whether its events stream and event ids hash exist (two EXISTS
-    replies; None when the read did not ask). Sessions stored before ``has_state`` was
-    kept are checked for their events only."""
+    ``meta`` as read, ``state`` its session state hash as read or whether it exists (a
+    hash is never emptied once written, so an empty reply where the metadata says
+    ``has_state`` means it is gone), ``present`` whether its events stream and event ids
+    hash exist (two EXISTS replies). None for what the read did not ask. Sessions stored
+    before ``has_state`` was kept are checked for their events only."""
     rev = meta.get(b"rev", meta.get("rev"))
     missing = []
     if present is not None and rev not in (b"0", "0", None):
@@ -72,7 +72,7 @@ def missing_parts(meta: Mapping[Any, Any], state: Any, present: Any) -> list[str
             missing.append("events")
         if not int(present[1]):
             missing.append("event ids")
-    if not state and meta.get(b"has_state", meta.get("has_state")) is not None:
+    if state is not None and not state and meta.get(b"has_state", meta.get("has_state")):
         missing.append("session state")
     return missing
 
