@@ -13,6 +13,7 @@ from redis_agent_sessions import (
     CorruptDataError,
     Event,
     EventActions,
+    IncompleteSessionError,
     InvalidInputError,
     MemoryEntry,
     Part,
@@ -416,3 +417,37 @@ async def test_get_session_config_must_be_ours(
             session_id=populated.id,
             config={"num_recent_events": 1},  # type: ignore[arg-type]
         )
+
+
+@pytest.mark.parametrize(
+    ("lost", "named"),
+    [("events", "events"), ("event_ids", "event ids"), ("state", "session state")],
+)
+async def test_a_session_evicted_in_part_is_refused_everywhere_and_can_be_deleted(
+    service: RedisSessionService, redis_client: Any, populated: Any, lost: str, named: str
+) -> None:
+    """What Redis does to a session under an evicting maxmemory-policy (one key goes),
+    done by hand: every read and write names what is missing, nothing is written, and the
+    session can still be deleted (tests/test_memory_pressure.py has the real eviction)."""
+    where = {"app_name": APP, "user_id": USER, "session_id": populated.id}
+    await service.get_session(**where)  # the read cache, when on, holds it
+    await redis_client.delete(getattr(KeySpace().session(APP, USER, populated.id), lost))
+    before = await snapshot(redis_client)
+    with pytest.raises(IncompleteSessionError, match=named) as refused:
+        await service.get_session(**where)
+    assert (refused.value.session_id, refused.value.missing) == (populated.id, [named])
+    with pytest.raises(IncompleteSessionError, match=named):
+        await service.refresh(populated)
+    with pytest.raises(IncompleteSessionError, match=named):
+        await service.append_event(populated, Event(actions=EventActions(state_delta={"k": 2})))
+    with pytest.raises(IncompleteSessionError, match=named):
+        await anext(service.watch(**where, from_beginning=True))
+    if lost != "state":
+        with pytest.raises(IncompleteSessionError, match=named):
+            await service.list_events(**where)
+    else:  # a listing checks the state it returns
+        with pytest.raises(IncompleteSessionError, match=named):
+            await service.list_sessions(app_name=APP, user_id=USER)
+    assert await snapshot(redis_client) == before
+    await service.delete_session(**where)
+    assert await service.get_session(**where) is None

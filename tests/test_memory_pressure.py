@@ -14,6 +14,7 @@ A real ``redis-server`` of the test's own, since fakeredis neither evicts nor re
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,20 @@ async def test_an_evicted_session_is_never_returned_as_if_whole(
             for s in listed.sessions:
                 own = {k: v for k, v in s.state.items() if ":" not in k}
                 assert own == by_id[s.id].state
+    if find_spec("rich") is None:
+        return  # the operator commands need the [cli] extra
+    # The operator command finds exactly those, and removes them.
+    listed = cli(server.url, "incomplete", APP, "--json")
+    assert listed.returncode == 1, listed.stderr
+    found = {row["session_id"] for row in json.loads(listed.stdout)["incomplete"]}
+    assert found == incomplete
+    assert cli(server.url, "incomplete", APP, "--delete").returncode == 0
+    again = cli(server.url, "incomplete", APP, "--json")
+    assert (again.returncode, json.loads(again.stdout)["incomplete"]) == (0, []), again.stderr
+    async with RedisSessionService.from_url(server.url, config=config) as service:
+        for w in written:
+            s = await service.get_session(app_name=APP, user_id=w.user, session_id=w.sid)
+            assert s is None or whole(s, w)
 
 
 def readiness_of(found: Any) -> dict[str, tuple[bool, str]]:
