@@ -22,7 +22,7 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:{<app>:<user>}:sessions                  zset   session ids by creation time
     ras:{<app>:<user>}:sessions_updated          zset   session ids by last update time
     ras:{<app>:<user>}:session:<id>              hash   metadata (id, app_name, user_id, rev,
-                                                        expires, ...)
+                                                        expires, has_state, ...)
     ras:{<app>:<user>}:session:<id>:state        hash   session-scope state, field -> JSON
     ras:{<app>:<user>}:session:<id>:events       stream one entry per event, field "event" -> JSON
                                                         (and "schema" -> the writing models'
