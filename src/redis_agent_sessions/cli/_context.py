@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.segment import Segment
 from rich.table import Table
 
+from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
 from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.config import SessionServiceConfig
@@ -111,6 +112,16 @@ class Context:
     def cluster(self) -> bool:
         """Whether the sessions use the cluster layout (no app-wide by-update index)."""
         return self.engine.layout.name == "cluster"
+
+    async def app_index(self, app_name: str) -> tuple[str, str, int]:
+        """The checked app name, its session index and the index's size, for the commands
+        that walk an app's sessions; NotFound when it indexes none."""
+        app = check_id("app_name", app_name)
+        index = self.keys.app_sessions(app)
+        total = int(await self.client.zcard(index))
+        if not total:
+            raise NotFound(f"no sessions indexed for app {app!r}")
+        return app, index, total
 
     def print_json(self, value: Any) -> None:
         """One JSON document (or line) on stdout, exactly as given."""

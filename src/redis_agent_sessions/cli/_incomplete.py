@@ -17,8 +17,8 @@ import argparse
 from typing import Any
 
 from redis_agent_sessions._messages import plural
-from redis_agent_sessions._redis.codec import check_id, text
-from redis_agent_sessions.cli._context import Context, NotFound
+from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions.cli._context import Context
 from redis_agent_sessions.keys import split_app_member
 from redis_agent_sessions.sessions._replies import missing_parts
 
@@ -28,11 +28,7 @@ _PAGE = 1000
 
 
 async def run(ctx: Context, args: argparse.Namespace) -> int:
-    app = check_id("app_name", args.app)
-    index = ctx.keys.app_sessions(app)
-    total = await ctx.client.zcard(index)
-    if not total:
-        raise NotFound(f"no sessions indexed for app {app!r}")
+    app, index, total = await ctx.app_index(args.app)
     found: list[tuple[str, str, list[str]]] = []
     with ctx.progress("checking", total) as bar:
         for start in range(0, total, _PAGE):
