@@ -211,7 +211,8 @@ def minilm() -> CallableEmbedder:
         with contextlib.redirect_stdout(sys.stderr):
             path = Path(package.extract_model(str(base)))
     model = st.SentenceTransformer(str(path), device="cpu")
-    dimensions = int(model.get_sentence_embedding_dimension() or 384)
+    size = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    dimensions = int(size() or 384)  # the name before sentence-transformers 6, and after
 
     def encode(texts: list[str]) -> list[list[float]]:
         found = model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
