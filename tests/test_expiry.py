@@ -13,6 +13,7 @@ MEMORY command) by what the keys hold: members, fields and entries, and the byte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,6 +32,7 @@ from redis_agent_sessions import (
     Event,
     EventActions,
     RedisSessionService,
+    SessionNotFoundError,
     SessionServiceConfig,
 )
 from redis_agent_sessions.keys import KeySpace, split_app_member
@@ -147,6 +149,13 @@ async def they_leave(admin: Any, worker: Any, users: list[str], cluster: bool) -
 # -- the proof: per layout, expired sessions leave by themselves ----------------------------
 
 
+async def append_unless_expired(svc: RedisSessionService, s: Any, e: Event) -> None:
+    """An append to a session of a 1 s TTL: on a loaded machine (CI runs three suites side
+    by side) it may already have expired, which leaves its index members all the same."""
+    with contextlib.suppress(SessionNotFoundError):
+        await svc.append_event(s, e)
+
+
 async def test_expired_sessions_leave_the_indexes_with_ordinary_writes(
     admin: Any, worker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,7 +171,7 @@ async def test_expired_sessions_leave_the_indexes_with_ordinary_writes(
         for i in range(300):
             user = users[i % 30]
             s = await expiring.create_session(app_name=APP, user_id=user, session_id=f"s{i}")
-            await expiring.append_event(s, event(i))
+            await append_unless_expired(expiring, s, event(i))
     await they_leave(admin, worker, users, cluster_path(expiring))
 
 
@@ -198,7 +207,7 @@ async def test_mixed_ttls_expire_alike_and_sessions_without_one_stay(
             s = await svc.create_session(
                 app_name=APP, user_id=users[i % 30], session_id=f"s{i}", ttl=ttl
             )
-            await svc.append_event(s, event(i))
+            await append_unless_expired(svc, s, event(i))
 
     await keep("ras:b")  # a store that never had the expiring ones
     await they_leave(admin, worker, users, cluster_path(plain))
