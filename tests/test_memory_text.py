@@ -88,6 +88,36 @@ async def test_ranking_matches_reference_on_random_corpus() -> None:
 
 @pytest.mark.real
 @pytest.mark.search
+async def test_the_search_backend_matches_words_as_written() -> None:
+    """RediSearch expands a query word to its other forms even on a NOSTEM field ("books"
+    finds "book"): those false hits took the places of true matches in the level queries,
+    whose recount then dropped them (seen on LoCoMo: "What books has Melanie read?")."""
+    from redis.asyncio import Redis
+
+    client: Any = Redis.from_url(skip_without("REDIS_SEARCH_URL"))
+    await client.flushdb()
+    try:
+        docs = [(f"n{i:02d}", float(100 + i), "a book and a book club") for i in range(12)]
+        docs += [("old1", 1.0, "two books"), ("old2", 2.0, "more books here")]
+        events = [
+            Event(id=i, timestamp=ts, content=Content(parts=[Part(text=body)]))
+            for i, ts, body in docs
+        ]
+        memory = RedisMemoryService(client, backend="search")
+        await memory.add_session_to_memory(
+            Session(id="s", app_name="a", user_id="u", events=events)
+        )
+        for query, limit in (("books", 3), ("books club", 3), ("book", 2)):
+            found = await memory.search_memory(app_name="a", user_id="u", query=query, limit=limit)
+            assert [m.id for m in found.memories] == reference(docs, query, limit), query
+    finally:
+        await client.execute_command("FT.DROPINDEX", "ras:mem:idx")
+        await client.flushdb()
+        await client.aclose()
+
+
+@pytest.mark.real
+@pytest.mark.search
 async def test_existing_index_with_other_schema() -> None:
 
     from redis.asyncio import Redis

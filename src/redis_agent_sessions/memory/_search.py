@@ -275,9 +275,11 @@ class IndexSearch:
         extra: list[Any] = []
         for start in starts:
             window = "" if start is None else f" @ts:[{start!r} +inf]"
+            # VERBATIM: without it the module expands a word to its other forms ("books"
+            # finds "book") even on a NOSTEM field, and such hits crowd out true matches.
             commands = [(
                 "FT.SEARCH", self._index(app, user), f"{scope}{window} ({levels[c]})",
-                "RETURN", 3, "words", "ts", "id",
+                "VERBATIM", "RETURN", 3, "words", "ts", "id",
                 "SORTBY", "ts", "DESC", "LIMIT", 0, limit, "DIALECT", 2,
             ) for c in pending]  # fmt: skip
             replies = await self._run(app, user, [*commands, *also])
@@ -314,7 +316,7 @@ class IndexSearch:
                 tests.append(f'(contains(@lower, "{word}") > 0)')
         query = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}} ({' | '.join(clauses)})"
         reply, *extra = await self._run(app, user, [(
-            "FT.AGGREGATE", self._index(app, user), query,
+            "FT.AGGREGATE", self._index(app, user), query, "VERBATIM",
             "LOAD", 4, "@words", "@lower", "@ts", "@id",
             "APPLY", " + ".join(tests), "AS", "n",
             "FILTER", "@n > 0",
