@@ -12,6 +12,8 @@ lists its flags; ``--quick`` is a smoke run, ``--json PATH`` keeps the result):
 - ``listing``: pages of sessions from the indexes vs loading every session;
 - ``memory``: memory search latency and ingestion, plain and RediSearch backends;
 - ``semantic``: semantic memory: vector recall, hybrid search latency, ingestion with vectors;
+- ``recall``: memory recall@5/@10 on LoCoMo conversations, ADK's memory services beside ours;
+- ``footprint``: what a session, an event and a memory entry take of Redis' memory;
 - ``plots``: the documentation's plots (append and read latency against session length, ours
   beside ADK's DatabaseSessionService), as SVG in ``docs/img``;
 - ``transfer``: the CLI's export and import;
