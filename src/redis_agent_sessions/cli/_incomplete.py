@@ -76,7 +76,7 @@ async def _incomplete(
         (rev, has_state), state, events, ids = replies[4 * n : 4 * n + 4]
         if rev is None:
             continue  # gone: not incomplete
-        meta = {"rev": rev} if has_state is None else {"rev": rev, "has_state": has_state}
+        meta = {"rev": rev, "has_state": has_state}
         if missing := missing_parts(meta, state, (events, ids)):
             found.append((user, sid, missing))
     return found

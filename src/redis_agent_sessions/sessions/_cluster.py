@@ -157,11 +157,8 @@ class ClusterLayout(Layout):
             pipe = self.client.pipeline(transaction=False)
             pipe.hgetall(keys.app_state)
             pipe.hget(keys.app_applied, keys.user_member)
-            mode = "all" if count is None else "recent" if count else "none"
-            args = [mode, start, count or 0, f"cluster:{first}"]
-            if anchor is not None:
-                args.append(anchor)
-            script = self.runner.run(self.runner.read, [*read_keys, keys.event_ids], args, [])
+            outbox_key, mode = keys.app_outbox, f"cluster:{first}"
+            script = self.read_script(keys, count, start, anchor, outbox_key, mode)
             flat, (app_raw, applied) = await asyncio.gather(
                 script, _scripts.execute(pipe, [keys.app_state, keys.app_applied])
             )

@@ -168,7 +168,7 @@ class EventStream(Generic[E]):
         if created is None:
             raise self._not_found(f"Session {session_id} not found.")
         # A session Redis evicted in part is not followed as if it were whole (as reads).
-        meta = {"rev": rev} if has_state is None else {"rev": rev, "has_state": has_state}
+        meta = {"rev": rev, "has_state": has_state}
         if missing := missing_parts(meta, replies[2], replies[3:5]):
             raise IncompleteSessionError(*who, missing, keys.meta)
         # A concrete position, never "$": after a reconnect, "$" would skip what was

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -114,6 +115,24 @@ class Layout(ABC):
     def _closing(self, keys: SessionKeys) -> list[str]:
         """The KEYS after the first six of append and delete (KEYS[7..])."""
         return [keys.user_updated, keys.compactions, *self._app_indexes(keys)]
+
+    def read_script(
+        self,
+        keys: SessionKeys,
+        count: int | None,
+        start: str,
+        anchor: str | None,
+        shared: str,
+        mode: str,
+    ) -> Awaitable[Any]:
+        """read_session.lua's snapshot of ``keys``' session (``shared``: the app state hash,
+        or on a cluster the user's outbox; ``mode``: the layout argument)."""
+        how = "all" if count is None else "recent" if count else "none"
+        args: list[Any] = [how, start, count or 0, mode]
+        if anchor is not None:
+            args.append(anchor)
+        read = [keys.meta, keys.state, keys.user_state, keys.events, shared, keys.event_ids]
+        return self.runner.run(self.runner.read, read, args, [])
 
     @abstractmethod
     def _create_app_keys(self, keys: SessionKeys) -> list[str]: ...

@@ -119,17 +119,11 @@ class SingleNode(Layout):
     async def _scripted_snapshot(
         self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
     ) -> tuple[list[Any], Any]:
-        mode = "all" if count is None else "recent" if count else "none"
-        args: list[Any] = [mode, start, count or 0, "single"]
-        if anchor is not None:
-            args.append(anchor)
-        script_keys = [keys.meta, keys.state, keys.user_state, keys.events, keys.app_state]
-        reply = await self.runner.run(self.runner.read, [*script_keys, keys.event_ids], args, [])
+        reply = await self.read_script(keys, count, start, anchor, keys.app_state, "single")
         if not reply:
             return [], None
-        return [pairs(reply[0]), pairs(reply[1]), pairs(reply[2]), pairs(reply[3]), *reply[4:]], (
-            pairs(reply[3])
-        )
+        app_state = pairs(reply[3])
+        return [pairs(reply[0]), pairs(reply[1]), pairs(reply[2]), app_state, *reply[4:]], app_state
 
     async def read_sessions(
         self,
