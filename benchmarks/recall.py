@@ -55,7 +55,6 @@ import re
 import sys
 import tempfile
 import time
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -65,7 +64,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from benchmarks.harness import report, servers, timing
+from benchmarks.harness import report, servers, svg, timing
 from benchmarks.harness.workloads import unique_prefix
 from redis_agent_sessions import RedisMemoryService, SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
@@ -335,32 +334,12 @@ def summary(c: Candidate, questions: list[Question]) -> dict[str, Any]:
     return {
         "service": c.service, "backend": c.backend, "mode": c.mode,
         "recall_at_5": mean_recall(every, 5), "recall_at_10": mean_recall(every, 10),
+        "recall_at_k": [mean_recall(every, k) for k in range(1, 11)],
         "by_category": by_category, "ingest_s": c.ingest_s,
         "search_ms": {"n": stats.n, "p50": stats.p50_us / 1e3, "p99": stats.p99_us / 1e3,
                       "mean": stats.mean_us / 1e3},
         "mean_results": sum(len(f) for f in c.found) / max(len(c.found), 1),
     }  # fmt: skip
-
-
-def words(text: str) -> set[str]:
-    """The results contract's words (ADK's in-memory service's): lowercase ``\\w+`` after NFC."""
-    return {w.lower() for w in re.findall(r"\w+", unicodedata.normalize("NFC", text))}
-
-
-def keyword_ties(convs: dict[str, Conversation], questions: list[Question]) -> dict[str, Any]:
-    """Questions whose ten best turns by distinct query words matched end inside a tie, so
-    that the tie-break (ADK in-memory: oldest first; ours: newest first) picks among them."""
-    cut, tied_at_cut = 0, []
-    turn_words = {u: [words(t.text) for ts in c.sessions.values() for t in ts]
-                  for u, c in convs.items()}  # fmt: skip
-    for q in questions:
-        query = words(q.text)
-        scores = sorted((n for w in turn_words[q.user] if (n := len(query & w))), reverse=True)
-        if len(scores) > 10 and scores[9] == scores[10]:
-            cut += 1
-            tied_at_cut.append(scores.count(scores[9]))
-    median = timing.median_of(tied_at_cut) if tied_at_cut else 0
-    return {"questions_cut_in_a_tie": cut, "median_turns_tied_at_cut": median}
 
 
 def agreement(candidates: list[Candidate]) -> list[dict[str, Any]]:
@@ -398,7 +377,6 @@ async def measure(
         "environment": report.environment(versions, embedder=getattr(embedder, "name", None)),
         "services": [summary(c, questions) for c in candidates],
         "notes": notes,
-        "keyword_ties": keyword_ties(by_user, questions),
         "agreement": agreement(candidates),
     }
 
@@ -448,15 +426,10 @@ def text(result: dict[str, Any]) -> str:
                   f"{s['search_ms']['p50']:.2f}", f"{s['search_ms']['p99']:.2f}",
                   f"{s['ingest_s']:.1f}")  # fmt: skip
     lines.append(table.render())
-    ties = result["keyword_ties"]
     lines += [
         "",
         "R@k: share of a question's evidence turns among the first k results, averaged over "
         "questions; p50/p99: search_memory calls, services taking turns",
-        f"keyword ties: for {ties['questions_cut_in_a_tie']} of {data['questions']} questions "
-        f"the 10th and 11th best turns match as many query words (median "
-        f"{ties['median_turns_tied_at_cut']:g} turns tied there): the tie-break decides "
-        "(ADK in-memory: oldest first; RedisMemoryService: newest first)",
         *(f"plain vs search, {a['mode']}: same top 10 for {a['same_top10']} of "
           f"{a['questions']} questions" for a in result["agreement"]),
         *result["notes"],
@@ -470,6 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--locomo", required=True, type=Path, help="a folder of LoCoMo conversation files")
     add("--search-url", help="use this Redis with RediSearch for the search backend")
     add("--embedder", metavar="SPEC", help="also hybrid, with google:<model> or import:<m>:<name>")
+    add("--svg", type=Path, help="also draw recall@k (k = 1..10) of every service to this file")
     report.add_flags(parser, url=True, quick="one conversation, 5 questions a category")
     args = parser.parse_args(argv)
     if not args.locomo.exists():
@@ -492,7 +466,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             search_url = stack.enter_context(servers.redis8(search=True, name="recall-search")).url
         result = asyncio.run(measure(convs, questions, plain_url, search_url, embedder))
     report.emit({"data": data, **result}, text, args.json)
+    if args.svg:
+        args.svg.write_text(plot({"data": data, **result}, argv), encoding="utf-8")
     return 0
+
+
+def plot(result: dict[str, Any], argv: Sequence[str] | None) -> str:
+    """Recall@k curves, one per service, captioned with the command and the environment."""
+    series = [
+        svg.Series(f"{s['service']} {s['backend']} {s['mode']}",
+                   [(k, r) for k, r in enumerate(s["recall_at_k"], 1)],
+                   dashed=s["service"].startswith("ADK"))
+        for s in result["services"]
+    ]  # fmt: skip
+    env = report.environment_lines("", result["environment"])[1]
+    command = " ".join(["python -m benchmarks.recall", *(argv or sys.argv[1:])])
+    chart = svg.Chart(
+        title=f"Memory recall on LoCoMo ({result['data']['questions']} questions)",
+        subtitle="share of a question's evidence turns among the first k results",
+        x_label="k (results read)", y_label="recall@k", series=series, log_x=False,
+        notes=["dashed: ADK's own memory services"], desc=f"{command}; {env}",
+    )  # fmt: skip
+    return svg.render(chart)
 
 
 if __name__ == "__main__":

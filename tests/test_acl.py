@@ -9,14 +9,17 @@ naming it, and the refused step must leave the database exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 from _acl import acl_user, readme_commands, readme_rules
+from _legacy import make_v1_index, write_v1
 from _servers import ACL_DB, on_db, skip_without
 from _slots import flush_cluster
 from redis_agent_sessions import (
@@ -31,6 +34,7 @@ from redis_agent_sessions import (
     RedisSessionService,
     SessionServiceConfig,
 )
+from redis_agent_sessions.keys import KeySpace
 from test_bad_input import snapshot
 
 pytestmark = [pytest.mark.real, pytest.mark.acl]
@@ -107,6 +111,7 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
         session = await sessions.get_session(app_name=APP, user_id=USER, session_id="s1")
         assert session is not None
         await memory.add_session_to_memory(session)
+        got["turn"] = session.events[0].id
         # Re-ingesting a session that lost an event drops that event's entry.
         session.events = session.events[:1]
         await memory.add_session_to_memory(session)
@@ -125,10 +130,19 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
     async def recall() -> None:
         found = await memory.search_memory(app_name=APP, user_id=USER, query="paris hotel")
         assert found.memories
-        # A CJK word also matches inside longer runs (RediSearch: FT.AGGREGATE).
         await memory.search_memory(app_name=APP, user_id=USER, query="東京")
+        # Entries written by 0.1 are found by its rule (a CJK word: FT.AGGREGATE) until
+        # reindexed.
+        found = await memory.search_memory(app_name=APP, user_id="legacy", query="東京")
+        assert found.memories
+
+    async def reindex() -> None:
+        # One user: the whole store (an operator's run) walks the keyspace with SCAN.
+        await memory.reindex(app_name=APP, user_id="legacy")
 
     async def forget() -> None:
+        # A turn of a session: the turns around it are indexed again without its words.
+        await memory.delete_memory(app_name=APP, user_id=USER, memory_id=got["turn"])
         await memory.delete_memory(app_name=APP, user_id=USER, memory_id="m1")
         await memory.delete_memory(app_name=APP, user_id=USER)
 
@@ -149,6 +163,7 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
         ("remember", remember),
         ("another_worker", another_worker),
         ("recall", recall),
+        ("reindex", reindex),
         ("forget", forget),
         ("delete", delete),
         ("prune", prune),
@@ -158,6 +173,13 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
 async def run_as(admin: Redis, worker: Redis, *, cluster_layout: bool, search: bool) -> None:
     """The workflow; raises the first step's error after checking it changed nothing."""
     await admin.script_flush()  # so SCRIPT LOAD is needed, and checked, too
+    # A user's entries as 0.1 wrote them (and its index, made without "terms").
+    keys = KeySpace("ras")
+    if search:
+        with contextlib.suppress(ResponseError):  # an index may outlive FLUSHDB
+            await make_v1_index(admin, keys)
+    turn = ("old", "私は東京に住んでいます", 1.0, "old-session", "user")
+    await write_v1(admin, keys, APP, "legacy", [turn], postings=not search)
     for name, step in workflow(worker, cluster_layout=cluster_layout, search=search):
         if name == "prune":
             await admin.delete(*[k async for k in admin.scan_iter(match="ras:*s2*")])

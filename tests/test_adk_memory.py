@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 import redis_agent_sessions as core
 from redis_agent_sessions import InvalidInputError, SessionServiceConfig
 from redis_agent_sessions.adk import RedisMemoryService
+from redis_agent_sessions.memory._analysis import query_terms, text_terms
 
 pytestmark = pytest.mark.adk
 
@@ -265,23 +266,16 @@ def adk_score(query: str, entry: MemoryEntry) -> int:
 
 
 def assert_agree(query: str, ours: list[MemoryEntry], theirs: list[MemoryEntry]) -> None:
-    """Same entries, same scores in the same order. Within one score ADK keeps insertion
-    order and we put the newest first, so only the set of each tie group must agree."""
-    assert [adk_score(query, e) for e in ours] == [adk_score(query, e) for e in theirs], query
-    groups: dict[int, list[MemoryEntry]] = {}
-    for e in theirs:
-        groups.setdefault(adk_score(query, e), []).append(e)
-    for score, group in groups.items():
-        ours_group = [e for e in ours if adk_score(query, e) == score]
-        assert sorted(ours_group, key=lambda e: e.id or "") == sorted(
-            group, key=lambda e: e.id or ""
-        ), query
-        if len(group) == 1:
-            continue
-        # Our documented tie order: newest first.
-        assert [e.timestamp for e in ours_group] == sorted(
-            (e.timestamp or "" for e in group), reverse=True
-        ), query
+    """Everything ADK finds by a word that is not a stop word, we find too. We rank by BM25
+    (ADK by words matched) and find more: other forms of a word ("hike" for "hiking"), and
+    a turn by the words of the turns around it; a stop word alone ("my") finds nothing."""
+    content = set(query_terms(query))
+    wanted = {
+        e.id
+        for e in theirs
+        if content & set(text_terms(texts([e])[0])) or any(not t.isascii() for t in content)
+    }
+    assert wanted <= {e.id for e in ours}, query
 
 
 STORY = [
@@ -342,14 +336,10 @@ async def parity_scenario(memory: RedisMemoryService) -> None:
                 ours = await search(memory, query, user_id=user)
                 theirs = await search(reference, query, user_id=user)
                 assert_agree(query, ours, theirs)
-                scores = [adk_score(query, e) for e in theirs]
-                if len(set(scores)) == len(scores):
-                    # Without ties the order is fixed: equal entry for entry.
-                    assert ours == theirs, query
-                    exact += len(theirs) > 1
+                exact += bool(theirs) and ours[:1] == theirs[:1]
         return exact
 
-    assert await agree() >= 2
+    assert await agree() >= 5
     # Re-adding a session replaces its entries; a deleted id stays deleted; event deltas
     # are deduplicated by id.
     trip = STORY[0].model_copy(update={"events": STORY[0].events[1:]})
@@ -363,7 +353,8 @@ async def parity_scenario(memory: RedisMemoryService) -> None:
             app_name=APP, user_id=USER, events=[late, late, STORY[0].events[0]], session_id="trip"
         )
     await agree()
-    assert [e.id for e in await search(memory, "hiking")] == ["e7", "e1"]
+    # e3 stays deleted; e2 is found through e1, the turn before it.
+    assert [e.id for e in await search(memory, "hiking")] == ["e7", "e1", "e2"]
 
 
 async def test_parity_with_adk_in_memory_service(memory: RedisMemoryService) -> None:

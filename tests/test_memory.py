@@ -332,7 +332,8 @@ async def test_cjk_substring_matching(memory: RedisMemoryService) -> None:
     assert await texts(memory, "東京") == ["東京都庁", "私は東京に住んでいます"]
     assert await texts(memory, "東京都") == ["東京都庁"]
     assert await texts(memory, "住") == ["私は東京に住んでいます"]
-    assert await texts(memory, "python") == ["私はPythonを使う"]
+    # The turns around it are found by its words too, below it.
+    assert (await texts(memory, "python"))[0] == "私はPythonを使う"
     assert await texts(memory, "thon") == []
     assert await texts(memory, "café") == []
 
@@ -343,19 +344,17 @@ async def test_non_ascii_latin_substring(memory: RedisMemoryService) -> None:
     assert await texts(memory, "cafe") == []
 
 
-async def test_ranking_words_then_newest(memory: RedisMemoryService) -> None:
-    await memory.add_session_to_memory(
-        session(
-            "s",
-            event("red green blue", ts=1, id="a"),
-            event("red", ts=5, id="b"),
-            event("green blue", ts=3, id="c"),
-            event("blue", ts=4, id="d"),
-            event("yellow", ts=9, id="e"),
-        )
-    )
+async def test_ranking_rare_words_weigh_more(memory: RedisMemoryService) -> None:
+    # Sessions apart: no entry is found by another's words.
+    for i, (said, ts) in enumerate(
+        [("red green blue", 1), ("red", 5), ("green blue", 3), ("blue", 4), ("yellow", 9)]
+    ):
+        await memory.add_session_to_memory(session(f"s{i}", event(said, ts=ts, id="abcde"[i])))
     found = await memory.search_memory(app_name=APP, user_id=USER, query="blue, green & red!")
-    assert [m.id for m in found.memories] == ["a", "c", "b", "d"]
+    # "red" and "green" are in two entries, "blue" in three: the one with all three first,
+    # then the short ones, each of a rarer word first, newest first among equals.
+    assert [m.id for m in found.memories][:1] == ["a"]
+    assert {m.id for m in found.memories} == {"a", "b", "c", "d"}
     found = await memory.search_memory(app_name=APP, user_id=USER, query="blue red", limit=2)
     assert [m.id for m in found.memories] == ["a", "b"]
     assert (
@@ -363,8 +362,55 @@ async def test_ranking_words_then_newest(memory: RedisMemoryService) -> None:
     ).memories == []
 
 
+async def test_ranking_stems_and_skips_stop_words(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(session("s1", event("I booked two flights", ts=1)))
+    await memory.add_session_to_memory(session("s2", event("What is this about?", ts=2)))
+    assert await texts(memory, "book a flight") == ["I booked two flights"]
+    assert await texts(memory, "Booking FLIGHT") == ["I booked two flights"]
+    # Only stop words: nothing to rank by.
+    assert await texts(memory, "what is this about") == []
+
+
+async def test_ranking_newest_first_among_equals(memory: RedisMemoryService) -> None:
+    for i in range(3):
+        await memory.add_session_to_memory(session(f"s{i}", event("same words", ts=i, id=f"e{i}")))
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="words")
+    assert [m.id for m in found.memories] == ["e2", "e1", "e0"]
+
+
+async def test_ranking_a_turn_is_found_by_the_turns_around_it(
+    memory: RedisMemoryService,
+) -> None:
+    await memory.add_session_to_memory(
+        session(
+            "s",
+            event("Which scarf should I wear to the wedding?", ts=1, id="q"),
+            event("Yes, the blue one!", ts=2, id="a", author="model"),
+        )
+    )
+    await memory.add_session_to_memory(session("t", event("The shop sells scarves", ts=3)))
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="wedding scarf")
+    # The question says it; the answer is found through it, above an entry with one word.
+    assert [m.id for m in found.memories][:2] == ["q", "a"]
+    assert found.memories[1].content.text == "Yes, the blue one!"
+
+
+async def test_ranking_a_query_naming_the_author(memory: RedisMemoryService) -> None:
+    await memory.add_session_to_memory(
+        session("s1", event("I adopted a dog", ts=1, id="c", author="Caroline"))
+    )
+    await memory.add_session_to_memory(
+        session("s2", event("I adopted a dog", ts=2, id="m", author="Melanie"))
+    )
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="Did Caroline adopt?")
+    assert [m.id for m in found.memories] == ["c", "m"]
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="Caroline")
+    assert found.memories == []  # the author alone finds nothing: it only ranks
+
+
 async def test_default_limit_is_ten(memory: RedisMemoryService) -> None:
-    await memory.add_session_to_memory(session("s", *(event(f"fig {i}", ts=i) for i in range(25))))
+    for i in range(25):
+        await memory.add_session_to_memory(session(f"s{i}", event(f"fig {i}", ts=i)))
     found = await texts(memory, "fig")
     assert len(found) == 10
     if memory.embedder is None:  # hybrid: the vectors' ties among equals are the index's

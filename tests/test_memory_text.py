@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 from typing import Any
 
 import fakeredis
@@ -10,6 +12,7 @@ import pytest
 
 from _servers import skip_without
 from redis_agent_sessions import Content, Event, MemoryIndexError, Part, RedisMemoryService, Session
+from redis_agent_sessions.memory._analysis import K1, SUBSTRING_WEIGHT, B, text_terms, with_context
 from redis_agent_sessions.memory._text import (
     entry_grams,
     lowered_text,
@@ -53,16 +56,38 @@ def test_grams_select_every_substring_match(sample: str) -> None:
 
 
 def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> list[str]:
-    """ADK's matching rule, ranked by words matched then newest (then larger id)."""
-    words = query_words(query)
-    scored = []
-    for doc_id, ts, body in docs:
-        searchable, lower = searchable_words(body), lowered_text(body)
-        n = sum(1 for w in words if w in searchable or (not w.isascii() and w in lower))
-        if n:
-            scored.append((n, ts, doc_id))
-    scored.sort(reverse=True)
-    return [doc_id for _, _, doc_id in scored[:limit]]
+    """BM25 as docs/memory.md states it, computed from scratch: docs (one session, in
+    order) weighted as written one by one (each against the average length so far, itself
+    included), scored with the final counts; equal scores newest first, then larger id."""
+    own = [text_terms(body) for _, _, body in docs]
+    context = with_context(own, ["s"] * len(docs))
+    n = total = 0
+    weights: dict[str, dict[str, float]] = {}
+    for (doc_id, _, _), terms, around in zip(docs, own, context, strict=True):
+        tf = Counter(t for t in terms for _ in range(4))
+        length = 4 * len(terms)
+        for distance, near in around:
+            for t in near:
+                tf[t] += (2, 1)[distance - 1]
+            length += (2, 1)[distance - 1] * len(near)
+        if not tf:
+            continue
+        n, total = n + 1, total + length
+        norm = K1 * (1 - B + B * length * n / total)
+        weights[doc_id] = {t: (f / 4) * (K1 + 1) / ((f / 4) + norm) for t, f in tf.items()}
+    lowered = {doc_id: lowered_text(body) for doc_id, _, body in docs}
+    scores: dict[str, float] = {}
+    for term, times in sorted(Counter(text_terms(query, split=False)).items()):
+        inside = set() if term.isascii() else {d for d in weights if term in lowered[d]}
+        df = sum(1 for w in weights.values() if term in w)
+        idf = math.log(1 + (n - max(df, len(inside)) + 0.5) / (max(df, len(inside)) + 0.5))
+        for doc_id, w in weights.items():
+            weight = w.get(term, SUBSTRING_WEIGHT if doc_id in inside else None)
+            if weight is not None:
+                scores[doc_id] = scores.get(doc_id, 0.0) + times * idf * weight
+    ts = {doc_id: t for doc_id, t, _ in docs}
+    ranked = sorted(((s, ts[d], d) for d, s in scores.items() if s > 0), reverse=True)
+    return [doc_id for _, _, doc_id in ranked[:limit]]
 
 
 async def test_ranking_matches_reference_on_random_corpus() -> None:

@@ -78,9 +78,9 @@ async def test_paraphrase_found_only_by_meaning(
 ) -> None:
     keyword = service(worker, request, embedder=None)
     semantic = service(worker, request)
-    await semantic.add_session_to_memory(
-        session("s1", event(SKODA, ts=1), event(BLUE, ts=2), event(PUPPY, ts=3))
-    )
+    # Sessions apart: a turn is also found by the words of the turns around it.
+    for i, said in enumerate((SKODA, BLUE, PUPPY), 1):
+        await semantic.add_session_to_memory(session(f"s{i}", event(said, ts=i)))
     assert await found(semantic, "automobile") == [(SKODA, ["vector"])]
     assert await found(semantic, "hue") == [(BLUE, ["vector"])]
     assert await found(semantic, "dog") == [(PUPPY, ["vector"])]
@@ -106,7 +106,9 @@ async def test_found_by_both_paths_ranks_first(worker: Any, request: pytest.Fixt
     assert how["keyword_rank"] == 1
     assert how["vector_rank"] == 1
     assert 0 < how["similarity"] <= 1
-    assert how["score"] == pytest.approx(2 / 61, abs=1e-6)
+    # Three entries: the two rankings share all three by chance, so the vectors weigh 0.
+    assert how["vector_weight"] == 0
+    assert how["score"] == pytest.approx(1 / 21, abs=1e-6)
     texts = [m.content.text for m in result.memories]
     assert set(texts) == {
         "my sedan needs new tyres",
@@ -471,3 +473,68 @@ async def test_a_corrupt_vector_record_is_named(
         await found(service(memory_client, request), "car")
     with pytest.raises(CorruptDataError, match="ras:mem:vectors"):
         await service(memory_client, request).reembed(dry_run=True)
+
+
+def test_vector_weight_counts_agreement_beyond_chance() -> None:
+    from redis_agent_sessions.memory._vectors import vector_weight
+
+    keyword = [f"k{i}" for i in range(20)]
+    unrelated = [f"v{i}" for i in range(20)]
+    assert vector_weight(keyword, unrelated, 10_000) == 0
+    # One shared entry is what chance and the margin allow: still 0.
+    assert vector_weight(keyword, [*keyword[:1], *unrelated[1:]], 10_000) == 0
+    half = vector_weight(keyword, [*keyword[:10], *unrelated[10:]], 10_000)
+    full = vector_weight(keyword, keyword, 10_000)
+    assert 0 < half < full
+    # In a store of 20 entries any two top-20 lists share everything: chance, weight 0.
+    assert vector_weight(keyword, keyword, 20) == 0
+    # In a small store chance overlap varies more: more agreement is needed.
+    assert vector_weight(keyword, [*keyword[:4], *unrelated[4:]], 10_000) > 0
+    assert vector_weight(keyword, [*keyword[:4], *unrelated[4:]], 150) == 0
+    assert vector_weight([], keyword, 100) == vector_weight(keyword, [], 100) == 0
+
+
+class RandomEmbedder:
+    """Vectors unrelated to the text (a model of another language at worst is this)."""
+
+    name, dimensions = "random-v1", 16
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import random
+
+        return [[random.Random(t).gauss(0, 1) for _ in range(16)] for t in texts]
+
+
+async def test_a_useless_embedder_leaves_the_keyword_ranking_as_it_is() -> None:
+    import random
+
+    import fakeredis
+
+    client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    keyword = RedisMemoryService(client, backend="plain")
+    hybrid = RedisMemoryService(client, backend="plain", embedder=RandomEmbedder())
+    rng = random.Random(3)
+    vocab = [f"w{i}" for i in range(40)]
+    for s in range(30):
+        events = [
+            event(" ".join(rng.choices(vocab, k=rng.randint(2, 8))), ts=s * 10 + i)
+            for i in range(5)
+        ]
+        await hybrid.add_session_to_memory(session(f"s{s}", *events))
+    same = 0
+    for _ in range(40):
+        query = " ".join(rng.sample(vocab, rng.randint(1, 4)))
+        ours = [
+            m.id
+            for m in (await hybrid.search_memory(app_name=APP, user_id=USER, query=query)).memories
+        ]
+        plain = [
+            m.id
+            for m in (await keyword.search_memory(app_name=APP, user_id=USER, query=query)).memories
+        ]
+        same += ours == plain
+        # Even where chance agreement gives the vectors some weight, the best stay.
+        assert set(plain[:3]) <= set(ours), query
+    # Two unrelated rankings agree beyond chance only rarely: the order is kept.
+    assert same >= 38
+    await client.aclose()

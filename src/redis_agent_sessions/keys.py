@@ -38,7 +38,13 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:<user>}:session:<id>:ingest:<token>  set  ids seen by one running ingestion
     ras:mem:{<app>:<user>}:deleted               set    deleted entry ids, never re-ingested
     ras:mem:{<app>:<user>}:texts                 hash   plain backend: entry id -> lowercased text
-    ras:mem:{<app>:<user>}:word:<word>           zset   plain backend: entry ids by timestamp
+    ras:mem:stats:{<app>:<user>}                 hash   n (entries indexed by terms), len (their
+                                                        total length, in quarter words)
+    ras:mem:df:{<app>:<user>}                    hash   search backend: term -> entries having it
+    ras:mem:{<app>:<user>}:term:<term>           zset   plain backend: entry ids by the term's
+                                                        BM25 weight in them (@<author>: 1)
+    ras:mem:{<app>:<user>}:word:<word>           zset   plain backend, entries indexed by 0.1
+                                                        (until `reindex`): entry ids by time
     ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: same, per CJK character/pair
     ras:mem:backend                              string "search" or "plain", set on first use
     ras:mem:idx                                  (RediSearch index over ras:mem:{ hashes)
@@ -243,6 +249,21 @@ class KeySpace:
 
     def memory_word(self, app_name: str, user_id: str, word: str) -> str:
         return f"{self._memory(app_name, user_id)}:word:{escape(word)}"
+
+    def memory_term(self, app_name: str, user_id: str, term: str) -> str:
+        """Plain backend: the entries having an analysed term (``@``: an author's), by weight."""
+        return f"{self._memory(app_name, user_id)}:term:{escape(term)}"
+
+    def memory_stats(self, app_name: str, user_id: str) -> str:
+        """How many entries are indexed with terms, and their total (quarter) length. A hash
+        outside the search index's prefix (it would be indexed as a document), in the
+        user's slot."""
+        return f"{self.prefix}:mem:stats:{{{escape(app_name)}:{escape(user_id)}}}"
+
+    def memory_df(self, app_name: str, user_id: str) -> str:
+        """Search backend: how many entries have each term (the plain one counts postings);
+        outside the index's prefix, as ``memory_stats``."""
+        return f"{self.prefix}:mem:df:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_gram(self, app_name: str, user_id: str, gram: str) -> str:
         return f"{self._memory(app_name, user_id)}:gram:{escape(gram)}"

@@ -40,17 +40,18 @@ DENIED = -4
 def lua_source(name: str) -> str:
     """The text of ``lua/<name>.lua`` inside this package, after the libraries every script
     may call: the ACL prelude (``lua/_permitted.lua``), which every script calls before its
-    first command, the layout argument's reader (``lua/_layout.lua``) and the expiry index's
-    helpers (``lua/_expiry.lua``). A script whose file opens with a shebang line
-    (``#!lua flags=no-writes``: it only reads, so Redis runs it at full memory and never
-    lets it write) keeps that line first, where Redis looks for it."""
+    first command, the layout argument's reader (``lua/_layout.lua``), the expiry index's
+    helpers (``lua/_expiry.lua``) and the memory scripts' (``lua/_memory.lua``). A script
+    whose file opens with a shebang line (``#!lua flags=no-writes``: it only reads, so Redis
+    runs it at full memory and never lets it write) keeps that line first, where Redis
+    looks for it."""
     lua = resources.files(__package__).joinpath("lua")
     own = lua.joinpath(f"{name}.lua").read_text("utf-8")
     first = ""
     if own.startswith("#!"):
         first, own = own.split("\n", 1)
         first += "\n"
-    parts = ("_permitted", "_layout", "_expiry")
+    parts = ("_permitted", "_layout", "_expiry", "_memory")
     return first + "".join(lua.joinpath(f"{p}.lua").read_text("utf-8") for p in parts) + own
 
 

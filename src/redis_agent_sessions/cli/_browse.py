@@ -24,8 +24,10 @@ from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
 from redis_agent_sessions.keys import unescape
 from redis_agent_sessions.memory import RedisMemoryService
+from redis_agent_sessions.memory._analysis import text_terms
 from redis_agent_sessions.memory._store import parse_iso
 from redis_agent_sessions.memory._text import query_words
+from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 
 __all__ = ["run"]
 
@@ -184,25 +186,34 @@ def _print_event(ctx: Context, event: dict[str, Any]) -> None:
 
 
 async def _search(ctx: Context, args: argparse.Namespace) -> int:
-    wanted = query_words(args.query)
+    # The query's words as typed, each with its term (stop words have none).
+    wanted = {w: t for w in sorted(query_words(args.query)) for t in text_terms(w, split=False)}
     if not wanted:
-        raise UsageError(f"the query has no words to search for: {args.query!r}")
+        raise UsageError(f"the query has no words to search for (stop words only?): {args.query!r}")
     if not await ctx.client.exists(ctx.keys.memory_backend()):
         # Searching would pick and record a backend: a read-only command must not.
         raise NotFound("nothing is in memory yet (no memory backend was ever chosen)")
     memory = RedisMemoryService(ctx.client, config=ctx.config)
-    found = await memory.search_memory(
-        app_name=args.app, user_id=args.user, query=args.query, limit=args.limit
+    found = await memory._memory.search(
+        app_name=args.app, user_id=args.user, query=args.query, limit=args.limit, explain=True
     )
     if not found.memories:
         raise NotFound(f"nothing in memory of user {args.user!r} in app {args.app!r} matches")
     rows: list[dict[str, Any]] = []
+    pipe = ctx.client.pipeline(transaction=False)
     for entry in found.memories:
-        matched = sorted(wanted & query_words(entry.content.text))
+        pipe.hget(ctx.keys.memory_entry(args.app, args.user, entry.id or ""), "tf")
+    indexed = [set(text(tf or "").split()[::2]) for tf in await pipe.execute()]
+    for entry, terms in zip(found.memories, indexed, strict=True):
+        how = entry.custom_metadata.pop(RETRIEVAL_KEY, {})
+        said = set(text_terms(entry.content.text))
         rows.append(
             {
-                "score": len(matched) / len(wanted),
-                "matched_words": matched,
+                "score": how.get("keyword_score") or how.get("score"),
+                "found_by": how.get("found_by", []),
+                "matched_words": [w for w, t in wanted.items() if t in said],
+                # Found by the turns around it (or inside a longer run of text).
+                "matched_around": [w for w, t in wanted.items() if t not in said and t in terms],
                 "id": entry.id,
                 "author": entry.author,
                 "timestamp": _entry_time(entry.timestamp),
@@ -215,15 +226,19 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
         return 0
     table = ctx.table("SCORE", "MATCHED", "WHEN", "AUTHOR", "TEXT")
     for row in rows:
+        around = [f"({word})" for word in row["matched_around"]]
         table.add_row(
-            f"{row['score']:.2f}",
-            ", ".join(row["matched_words"]),
+            "-" if row["score"] is None else f"{row['score']:.2f}",
+            ", ".join([*row["matched_words"], *around]),
             row["timestamp"] or "-",
             str(row["author"] or "-"),
             str(row["text"])[:100],
         )
     ctx.out.print(table)
-    ctx.out.print(f"backend: {await memory.backend()}   score = share of the query's words matched")
+    ctx.out.print(
+        f"backend: {await memory.backend()}   score = BM25 (higher is better); "
+        "(word): not said in the entry, found by the turns around it"
+    )
     return 0
 
 

@@ -11,10 +11,10 @@ import datetime as dt
 import errno
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from redis.exceptions import NoPermissionError
@@ -32,6 +32,10 @@ from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.models import Event, Session
 from redis_agent_sessions.sessions import RedisSessionService
 from redis_agent_sessions.sessions._engine import SessionEngine
+
+_T = TypeVar("_T")
+Advance = Callable[[int, int], None]
+"""A progress callback: ``(done, total)``."""
 
 __all__ = [
     "CliError",
@@ -150,6 +154,16 @@ class Context:
         with progress:
             progress.add_task(description, total=total)
             yield progress
+
+    async def tracked(self, description: str, work: Callable[[Advance], Awaitable[_T]]) -> _T:
+        """``work(on_progress)`` under a progress bar; ``on_progress(done, total)``."""
+        with self.progress(description, None) as bar:
+            task = bar.task_ids[0]
+
+            def advance(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            return await work(advance)
 
 
 class _Trimmed(Table):

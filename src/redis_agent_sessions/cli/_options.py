@@ -157,6 +157,13 @@ def _incomplete(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _reindex(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--app", help="only this app's users")
+    p.add_argument("--user", help="only this user (with --app)")
+    p.add_argument("--dry-run", action="store_true", help="only count what needs reindexing")
+    _json(p)
+
+
 def _reembed(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--embedder",
@@ -214,6 +221,7 @@ _ADD = {
     "expired": _expired,
     "incomplete": _incomplete,
     "reembed": _reembed,
+    "reindex": _reindex,
     "sweep": _sweep,
 }
 

@@ -29,15 +29,12 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     memory = RedisMemoryService(
         ctx.client, config=ctx.config, embedder=embedder, vector_index=vector_index
     )
-    with ctx.progress("checking" if args.dry_run else "re-embedding", None) as bar:
-        task = bar.task_ids[0]
-
-        def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        report = await memory.reembed(
+    report = await ctx.tracked(
+        "checking" if args.dry_run else "re-embedding",
+        lambda advance: memory.reembed(
             app_name=args.app, user_id=args.user, dry_run=args.dry_run, on_progress=advance
-        )
+        ),
+    )
     if not report.entries:
         whose = "the store" if args.app is None else f"app {args.app!r}"
         raise NotFound(f"no memory entries in {whose}")

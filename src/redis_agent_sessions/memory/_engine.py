@@ -26,11 +26,15 @@ from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._analysis import analyse, text_terms, with_context
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, prepare
+from redis_agent_sessions.memory._reindex import refresh_around, session_of
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
 from redis_agent_sessions.memory._store import (
     BATCH_ENTRIES,
+    UNKNOWN_SESSION_ID,
     VECTOR_BATCH_ENTRIES,
     Doc,
     MemoryStore,
@@ -40,13 +44,11 @@ from redis_agent_sessions.memory._store import (
     parse_iso,
 )
 from redis_agent_sessions.memory._text import query_words
-from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY, Semantic, fuse
+from redis_agent_sessions.memory._vectors import FUSION_DEPTH, RETRIEVAL_KEY, Hit, Semantic, fuse
 from redis_agent_sessions.models import Content, Event, Session
 
 __all__ = ["MemoryEngine"]
 
-_UNKNOWN_SESSION_ID = "__unknown_session_id__"
-"""Where ADK files events added without a session id."""
 _MAX_LIMIT = 1000
 _log = logging.getLogger("redis_agent_sessions.memory")
 
@@ -70,6 +72,7 @@ class MemoryEngine:
         self._backend: Backend = backend
         self._store: MemoryStore | None = None
         self._search: IndexSearch | PlainSearch | None = None
+        self._ranker: IndexRanker | PlainRanker | None = None
         self._lock = asyncio.Lock()
         self._topology = Topology(client)
         self.semantic = semantic
@@ -161,6 +164,11 @@ class MemoryEngine:
                     f"the memory backend is 'search' but this client cannot use "
                     f"the search module: {exc}"
                 ) from exc
+        self._ranker = (
+            IndexRanker(self._topology, self._keys, search.index)
+            if isinstance(search, IndexSearch)
+            else PlainRanker(self._client, self._keys)
+        )
         if recorded is None:
             await self._client.set(key, chosen, nx=True)
             again = await self._client.get(key)
@@ -169,6 +177,10 @@ class MemoryEngine:
             if _backend_name(key, again) != chosen:  # another worker recorded first
                 return await self._open_backend()
         return MemoryStore(self._client, self._keys, postings=chosen == "plain"), search
+
+    async def ready_for(self, app: str, user: str) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
+        """The store and search, ready for writes of (app, user)."""
+        return await self._ready(app, user)
 
     async def adopt_vectors(self, app: str, user: str) -> MemoryStore:
         """For ``reembed``: make this service's embedder the store's (its dimension and
@@ -259,7 +271,7 @@ class MemoryEngine:
         custom_metadata: Mapping[str, object] | None = None,
     ) -> None:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
-        sid = _UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
+        sid = UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
         check_sequence("events", events)
         docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
         store, _ = await self._ready(app, user)
@@ -297,6 +309,7 @@ class MemoryEngine:
                 text_=entry.content.text,
                 content_json=_content_json(entry.content),
                 meta={**shared, **_metadata(entry.custom_metadata)},
+                analysed=analyse(text_terms(entry.content.text), (), entry.author),
             )
             if doc is not None:
                 docs[memory_id] = doc
@@ -312,33 +325,72 @@ class MemoryEngine:
         store, _ = await self._ready()
         if memory_id is None:
             await store.delete_all(app, user)
-        else:
-            await store.delete(app, user, [memory_id], tombstone=True)
+            return
+        turns = await session_of(self, app, user, memory_id)
+        await store.delete(app, user, [memory_id], tombstone=True)
+        # The turns around it were found by its words too: no longer.
+        await refresh_around(self, app, user, turns, memory_id)
 
     # -- reads ----------------------------------------------------------------------------
 
     async def search(
-        self, *, app_name: str, user_id: str, query: str, limit: int = 10, vectors: bool = True
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        query: str,
+        limit: int = 10,
+        vectors: bool = True,
+        explain: bool = False,
     ) -> SearchMemoryResponse:
+        """Ranked entries; with ``explain`` (the CLI), keyword results also say how they were
+        found in ``custom_metadata[RETRIEVAL_KEY]`` (hybrid results always do)."""
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidInputError(f"limit must be a non-negative int, got {limit!r}")
-        words = query_words(query)
-        if not words or limit == 0:
+        terms = prepare(query)
+        if not terms or limit == 0:
             return SearchMemoryResponse()
         store, search = await self._ready()
+        assert self._ranker is not None
         limit = min(limit, _MAX_LIMIT)
         found: dict[str, dict[str, Any]] = {}
-        if self.semantic is None or not vectors:
-            ids = await search.search(app, user, words, limit)
+        hybrid = self.semantic is not None and vectors
+        depth = max(limit, FUSION_DEPTH) if hybrid else limit
+        hits: list[Hit] = []
+        if not hybrid:
+            ranked = await self._ranker.rank(app, user, terms, depth)
         else:
             assert self._vectorizer is not None
             vector = await self._vectorizer.query(query)
-            keyword, hits = await search.hybrid(app, user, words, limit, vector, limit)
-            fused = fuse(keyword, hits, self.semantic.min_similarity, limit)
+            ranked, hits = await asyncio.gather(
+                self._ranker.rank(app, user, terms, depth), search.nearest(app, user, vector, depth)
+            )
+        ids = [memory_id for memory_id, _ in ranked.hits]
+        if ranked.legacy > 0 and len(ids) < depth:
+            # Entries indexed by 0.1 are found by its rule until `reindex` has run: after
+            # the ranked ones, as they have no score to compare.
+            seen = set(ids)
+            old = await search.search(app, user, query_words(query), depth)
+            ids += [memory_id for memory_id in old if memory_id not in seen][: depth - len(ids)]
+        if hybrid:
+            assert self.semantic is not None
+            scores = dict(ranked.hits)
+            keyword = [(memory_id, scores.get(memory_id, 0.0)) for memory_id in ids]
+            fused = fuse(keyword, hits, self.semantic.min_similarity, limit, ranked.entries)
             ids, found = [memory_id for memory_id, _ in fused], dict(fused)
+        elif explain:
+            scores = dict(ranked.hits)
+            found = {
+                memory_id: {
+                    "found_by": ["keyword"],
+                    "keyword_rank": rank,
+                    "keyword_score": round(scores[memory_id], 6) if memory_id in scores else None,
+                }
+                for rank, memory_id in enumerate(ids, 1)
+            }
         entries = await store.fetch(app, user, ids)
         return SearchMemoryResponse(
             memories=[
@@ -396,7 +448,9 @@ class MemoryEngine:
     def _event_docs(
         self, app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any]
     ) -> list[Doc]:
-        docs: dict[str, Doc] = {}
+        """The entries of events in conversation order: each found by its own words and by
+        those of the turns around it (events with no text are not turns)."""
+        turns: list[tuple[Event, str]] = []
         for event in events:
             if not isinstance(event, Event):
                 raise InvalidInputError(f"not an event: {type(event).__name__}")
@@ -406,17 +460,27 @@ class MemoryEngine:
             ts = event.timestamp
             if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts:
                 raise InvalidInputError(f"event timestamp must be a number: {ts!r}")
+            said = event.content.text
+            if said:
+                turns.append((event, said))
+        own = [text_terms(said) for _, said in turns]
+        docs: dict[str, Doc] = {}
+        for (event, said), terms, around in zip(
+            turns, own, with_context(own, [sid] * len(own)), strict=True
+        ):
+            assert event.content is not None
             doc = make_doc(
                 app_name=app,
                 user_id=user,
                 memory_id=event.id,
                 session_id=sid,
                 author=event.author,
-                ts=float(ts),
-                iso=iso_timestamp(ts),
-                text_=event.content.text,
+                ts=float(event.timestamp),
+                iso=iso_timestamp(event.timestamp),
+                text_=said,
                 content_json=_content_json(event.content),
                 meta=meta,
+                analysed=analyse(terms, around, event.author),
             )
             if doc is not None:
                 docs.setdefault(event.id, doc)

@@ -20,6 +20,7 @@ from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
+from redis_agent_sessions.memory._reindex import owners
 from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.models import Content
 
@@ -48,31 +49,6 @@ class ReembedReport:
     """Entries that changed or went while being re-embedded (the next run does them)."""
     per_user: list[tuple[str, str, int]] = field(default_factory=list)
     """(app, user, entries) of each user found."""
-
-
-async def owners(
-    client: Any, keys: KeySpace, app: str | None, user: str | None
-) -> list[tuple[str, str, int]]:
-    """The (app, user, entries) to re-embed: one user, or every user of an app or of the
-    store, found by SCAN (an operator's one-off walk: memory keeps no registry of users)."""
-    if user is not None:
-        if app is None:
-            raise InvalidInputError("a user is named within an app: give the app too")
-        found = [(app, user)]
-    else:
-        seen = set()
-        async for key in client.scan_iter(
-            match=keys.memory_entries_pattern(app), count=1000, _type="zset"
-        ):
-            owner = keys.memory_owner(text(key))
-            if owner is not None and (app is None or owner[0] == app):
-                seen.add(owner)
-        found = sorted(seen)
-    pipe = client.pipeline(transaction=False)
-    for a, u in found:
-        pipe.zcard(keys.memory_entries(a, u))
-    counts = await pipe.execute() if found else []
-    return [(a, u, int(n)) for (a, u), n in zip(found, counts, strict=True) if n]
 
 
 async def reembed(

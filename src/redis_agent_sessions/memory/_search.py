@@ -1,12 +1,13 @@
-"""The two ways of answering a query: RediSearch, or the plain backend's postings script.
+"""The search module's indexes (keyword and vector), vector search on both backends, and the
+0.1 keyword rule on both, which still finds the entries indexed by 0.1 until ``reindex`` has
+run (see ``_ranking`` for the ranking of the others).
 
-Both return entry ids ranked by the number of distinct query words matched, then newest
-first (equal times: larger id first), at most ``limit``.
+The 0.1 rule returns entry ids ranked by the number of distinct query words matched, then
+newest first (equal times: larger id first), at most ``limit``.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
@@ -30,7 +31,7 @@ from redis_agent_sessions.memory._vectors import (
     vector_schema,
 )
 
-__all__ = ["IndexSearch", "PlainSearch", "has_search_module"]
+__all__ = ["IndexSearch", "PlainSearch", "escape_term", "has_search_module", "search_docs"]
 
 _MIN_SEARCH_VERSION = 20000
 # Level queries grow as C(n, n/2) clauses; longer queries take the aggregate path.
@@ -44,6 +45,7 @@ _SCHEMA = (
     ("user", "TAG", ()),
     ("words", "TEXT", ("NOSTEM", "SORTABLE", "UNF")),
     ("grams", "TEXT", ("NOSTEM",)),
+    ("terms", "TEXT", ("NOSTEM",)),
     ("lower", "TEXT", ("NOINDEX", "SORTABLE", "UNF")),
     ("id", "TEXT", ("NOINDEX", "SORTABLE", "UNF")),
     ("ts", "NUMERIC", ("SORTABLE",)),
@@ -80,7 +82,7 @@ async def has_search_module(topology: Topology) -> bool:
     return False
 
 
-def _escape_term(word: str) -> str:
+def escape_term(word: str) -> str:
     # Query words are \w runs; escaping every ASCII non-alphanumeric keeps them plain
     # terms whatever the query parser treats as syntax.
     return "".join(c if c.isalnum() or not c.isascii() else "\\" + c for c in word)
@@ -102,7 +104,7 @@ class IndexSearch:
         self._ready: set[tuple[str, str]] = set()
         self.windows = _WINDOWS
 
-    def _index(self, app: str, user: str) -> str:
+    def index(self, app: str, user: str) -> str:
         if self._per_user:
             return self._keys.memory_user_index(app, user)
         return self._keys.memory_index()
@@ -143,7 +145,7 @@ class IndexSearch:
                 if "unknown index" not in str(exc).lower() and "no such" not in str(exc).lower():
                     raise
         schema = [part for name, kind, opts in _SCHEMA for part in (name, kind, *opts)]
-        await self._create(app, user, self._index(app, user), schema, self._check_existing)
+        await self._create(app, user, self.index(app, user), schema, self._check_existing)
         if self._semantic is not None:
             await self._create(
                 app, user, self._vector_index(app, user), vector_schema(self._semantic),
@@ -200,13 +202,23 @@ class IndexSearch:
             )
 
     async def _check_existing(self, app: str, user: str) -> None:
-        prefixes, attributes = await self._definition(app, user, self._index(app, user))
+        prefixes, attributes = await self._definition(app, user, self.index(app, user))
         found = {name: text(attr.get("type", b"")) for name, attr in attributes.items()}
         want = {name: kind for name, kind, _ in _SCHEMA}
+        if "terms" not in found and all(found.get(n) == k for n, k in want.items() if n != "terms"):
+            # An index made by 0.1: entries written from now on are found by their terms.
+            try:
+                await self._run(app, user, [(
+                    "FT.ALTER", self.index(app, user), "SCHEMA", "ADD", "terms", "TEXT", "NOSTEM",
+                )])  # fmt: skip
+            except ResponseError as exc:
+                if "duplicate" not in str(exc).lower():  # another worker added it first
+                    raise
+            found["terms"] = "TEXT"
         prefix = self._prefix(app, user)
         if prefixes != [prefix] or any(found.get(n) != k for n, k in want.items()):
             raise MemoryIndexError(
-                f"RediSearch index {self._index(app, user)!r} exists with another definition "
+                f"RediSearch index {self.index(app, user)!r} exists with another definition "
                 f"(prefixes {prefixes}, fields {found}); drop it or use another key_prefix"
             )
 
@@ -214,21 +226,20 @@ class IndexSearch:
         ids, _ = await self._search(app, user, sorted(words), limit, [])
         return ids
 
-    async def hybrid(
-        self, app: str, user: str, words: Iterable[str], limit: int, query: bytes, k: int
-    ) -> tuple[list[str], list[Hit]]:
-        """The keyword ranking and the ``k`` nearest vectors, in the same round trip."""
+    async def nearest(self, app: str, user: str, query: bytes, k: int) -> list[Hit]:
+        """The ``k`` entries of (app, user) nearest the query vector."""
         scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
-        knn = knn_command(self._vector_index(app, user), scope, query, k)
         try:
-            ids, replies = await self._search(app, user, sorted(words), limit, [knn])
+            [reply] = await self._run(
+                app, user, [knn_command(self._vector_index(app, user), scope, query, k)]
+            )
         except ResponseError as exc:
             # A user whose entries were all written before the embedder was turned on
             # has no vector index of their own (cluster) until their next write.
             if self._per_user and "no such index" in str(exc).lower():
-                return await self.search(app, user, words, limit), []
+                return []
             raise
-        return ids, parse_knn(_search_docs(replies[0])) if replies else []
+        return parse_knn(search_docs(reply))
 
     async def _search(
         self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
@@ -257,7 +268,7 @@ class IndexSearch:
         ``limit`` there is asked again over a wider window, the last one unbounded.
         """
         scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
-        terms = [f"@words:{_escape_term(w)}" for w in words]
+        terms = [f"@words:{escape_term(w)}" for w in words]
         levels = {
             c: " | ".join(f"({' '.join(g)})" for g in combinations(terms, c))
             for c in range(len(terms), 0, -1)
@@ -278,7 +289,7 @@ class IndexSearch:
             # VERBATIM: without it the module expands a word to its other forms ("books"
             # finds "book") even on a NOSTEM field, and such hits crowd out true matches.
             commands = [(
-                "FT.SEARCH", self._index(app, user), f"{scope}{window} ({levels[c]})",
+                "FT.SEARCH", self.index(app, user), f"{scope}{window} ({levels[c]})",
                 "VERBATIM", "RETURN", 3, "words", "ts", "id",
                 "SORTBY", "ts", "DESC", "LIMIT", 0, limit, "DIALECT", 2,
             ) for c in pending]  # fmt: skip
@@ -286,7 +297,7 @@ class IndexSearch:
             replies, extra, also = replies[: len(commands)], extra or replies[len(commands) :], []
             short = []
             for c, reply in zip(pending, replies, strict=True):
-                docs = _search_docs(reply)
+                docs = search_docs(reply)
                 for fields in docs:
                     # Recount exactly: the index may fold words unlike our tokenizer.
                     doc_id = text(fields["id"])
@@ -308,15 +319,15 @@ class IndexSearch:
         clauses, tests = [], []
         for word in words:
             if word.isascii():
-                clauses.append(f"@words:{_escape_term(word)}")
+                clauses.append(f"@words:{escape_term(word)}")
                 tests.append(f'(contains(@words, " {word} ") > 0)')
             else:
-                grams = " ".join(_escape_term(g) for g in sorted(query_grams(word)))
+                grams = " ".join(escape_term(g) for g in sorted(query_grams(word)))
                 clauses.append(f"@grams:({grams})")
                 tests.append(f'(contains(@lower, "{word}") > 0)')
         query = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}} ({' | '.join(clauses)})"
         reply, *extra = await self._run(app, user, [(
-            "FT.AGGREGATE", self._index(app, user), query, "VERBATIM",
+            "FT.AGGREGATE", self.index(app, user), query, "VERBATIM",
             "LOAD", 4, "@words", "@lower", "@ts", "@id",
             "APPLY", " + ".join(tests), "AS", "n",
             "FILTER", "@n > 0",
@@ -358,7 +369,7 @@ def _rows(reply: Any) -> list[Any]:
     return [_as_dict(r) for r in reply[1:]]
 
 
-def _search_docs(reply: Any) -> list[dict[str, Any]]:
+def search_docs(reply: Any) -> list[dict[str, Any]]:
     """The returned fields of each document of an FT.SEARCH reply (RESP2 or RESP3)."""
     if isinstance(reply, dict):
         results = reply[b"results" if b"results" in reply else "results"]
@@ -380,23 +391,18 @@ class PlainSearch:
         self._script = _scripts.register(client, "memory_search")
         self._vectors = _scripts.register(client, "memory_vectors")
 
-    async def hybrid(
-        self, app: str, user: str, words: Iterable[str], limit: int, query: bytes, k: int
-    ) -> tuple[list[str], list[Hit]]:
-        """The keyword ranking, and the ``k`` nearest of the user's newest ``PLAIN_SCAN``
-        entries by exact cosine, computed here: without the search module Redis has no
-        vector search, and a script computing it would block the server as long."""
+    async def nearest(self, app: str, user: str, query: bytes, k: int) -> list[Hit]:
+        """The ``k`` nearest of the user's newest ``PLAIN_SCAN`` entries by exact cosine,
+        computed here: without the search module Redis has no vector search, and a script
+        computing it would block the server as long."""
         assert self._semantic is not None
         entries = self._keys.memory_entries(app, user)
-        ids, newest = await asyncio.gather(
-            self.search(app, user, words, limit),
-            self._redis.zrevrange(entries, 0, PLAIN_SCAN - 1, withscores=True),
-        )
+        newest = await self._redis.zrevrange(entries, 0, PLAIN_SCAN - 1, withscores=True)
         base = self._keys.memory_entry(app, user, "")  # escaping each whole key cost ~10%
         keys = [base + escape(text(member)) for member, _ in newest]
         blobs = await _scripts.call(self._vectors, keys, []) if keys else []
         rows = [(text(m), float(ts), b) for (m, ts), b in zip(newest, blobs, strict=True)]
-        return ids, nearest(self._semantic.vectorizer, query, rows, k)
+        return nearest(self._semantic.vectorizer, query, rows, k)
 
     async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
         keys = [self._keys.memory_texts(app, user)]

@@ -18,6 +18,7 @@ from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._reembed import ReembedReport, reembed
+from redis_agent_sessions.memory._reindex import ReindexReport, reindex
 from redis_agent_sessions.memory._url import open_memory_service_url
 from redis_agent_sessions.memory._vectors import Semantic, VectorIndex
 from redis_agent_sessions.models import Event, Session
@@ -248,6 +249,24 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         the store, of an app, or of one user. Resumable: entries already current are
         skipped, so a run that stopped is run again. ``on_progress(done, total)``."""
         return await reembed(
+            self._memory, app=app_name, user=user_id, dry_run=dry_run, on_progress=on_progress
+        )
+
+    @_scripts.typed_permissions
+    async def reindex(
+        self,
+        *,
+        app_name: str | None = None,
+        user_id: str | None = None,
+        dry_run: bool = False,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> ReindexReport:
+        """Index stored entries by this version's analysis (entries written by 0.1 are found
+        by its rule, after the ranked ones, until this has run): every entry of the store,
+        of an app, or of one user, session by session. Resumable: entries already current
+        are skipped, so a run that stopped is run again. ``on_progress(done, total)``."""
+        await self._memory.backend()
+        return await reindex(
             self._memory, app=app_name, user=user_id, dry_run=dry_run, on_progress=on_progress
         )
 

@@ -23,10 +23,13 @@ from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import _check_json, text
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
 from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
 
 __all__ = ["Doc", "MemoryStore", "StoredEntry", "make_doc", "owner_tag"]
 
+UNKNOWN_SESSION_ID = "__unknown_session_id__"
+"""Where ADK files events added without a session id."""
 BATCH_ENTRIES = 200
 VECTOR_BATCH_ENTRIES = 32
 """With vectors on the search backend: the module indexes each vector as it is written, inside
@@ -37,7 +40,8 @@ _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta")
-_ARGS = 7
+_SIG_FIELDS = ("tf", "dl", "au", "grams", "words")
+_ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
 
 
@@ -53,7 +57,7 @@ class Doc:
     id: str
     ts: float
     fields: dict[str, str]
-    words: list[str]
+    analysed: Analysed
     grams: list[str]
     text: str
     """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
@@ -63,10 +67,13 @@ class Doc:
     """With an embedder: what the vector is made from (model, dimension, text)."""
     vec: bytes | None = None
     """The vector to store; None with a ``vkey`` keeps the one stored under that key."""
+    keep_vector: bool = False
+    """Without a ``vkey``: keep the stored vector as it is (reindexing)."""
 
     @property
     def sig(self) -> str:
-        return f"{self.fields['words']}|{self.fields['grams']}"
+        f = self.fields
+        return f"{f['tf']}|{f['dl']}|{f['au']}|{f['grams']}"
 
 
 @dataclass(slots=True)
@@ -90,15 +97,14 @@ def make_doc(
     text_: str,
     content_json: bytes,
     meta: dict[str, Any],
+    analysed: Analysed,
 ) -> Doc | None:
-    """The encoded entry, or None when its text has no word to be found by."""
-    words = searchable_words(text_)
-    if not words:
+    """The encoded entry, or None when it has no term to be found by."""
+    if not analysed.tf:
         return None
     _check_json(meta, "in custom_metadata")
     _check_json(author, "of the author")  # a lone surrogate cannot be sent
-    grams = entry_grams(words)
-    has_other = any(not w.isascii() for w in words)
+    grams = entry_grams(searchable_words(text_))
     lower = lowered_text(text_)
     fields = {
         "id": memory_id,
@@ -113,18 +119,24 @@ def make_doc(
         "content": content_json.decode(),
         "meta": orjson.dumps(meta).decode(),
         "lower": lower,
-        "words": " " + " ".join(sorted(words)) + " ",
+        "tf": analysed.encoded_tf(),
+        "dl": str(analysed.length),
+        "au": " ".join(analysed.authors),
         "grams": " " + " ".join(sorted(grams)) + " ",
+        "an": str(ANALYSIS),
     }
-    return Doc(
-        memory_id,
-        ts,
-        fields,
-        sorted(w for w in words if w.isascii()),
-        sorted(grams),
-        lower if has_other else "",
-        text_,
-    )
+    return Doc(memory_id, ts, fields, analysed, sorted(grams), lower if grams else "", text_)
+
+
+def stored_sig(row: Sequence[Any]) -> str | None:
+    """What an entry read as (tf, dl, au, grams, words) is found by, as the scripts spell it;
+    None when it does not exist."""
+    tf, dl, au, grams, words = row[:5]
+    if tf is not None:
+        return f"{text(tf)}|{text(dl)}|{text(au or '')}|{text(grams or '')}"
+    if words is not None:
+        return f"v1|{text(words)}|{text(grams or '')}"
+    return None
 
 
 def iso_timestamp(ts: float) -> str:
@@ -182,20 +194,33 @@ class MemoryStore:
         self._delete = _scripts.register(client, "memory_delete")
         self._vectors = _scripts.register(client, "memory_vector")
 
-    def posting_keys(
-        self, app: str, user: str, words: Sequence[str], grams: Sequence[str]
-    ) -> list[str]:
+    def _term_keys(self, app: str, user: str, doc: Doc) -> list[str]:
+        """The postings a doc is added to: its terms', then its authors' (``w``)."""
         if not self.postings:
             return []
-        return [self.keys.memory_word(app, user, w) for w in words] + [
-            self.keys.memory_gram(app, user, g) for g in grams
-        ]
+        terms = [*sorted(doc.analysed.tf), *doc.analysed.authors]
+        return [self.keys.memory_term(app, user, t) for t in terms]
 
-    def _stored_postings(self, app: str, user: str, words: Any, grams: Any) -> list[str]:
-        if words is None:
+    def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
+        if not self.postings:
             return []
-        ascii_words = [w for w in text(words).split() if w.isascii()]
-        return self.posting_keys(app, user, ascii_words, text(grams or "").split())
+        return [self.keys.memory_gram(app, user, g) for g in grams]
+
+    def _stored_postings(self, app: str, user: str, row: Sequence[Any]) -> list[str]:
+        """The postings an entry read as (tf, dl, au, grams, words) is in."""
+        tf, _, au, grams, words = row[:5]
+        if not self.postings or (tf is None and words is None):
+            return []
+        grams_ = self._gram_keys(app, user, text(grams or "").split())
+        if tf is None:  # indexed by 0.1: one word posting per ASCII word
+            ascii_words = [w for w in text(words).split() if w.isascii()]
+            return [self.keys.memory_word(app, user, w) for w in ascii_words] + grams_
+        terms = [*text(tf).split()[::2], *text(au or "").split()]
+        return [self.keys.memory_term(app, user, t) for t in terms] + grams_
+
+    async def read(self, app: str, user: str, ids: Sequence[str], *fields: str) -> list[Any]:
+        """HMGET of ``fields`` of each entry (None values when it does not exist)."""
+        return await self._read(app, user, ids, *fields)
 
     async def _read(self, app: str, user: str, ids: Sequence[str], *fields: str) -> list[Any]:
         pipe = self._redis.pipeline(transaction=False)
@@ -223,10 +248,19 @@ class MemoryStore:
         session_key = (
             entries if session_id is None else self.keys.memory_session(app, user, session_id)
         )
-        fixed = [entries, self.keys.memory_deleted(app, user), session_key, ingest or entries]
+        stats = self.keys.memory_stats(app, user)
+        fixed = [
+            entries,
+            self.keys.memory_deleted(app, user),
+            session_key,
+            ingest or entries,
+            self.keys.memory_texts(app, user),
+            stats,
+            stats if self.postings else self.keys.memory_df(app, user),
+        ]
         stored: list[Any] | None = None
         for _ in range(_ATTEMPTS):
-            ks = _Keys([*fixed, self.keys.memory_texts(app, user)])
+            ks = _Keys(list(fixed))
             ops = []
             vectors: list[bytes] = []
             for i, doc in enumerate(docs):
@@ -236,20 +270,25 @@ class MemoryStore:
                     "ts": repr(doc.ts),
                     "f": [v for item in doc.fields.items() for v in item],
                     "sig": doc.sig,
-                    "w": [ks.ref(k) for k in self.posting_keys(app, user, doc.words, doc.grams)],
+                    "n": [[t, n] for t, n in sorted(doc.analysed.tf.items())],
+                    "dl": doc.analysed.length,
+                    "au": doc.analysed.authors,
+                    "w": [ks.ref(k) for k in self._term_keys(app, user, doc)],
+                    "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
                     "o": [],
                     "t": doc.text,
                 }
+                if doc.keep_vector and doc.vkey is None:
+                    op["kv"] = 1
                 if doc.vkey is not None:
                     op["vk"] = doc.vkey
                     op["v"] = 0
                     if doc.vec is not None:
                         vectors.append(doc.vec)
                         op["v"] = _ARGS + len(vectors)
-                if stored is not None and stored[i][0] is not None:
-                    words, grams = stored[i]
-                    op["x"] = f"{text(words)}|{text(grams or '')}"
-                    op["o"] = [ks.ref(k) for k in self._stored_postings(app, user, words, grams)]
+                if stored is not None and (sig := stored_sig(stored[i])) is not None:
+                    op["x"] = sig
+                    op["o"] = [ks.ref(k) for k in self._stored_postings(app, user, stored[i])]
                 ops.append(op)
             reply = await _scripts.call(
                 self._put,
@@ -262,6 +301,8 @@ class MemoryStore:
                     int(final),
                     _STALE_BATCH,
                     orjson.dumps(ops),
+                    K1,
+                    B,
                     *vectors,
                 ],
             )
@@ -271,7 +312,7 @@ class MemoryStore:
                 missing = {text(x) for x in reply[1:]}
                 await embed([doc for doc in docs if doc.id in missing])
                 continue
-            stored = await self._read(app, user, [d.id for d in docs], "words", "grams")
+            stored = await self._read(app, user, [d.id for d in docs], *_SIG_FIELDS)
         raise RedisSessionsError("memory entries kept changing during the write; gave up")
 
     async def stored_vectors(
@@ -302,8 +343,8 @@ class MemoryStore:
         return int(reply[0]), int(reply[1])
 
     async def vector_keys(self, app: str, user: str, ids: Sequence[str]) -> list[Any]:
-        """(words, vkey) stored for each id: None words when the entry does not exist."""
-        return await self._read(app, user, ids, "words", "vkey")
+        """(id, vkey) stored for each id: None id when the entry does not exist."""
+        return await self._read(app, user, ids, "id", "vkey")
 
     async def delete(
         self,
@@ -318,26 +359,30 @@ class MemoryStore:
         """Delete entries by id; with ``only_session``, only those still of that session."""
         entries = self.keys.memory_entries(app, user)
         for _ in range(_ATTEMPTS):
-            rows = await self._read(app, user, ids, "words", "grams", "session")
+            rows = await self._read(app, user, ids, *_SIG_FIELDS, "session")
+            stats = self.keys.memory_stats(app, user)
             ks = _Keys(
                 [
                     entries,
                     self.keys.memory_deleted(app, user),
                     self.keys.memory_texts(app, user),
                     ingest or entries,
+                    stats,
+                    stats if self.postings else self.keys.memory_df(app, user),
                 ]
             )
             ops = []
-            for memory_id, (words, grams, session) in zip(ids, rows, strict=True):
+            for memory_id, row in zip(ids, rows, strict=True):
+                session = row[5]
                 owner = only_session if only_session is not None else text(session or "")
                 op: dict[str, Any] = {
                     "id": memory_id,
                     "k": ks.ref(self.keys.memory_entry(app, user, memory_id)),
                     "s": ks.ref(self.keys.memory_session(app, user, owner)) if owner else 0,
-                    "o": [ks.ref(k) for k in self._stored_postings(app, user, words, grams)],
+                    "o": [ks.ref(k) for k in self._stored_postings(app, user, row)],
                 }
-                if words is not None:
-                    op["x"] = f"{text(words)}|{text(grams or '')}"
+                if (sig := stored_sig(row)) is not None:
+                    op["x"] = sig
                 if only_session is not None:
                     op["only"] = only_session
                 ops.append(op)

@@ -19,6 +19,7 @@ from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._embedders import Vectorizer
 
 __all__ = [
+    "FUSION_DEPTH",
     "RETRIEVAL_KEY",
     "Hit",
     "Semantic",
@@ -28,13 +29,22 @@ __all__ = [
     "nearest",
     "parse_knn",
     "vector_schema",
+    "vector_weight",
 ]
 
 VectorIndex = Literal["HNSW", "FLAT", "SVS-VAMANA"]
 
-RRF_K = 60
-"""Reciprocal rank fusion's constant (Cormack et al., 2009): an entry scores
-``1 / (60 + rank)`` in each ranking that has it."""
+FUSION_K = 20
+"""Rank fusion's constant: an entry scores ``1 / (20 + rank)`` in each ranking that has it
+(reciprocal rank fusion, Cormack et al., 2009, with a weight on the vector ranking)."""
+FUSION_DEPTH = 50
+"""How many of each ranking are fused, whatever the limit."""
+AGREEMENT = 20
+"""The top of each ranking compared to weigh the vector one (see ``vector_weight``)."""
+VECTOR_WEIGHT = 1.2
+MARGIN_SD = 2.0
+"""Agreement beyond chance needed before the vectors count, in standard deviations of the
+chance overlap: these constants were chosen on LoCoMo's dev conversations (docs/memory.md)."""
 HNSW_EF_RUNTIME = 100
 """Candidates an HNSW query keeps: RediSearch's default (10) misses true neighbours
 among many entries; see benchmarks/semantic.py for the recall this buys."""
@@ -138,37 +148,66 @@ class _Fused:
     id: str
     score: float = 0.0
     keyword_rank: int | None = None
+    keyword_score: float | None = None
     vector_rank: int | None = None
     similarity: float | None = None
     found_by: list[str] = field(default_factory=list)
 
 
+def vector_weight(keyword: Sequence[str], vector: Sequence[str], entries: int) -> float:
+    """How much this query's vector ranking counts: by how far its top ``AGREEMENT`` agrees
+    with the keyword ranking's beyond what two unrelated lists share by chance. A weak or
+    unrelated embedder (another language, random vectors) agrees by chance only and
+    weighs nothing, so it never pulls a good keyword ranking down."""
+    a, b = set(keyword[:AGREEMENT]), set(vector[:AGREEMENT])
+    n = max(entries, len(a | b), 2)
+    if not a or not b:
+        return 0.0
+    # The overlap of two unrelated lists is hypergeometric: its mean, and a margin of
+    # MARGIN_SD standard deviations (at least one entry) above it.
+    chance = len(a) * len(b) / n
+    spread = math.sqrt(len(a) * len(b) * (n - len(a)) * (n - len(b)) / (n * n * (n - 1)))
+    margin = max(1.0, MARGIN_SD * spread)
+    return VECTOR_WEIGHT * max(0.0, len(a & b) - chance - margin) / AGREEMENT
+
+
 def fuse(
-    keyword: Sequence[str],
+    keyword: Sequence[tuple[str, float]],
     vector: Sequence[Hit],
     min_similarity: float,
     limit: int,
+    entries: int,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Reciprocal rank fusion of the keyword ranking (ids, best first) and the vector hits
-    above ``min_similarity``: ids best first, each with how it was found. Of equal scores
-    (one path's rank r against the other's), the keyword match goes first."""
+    """The keyword ranking ((id, score), best first) fused with the vector hits above
+    ``min_similarity`` (best first), among the user's ``entries``: ids best first, each with
+    how it was found. Each ranking gives an entry ``1 / (FUSION_K + rank)``, the vector one
+    times :func:`vector_weight`; of equal scores the keyword match goes first, and entries
+    only the vectors found come after, in their order (with weight 0 they only fill a short
+    keyword list)."""
+    hits = [hit for hit in vector if hit.similarity > min_similarity]
+    weight = vector_weight([i for i, _ in keyword], [h.id for h in hits], entries)
     fused: dict[str, _Fused] = {}
-    for rank, memory_id in enumerate(keyword, 1):
+    for rank, (memory_id, keyword_score) in enumerate(keyword, 1):
         entry = fused.setdefault(memory_id, _Fused(memory_id))
-        entry.score += 1.0 / (RRF_K + rank)
+        entry.score += 1.0 / (FUSION_K + rank)
         entry.keyword_rank = rank
+        entry.keyword_score = round(keyword_score, 6)
         entry.found_by.append("keyword")
-    rank = 0
-    for hit in vector:
-        if hit.similarity <= min_similarity:
-            continue
-        rank += 1
+    for rank, hit in enumerate(hits, 1):
         entry = fused.setdefault(hit.id, _Fused(hit.id))
-        entry.score += 1.0 / (RRF_K + rank)
+        entry.score += weight / (FUSION_K + rank)
         entry.vector_rank = rank
         entry.similarity = round(hit.similarity, 6)
         entry.found_by.append("vector")
-    best = sorted(fused.values(), key=lambda e: -e.score)[:limit]  # stable: keyword first
+    ranked = sorted(
+        fused.values(),
+        key=lambda e: (
+            -e.score,
+            e.keyword_rank is None,
+            e.keyword_rank or 0,
+            e.vector_rank or 0,
+        ),
+    )
     return [
         (
             e.id,
@@ -176,9 +215,11 @@ def fuse(
                 "found_by": e.found_by,
                 "score": round(e.score, 6),
                 "keyword_rank": e.keyword_rank,
+                "keyword_score": e.keyword_score,
                 "vector_rank": e.vector_rank,
                 "similarity": e.similarity,
+                "vector_weight": round(weight, 6),
             },
         )
-        for e in best
+        for e in ranked[:limit]
     ]

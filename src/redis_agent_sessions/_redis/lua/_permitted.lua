@@ -18,7 +18,7 @@ local function acl_refused(command, key)
     return not check(command, key)
   elseif command == 'XADD' then
     return not check(command, key, '*', '0', '0')
-  elseif command == 'HSET' or command == 'ZADD' or command == 'XTRIM' or command == 'XRANGE'
+  elseif command == 'HSET' or command == 'HINCRBY' or command == 'ZADD' or command == 'XTRIM' or command == 'XRANGE'
       or command == 'XREVRANGE' or command == 'ZREVRANGE' or command == 'ZRANGE' then
     return not check(command, key, '0', '0')
   end

@@ -1,33 +1,46 @@
--- Writes a batch of memory entries with their postings, all or nothing.
+-- Writes a batch of memory entries with their term statistics (and postings), all or nothing.
 -- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] session set   KEYS[4] ingestion set
--- KEYS[5] texts hash     KEYS[6..] entry hashes and posting zsets, referenced by index below
+-- KEYS[5] texts hash     KEYS[6] stats hash (n = entries indexed, len = their quarter
+--   lengths)   KEYS[7] document frequencies hash (search backend: term -> entries)
+-- KEYS[8..] entry hashes and posting zsets, referenced by index below
 -- ARGV[1] 'replace' (overwrite), 'keep' (skip ids already stored) or 'explicit'
 --         (overwrite, and a deleted id comes back)
 -- ARGV[2] '1' when the plain backend's postings are kept   ARGV[3] '1' to record ids in KEYS[3]
 -- ARGV[4] ttl seconds of KEYS[4] (0 = no ingestion set)
 -- ARGV[5] '1' on the last batch of an ingestion: report the session's stale ids
 -- ARGV[6] most stale ids reported   ARGV[7] JSON list of entries:
---   {id, k = entry key index, ts, f = [field, value, ...], sig = words|grams,
---    w = [posting key indexes], o = [old posting key indexes], x = sig those belong to,
+--   {id, k = entry key index, ts, f = [field, value, ...], sig = what it is found by
+--    (tf|dl|au|grams), x = the stored sig the posting indexes in o belong to,
+--    n = [[term, quarter weight], ...], dl = quarter length, au = [author terms],
+--    w = [posting key index of each term of n, then of each of au] (plain),
+--    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none),
 --    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
---    (0 = keep the stored vector, whose vkey must equal vk)}
--- ARGV[8..] vector bytes (binary, so outside the JSON)
--- returns {0} when an entry's stored words differ from x (nothing written: read and retry),
+--    (0 = keep the stored vector, whose vkey must equal vk), kv = 1 to keep the stored
+--    vector fields as they are (no vk)}
+-- ARGV[8] BM25 k1   ARGV[9] BM25 b   ARGV[10..] vector bytes (binary, so outside the JSON)
+-- returns {0} when an entry's stored sig differs from x (nothing written: read and retry),
 --         {2, ids...} when entries sent without a vector no longer have one stored under
 --         their vk (nothing written: embed those and retry),
 --         {-4, command, key} when the ACL user may not run a command it needs (nothing
 --         written),
 --         else {1, written, stale ids of the session...} (ARGV[5] only; none left: KEYS[4]
 --         is dropped)
+-- An entry's term weights are BM25's saturated, length-normalised term frequencies against
+-- the average length when it is written; fields tw
+-- ("term:weight ...", what scoring reads) and terms (each term repeated by weight, for the
+-- search module's candidate queries: its own BM25 ranks one term's entries by how often).
 local mode, postings = ARGV[1], ARGV[2] == '1'
 local ops = cjson.decode(ARGV[7])
-local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1])
+local k1, b = tonumber(ARGV[8]), tonumber(ARGV[9])
+local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 'HSET', KEYS[6])
+  or (not postings and denied('HINCRBY', KEYS[7], 'HDEL', KEYS[7]))
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   refused = refused or denied('HMGET', key, 'HGET', key, 'DEL', key, 'HSET', key)
   if postings then
     for _, i in ipairs(op.w) do refused = refused or denied('ZADD', KEYS[i]) end
+    for _, i in ipairs(op.g) do refused = refused or denied('ZADD', KEYS[i]) end
     for _, i in ipairs(op.o) do refused = refused or denied('ZREM', KEYS[i]) end
   end
 end
@@ -41,30 +54,99 @@ refused = refused
   or (ingest and denied('SADD', KEYS[4], 'EXPIRE', KEYS[4], 'SDIFF', KEYS[4], 'DEL', KEYS[4],
     'SISMEMBER', KEYS[4], 'SDIFF', KEYS[3], 'SREM', KEYS[3], 'ZREM', KEYS[1]))
 if refused then return refused end
+
+local function pairs_of(encoded)
+  local out, last = {}, nil
+  for word in string.gmatch(encoded or '', '%S+') do
+    if last == nil then last = word else out[#out + 1] = {last, tonumber(word)}; last = nil end
+  end
+  return out
+end
+local function words_of(encoded)
+  local out = {}
+  for word in string.gmatch(encoded or '', '%S+') do out[#out + 1] = word end
+  return out
+end
+
 local todo, unembedded = {}, {2}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   local skip = mode ~= 'explicit' and redis.call('SISMEMBER', KEYS[2], op.id) == 1
-  local cur = redis.call('HMGET', key, 'words', 'grams', 'vkey')
-  local exists = cur[1] ~= false
+  local cur = redis.call('HMGET', key, 'tf', 'dl', 'au', 'grams', 'words', 'vkey', 'tw', 'terms')
+  local exists = cur[1] ~= false or cur[5] ~= false
   if mode == 'keep' and exists then skip = true end
   if not skip then
-    local stored = exists and (cur[1] .. '|' .. (cur[2] or '')) or nil
+    local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5])
     if postings and stored and stored ~= op.sig and stored ~= op.x then return {0} end
-    op.stale = stored and stored ~= op.sig
-    if op.vk and op.v == 0 and cur[3] ~= op.vk then unembedded[#unembedded + 1] = op.id end
+    op.same = stored == op.sig
+    op.stale = stored ~= nil and not op.same
+    op.old = cur
+    if op.vk and op.v == 0 and cur[6] ~= op.vk then unembedded[#unembedded + 1] = op.id end
     todo[#todo + 1] = op
   end
-  if tonumber(ARGV[4]) > 0 then redis.call('SADD', KEYS[4], op.id) end
+  if ingest then redis.call('SADD', KEYS[4], op.id) end
 end
 if #unembedded > 1 then return unembedded end
+
+local stats = redis.call('HMGET', KEYS[6], 'n', 'len')
+local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
 for _, op in ipairs(todo) do
-  if postings then
-    if op.stale then
+  local cur = op.old
+  local tw, terms = cur[7], cur[8]
+  if not op.same then
+    if op.stale and cur[1] then  -- the entry's old terms leave the statistics
+      n, total = n - 1, total - tonumber(cur[2])
+      if not postings then
+        for _, pair in ipairs(pairs_of(cur[1])) do
+          if redis.call('HINCRBY', KEYS[7], pair[1], -1) <= 0 then redis.call('HDEL', KEYS[7], pair[1]) end
+        end
+        for _, author in ipairs(words_of(cur[3])) do
+          if redis.call('HINCRBY', KEYS[7], author, -1) <= 0 then redis.call('HDEL', KEYS[7], author) end
+        end
+      end
+    end
+    if postings and op.stale then
       for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
     end
-    for _, i in ipairs(op.w) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
-    if op.t ~= '' then redis.call('HSET', KEYS[5], op.id, op.t) else redis.call('HDEL', KEYS[5], op.id) end
+    local weights, repeated = {}, {}
+    if #op.n > 0 then
+      n, total = n + 1, total + op.dl
+      -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
+      local norm = k1 * (1 - b + b * op.dl * n / total)
+      for i, pair in ipairs(op.n) do
+        local tf = pair[2] / 4
+        local w = string.format('%.17g', tf * (k1 + 1) / (tf + norm))
+        weights[#weights + 1] = pair[1] .. ':' .. w
+        for _ = 1, math.max(1, math.floor(tonumber(w) * 4 + 0.5)) do repeated[#repeated + 1] = pair[1] end
+        if postings then
+          redis.call('ZADD', KEYS[op.w[i]], w, op.id)
+        else
+          redis.call('HINCRBY', KEYS[7], pair[1], 1)
+        end
+      end
+      for i, author in ipairs(op.au) do
+        if postings then
+          redis.call('ZADD', KEYS[op.w[#op.n + i]], 1, op.id)
+        else
+          redis.call('HINCRBY', KEYS[7], author, 1)
+        end
+      end
+    end
+    if postings then
+      for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
+      if op.t ~= '' then redis.call('HSET', KEYS[5], op.id, op.t) else redis.call('HDEL', KEYS[5], op.id) end
+    end
+    tw, terms = table.concat(weights, ' '), table.concat(repeated, ' ')
+  end
+  op.f[#op.f + 1] = 'tw'
+  op.f[#op.f + 1] = tw or ''
+  op.f[#op.f + 1] = 'terms'
+  op.f[#op.f + 1] = terms or ''
+  if op.kv then
+    local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
+    for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do
+      if kept[i] then op.f[#op.f + 1] = name; op.f[#op.f + 1] = kept[i] end
+    end
   end
   local vec = op.vk and (op.v > 0 and ARGV[op.v] or redis.call('HGET', KEYS[op.k], 'vec'))
   if vec then
@@ -78,8 +160,9 @@ for _, op in ipairs(todo) do
   if ARGV[3] == '1' then redis.call('SADD', KEYS[3], op.id) end
   if mode == 'explicit' then redis.call('SREM', KEYS[2], op.id) end
 end
+if #todo > 0 then redis.call('HSET', KEYS[6], 'n', n, 'len', total) end
 local reply = {1, #todo}
-if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
+if ingest then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 if ARGV[5] == '1' then
   local stale = redis.call('SDIFF', KEYS[3], KEYS[4])
   for i = 1, math.min(#stale, tonumber(ARGV[6])) do reply[#reply + 1] = stale[i] end

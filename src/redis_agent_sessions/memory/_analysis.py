@@ -1,0 +1,165 @@
+"""What memory ranks by: the analysed terms of an entry and of a query, and BM25's constants.
+
+Both backends index and query the terms computed here, so they see the same words.
+
+- Tokens are the lowercase ``\\w+`` runs of the NFC-normalised text; the Snowball English
+  stop words are dropped; ASCII tokens are reduced to their Snowball English stem ("Booked"
+  and "books" are both ``book``). Other tokens stay as they are, and a token mixing Latin
+  and another script also yields its single-script runs (``私はPythonを`` yields ``python``).
+- An entry is found by its own words and, weaker, by those of the turns around it in its
+  session (``CONTEXT``): "Yes, the blue one!" is found by the question it answers. What a
+  search returns is still the event as it was said.
+- Its author is a field of its own: a query naming the author adds ``AUTHOR_WEIGHT`` times
+  the author's rarity (how few entries that author wrote) to the entries already found.
+
+Weights are kept as integers in quarters (own words 4, one turn away 2, two away 1), so
+Redis adds and removes them exactly. The figures that chose these are in docs/memory.md
+(``python -m benchmarks.recall``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from snowballstemmer.english_stemmer import EnglishStemmer  # type: ignore[import-untyped]
+
+__all__ = [
+    "ANALYSIS",
+    "AUTHOR_WEIGHT",
+    "K1",
+    "SUBSTRING_WEIGHT",
+    "Analysed",
+    "B",
+    "analyse",
+    "author_terms",
+    "idf",
+    "query_terms",
+    "text_terms",
+    "with_context",
+]
+
+ANALYSIS = 2
+"""The analysis entries are indexed with; 1 was the word sets of 0.x (no ranking)."""
+K1 = 1.2
+B = 0.75
+AUTHOR_WEIGHT = 2.0
+SUBSTRING_WEIGHT = 1.0
+"""A non-ASCII query word found inside a longer run (CJK text has no spaces) weighs as
+one occurrence in an entry of average length."""
+CONTEXT = (2, 1)
+"""Quarter weights of the words of the turns 1 and 2 away (own words: 4)."""
+OWN = 4
+
+_WORD = re.compile(r"\w+")
+# Snowball's English stop list (snowballstem.org), without the forms with an apostrophe,
+# which \w+ never yields whole.
+_STOP = frozenset(
+    """i me my myself we our ours ourselves you your yours yourself yourselves he him his
+    himself she her hers herself it its itself they them their theirs themselves what which
+    who whom this that these those am is are was were be been being have has had having do
+    does did doing would should could ought cannot a an the and but if or because as until
+    while of at by for with about against between into through during before after above
+    below to from up down in out on off over under again further then once here there when
+    where why how all any both each few more most other some such no nor not only own same
+    so than too very""".split()  # noqa: SIM905
+)
+_stemmer = EnglishStemmer()
+
+
+@functools.lru_cache(maxsize=65536)
+def _stem(token: str) -> str:
+    return str(_stemmer.stemWord(token))
+
+
+def _is_latin(char: str) -> bool:
+    if char.isascii():
+        return char.isalnum() or char == "_"
+    return unicodedata.name(char, "").startswith("LATIN")
+
+
+def text_terms(text: str, *, split: bool = True) -> list[str]:
+    """The terms of ``text`` in order, repeated as often as they occur; with ``split``, a
+    token mixing Latin and another script also yields its single-script runs (an entry's
+    ``私はPythonを`` is found by ``python``; a query's stays one word)."""
+    out: list[str] = []
+    for token in _WORD.findall(unicodedata.normalize("NFC", text).lower()):
+        if token in _STOP:
+            continue
+        if token.isascii():
+            out.append(_stem(token))
+            continue
+        out.append(token)
+        runs = ["".join(run) for _, run in itertools.groupby(token, _is_latin)]
+        if split and len(runs) > 1:
+            out.extend(_stem(r) if r.isascii() else r for r in runs if r not in _STOP)
+    return out
+
+
+def query_terms(text: str) -> Counter[str]:
+    """A query's terms with how often it says each."""
+    return Counter(text_terms(text, split=False))
+
+
+def author_terms(author: str | None) -> list[str]:
+    """The author field's terms (``@`` + term: never a text term), stop words kept."""
+    if not author:
+        return []
+    words = _WORD.findall(unicodedata.normalize("NFC", author).lower())
+    return sorted({"@" + (_stem(w) if w.isascii() else w) for w in words})
+
+
+@dataclass(frozen=True, slots=True)
+class Analysed:
+    """What one entry is found by: term -> quarter weight, and its quarter length."""
+
+    tf: dict[str, int]
+    length: int
+    authors: list[str]
+
+    def encoded_tf(self) -> str:
+        return " ".join(f"{t} {n}" for t, n in sorted(self.tf.items()))
+
+
+def analyse(
+    own: Sequence[str], context: Iterable[tuple[int, Sequence[str]]], author: str | None
+) -> Analysed:
+    """An entry's weights from its own terms and its neighbours' (distance, terms)."""
+    tf: Counter[str] = Counter()
+    length = 0
+    for term in own:
+        tf[term] += OWN
+    length += OWN * len(own)
+    for distance, terms in context:
+        weight = CONTEXT[distance - 1]
+        for term in terms:
+            tf[term] += weight
+        length += weight * len(terms)
+    return Analysed(dict(tf), length, author_terms(author))
+
+
+def with_context(
+    terms: Sequence[list[str]], sessions: Sequence[str]
+) -> list[list[tuple[int, list[str]]]]:
+    """For entries in conversation order, each one's neighbours (distance, terms) in the same
+    session, up to ``len(CONTEXT)`` turns away on either side."""
+    out: list[list[tuple[int, list[str]]]] = []
+    for i in range(len(terms)):
+        around = []
+        for distance in range(1, len(CONTEXT) + 1):
+            for j in (i - distance, i + distance):
+                if 0 <= j < len(terms) and sessions[j] == sessions[i]:
+                    around.append((distance, terms[j]))
+        out.append(around)
+    return out
+
+
+def idf(entries: int, df: int) -> float:
+    """Lucene's BM25 idf: never negative, however common the term."""
+    return math.log(1 + (entries - df + 0.5) / (df + 0.5))
