@@ -408,6 +408,39 @@ async def test_ranking_a_query_naming_the_author(memory: RedisMemoryService) -> 
     assert found.memories == []  # the author alone finds nothing: it only ranks
 
 
+@pytest.mark.parametrize("memory_client", ["fake", "real"], indirect=True)
+async def test_plain_backend_never_reads_a_common_word_whole(
+    memory_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word in every entry weighs next to nothing: once the rare word's entries are in, no
+    entry met later could reach them, and reading stops; a query of only common words stops
+    at the read budget."""
+    from redis_agent_sessions.memory import _ranking
+
+    monkeypatch.setattr(_ranking, "READ_BUDGET", 300)
+    memory = RedisMemoryService(memory_client, backend="plain")
+    notes = [f"common note {i}" for i in range(1000)] + [f"common rare {i}" for i in range(5)]
+    await memory.add_memory(
+        app_name=APP,
+        user_id=USER,
+        memories=[MemoryEntry(content=Content(parts=[Part(text=t)])) for t in notes],
+    )
+    engine = memory._memory
+    await engine.backend()
+    assert engine._ranker is not None
+    rare = await engine._ranker.rank(APP, USER, _ranking.prepare("common rare"), 5)
+    assert sorted(i for i, _ in rare.hits) == sorted(
+        m.id or ""
+        for m in (await memory.search_memory(app_name=APP, user_id=USER, query="rare")).memories
+    )
+    assert rare.read is not None
+    assert rare.read < 100
+    common = await engine._ranker.rank(APP, USER, _ranking.prepare("common note"), 10)
+    assert len(common.hits) == 10
+    assert common.read is not None
+    assert common.read <= 300
+
+
 async def test_default_limit_is_ten(memory: RedisMemoryService) -> None:
     for i in range(25):
         await memory.add_session_to_memory(session(f"s{i}", event(f"fig {i}", ts=i)))

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from _cli import Cli
 from _legacy import make_v1_index, write_v1
 from _servers import skip_without
-from redis_agent_sessions import RedisMemoryService, SessionServiceConfig
+from redis_agent_sessions import RedisMemoryService, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
 from test_memory import event, session
 
@@ -156,14 +156,21 @@ async def test_reindex_command(cli: Cli) -> None:
     await client.set(keys.memory_backend(), "plain")
     await write_v1(client, keys, APP, USER, TURNS, postings=True)
     try:
+        config = SessionServiceConfig(key_prefix=cli.prefix)
+        await RedisSessionService(client, config=config).create_session(app_name=APP, user_id=USER)
+        (row,) = cli.json("stats")["apps"]
+        assert (row["memory_entries"], row["memory_to_reindex"]) == (6, 6)
+        assert "(6 to reindex)" in cli.run("stats").stdout
         plan = cli.json("reindex", "--dry-run")
         assert plan == {"dry_run": True, "users": 1, "entries": 6, "current": 0, "reindexed": 6}
         done = cli.run("reindex", "--app", APP)
         assert done.returncode == 0, done.stderr
         assert "6 reindexed" in done.stderr
         assert cli.json("reindex")["current"] == 6
+        (row,) = cli.json("stats")["apps"]
+        assert row["memory_to_reindex"] == 0
         assert cli.run("reindex", "--app", "nobody").returncode != 0
-        memory = RedisMemoryService(client, config=SessionServiceConfig(key_prefix=cli.prefix))
+        memory = RedisMemoryService(client, config=config)
         assert (await ids(memory, "wedding scarf"))[:2] == ["a1", "a2"]
     finally:
         await client.delete(*[k async for k in client.scan_iter(f"{cli.prefix}:*")])

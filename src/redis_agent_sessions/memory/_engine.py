@@ -26,7 +26,8 @@ from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.memory._analysis import analyse, text_terms, with_context
+from redis_agent_sessions.memory._analysis import analyse, text_terms
+from redis_agent_sessions.memory._docs import content_json, event_docs, metadata
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, prepare
@@ -39,7 +40,6 @@ from redis_agent_sessions.memory._store import (
     Doc,
     MemoryStore,
     batches,
-    iso_timestamp,
     make_doc,
     parse_iso,
 )
@@ -243,7 +243,7 @@ class MemoryEngine:
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
         sid = check_id("session_id", session.id)
-        docs = self._event_docs(app, user, sid, session.events, {})
+        docs = event_docs(app, user, sid, session.events, {})
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=False)
         ingest = self._keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
@@ -273,7 +273,7 @@ class MemoryEngine:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         sid = UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
         check_sequence("events", events)
-        docs = self._event_docs(app, user, sid, events, _metadata(custom_metadata))
+        docs = event_docs(app, user, sid, events, metadata(custom_metadata))
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=True)
         for batch in batches(docs, self._batch_entries()):
@@ -289,7 +289,7 @@ class MemoryEngine:
     ) -> None:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         check_sequence("memories", memories)
-        shared = _metadata(custom_metadata)
+        shared = metadata(custom_metadata)
         docs: dict[str, Doc] = {}
         for entry in memories:
             if not isinstance(entry, MemoryEntry):
@@ -307,8 +307,8 @@ class MemoryEngine:
                 ts=ts,
                 iso=entry.timestamp,
                 text_=entry.content.text,
-                content_json=_content_json(entry.content),
-                meta={**shared, **_metadata(entry.custom_metadata)},
+                content_json=content_json(entry.content),
+                meta={**shared, **metadata(entry.custom_metadata)},
                 analysed=analyse(text_terms(entry.content.text), (), entry.author),
             )
             if doc is not None:
@@ -445,65 +445,9 @@ class MemoryEngine:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _event_docs(
-        self, app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any]
-    ) -> list[Doc]:
-        """The entries of events in conversation order: each found by its own words and by
-        those of the turns around it (events with no text are not turns)."""
-        turns: list[tuple[Event, str]] = []
-        for event in events:
-            if not isinstance(event, Event):
-                raise InvalidInputError(f"not an event: {type(event).__name__}")
-            if event.content is None or not event.content.parts:
-                continue
-            check_id("event id", event.id)
-            ts = event.timestamp
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts:
-                raise InvalidInputError(f"event timestamp must be a number: {ts!r}")
-            said = event.content.text
-            if said:
-                turns.append((event, said))
-        own = [text_terms(said) for _, said in turns]
-        docs: dict[str, Doc] = {}
-        for (event, said), terms, around in zip(
-            turns, own, with_context(own, [sid] * len(own)), strict=True
-        ):
-            assert event.content is not None
-            doc = make_doc(
-                app_name=app,
-                user_id=user,
-                memory_id=event.id,
-                session_id=sid,
-                author=event.author,
-                ts=float(event.timestamp),
-                iso=iso_timestamp(event.timestamp),
-                text_=said,
-                content_json=_content_json(event.content),
-                meta=meta,
-                analysed=analyse(terms, around, event.author),
-            )
-            if doc is not None:
-                docs.setdefault(event.id, doc)
-        return list(docs.values())
-
 
 def _backend_name(key: str, raw: bytes | str) -> Literal["search", "plain"]:
     name = text(raw)
     if name not in ("search", "plain"):
         raise CorruptDataError(key, f"not a memory backend name: {name!r}")
     return "search" if name == "search" else "plain"
-
-
-def _metadata(value: Mapping[str, object] | None) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidInputError(f"custom_metadata must be a mapping, got {type(value).__name__}")
-    return dict(value)
-
-
-def _content_json(content: Content) -> bytes:
-    try:
-        return content.__pydantic_serializer__.to_json(content, exclude_none=True)
-    except Exception as exc:
-        raise InvalidInputError(f"content cannot be encoded as JSON: {exc}") from exc

@@ -78,6 +78,8 @@ class Ranked:
     legacy: int = 0
     entries: int = 0
     """All the user's entries."""
+    read: int | None = None
+    """Plain backend: the postings the script read (bounded by ``READ_BUDGET``)."""
 
 
 def prepare(query: str) -> list[QueryTerm]:
@@ -108,9 +110,9 @@ class PlainRanker:
                 args.append(len(keys))
             args.append(t.term if t.grams else "")
         reply = await _scripts.call(self._script, keys, args)
-        total, n = int(reply[0]), int(reply[1])
-        hits = [(text(i), float(s)) for i, s in zip(reply[2::2], reply[3::2], strict=True)]
-        return Ranked(hits, total - n, total)
+        total, n, read = int(reply[0]), int(reply[1]), int(reply[2])
+        hits = [(text(i), float(s)) for i, s in zip(reply[3::2], reply[4::2], strict=True)]
+        return Ranked(hits, total - n, total, read)
 
 
 class IndexRanker:

@@ -1,4 +1,4 @@
--- Memory scripts' shared helpers, prepended to every script by _scripts.py (a library, not a
+-- Memory scripts' shared helpers. Prepended to every script by _scripts.py (a library, not a
 -- script: no KEYS, no ARGV).
 -- stored_sig(tf, dl, au, grams, words): what an entry (those fields, as HMGET read them) is
 --   found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.

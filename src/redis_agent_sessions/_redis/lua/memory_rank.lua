@@ -8,7 +8,7 @@
 --   index, its author posting's KEYS index, the number of gram postings and their KEYS
 --   indexes (an entry must be in all), and the substring to verify in the text ('' = none)
 -- returns {the user's entries, those indexed by terms (the others by 0.1: see `reindex`),
---         id, score, ...},
+--         postings read, id, score, ...},
 --         best first (equal scores: newest, then larger id), at most ARGV[1] entries, or
 --         {-4, command, key} when the ACL user may not run a command
 -- Postings are read best weight first, a chunk at a time from the term whose next weight
@@ -24,7 +24,7 @@ local limit, budget, sub_cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(AR
 local author_weight, sub_weight = tonumber(ARGV[4]), tonumber(ARGV[5])
 local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
 local total = redis.call('ZCARD', KEYS[2])
-if n <= 0 or limit <= 0 then return {total, n} end
+if n <= 0 or limit <= 0 then return {total, n, 0} end
 local function idf(df) return math.log(1 + (n - df + 0.5) / (df + 0.5)) end
 
 -- The newest entries (at most sub_cap) in every gram posting, whose text holds the word.
@@ -148,4 +148,4 @@ for _, id in ipairs(order) do
     ranked[#ranked + 1] = {id, scores[id], tonumber(redis.call('ZSCORE', KEYS[2], id) or '0')}
   end
 end
-return ranked_reply(ranked, limit, {total, n})
+return ranked_reply(ranked, limit, {total, n, read})

@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 -- Search-backend ranking: the candidates the search module proposed, scored exactly as the
 -- plain backend scores (memory_rank.lua), from each entry's stored term weights ("tw").
--- KEYS[1..] candidate entry hashes (one user's)
+-- KEYS[1] and on: candidate entry hashes (one user's)
 -- ARGV[1] limit   ARGV[2] entries indexed by terms (n)   ARGV[3] author weight
 -- ARGV[4] substring weight   ARGV[5] number of query terms, then for each (in the order
 --   scores are summed): the term, times the query says it, its document frequency, its
