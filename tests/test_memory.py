@@ -452,15 +452,19 @@ async def test_default_limit_is_ten(memory: RedisMemoryService) -> None:
 
 @pytest.mark.real
 @pytest.mark.search
-@pytest.mark.parametrize(("protocol", "windows"), [(2, None), (3, None), (3, (4, 25))])
+@pytest.mark.parametrize(("protocol", "common"), [(2, None), (3, None), (3, 40)])
 async def test_backends_agree_on_random_queries(
-    protocol: int, windows: tuple[int, ...] | None
+    protocol: int, common: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same entries in the plain backend (fakeredis) and in RediSearch rank alike,
-    over both reply protocols; up to six words take the level queries (small windows make
-    them widen), more the aggregate."""
+    """The same entries in the plain backend (fakeredis) and in RediSearch rank alike, over
+    both reply protocols, up to the search module's choice of candidates, bounded here; with
+    a small ``COMMON_WINDOW``, words in many entries take the newest-entries path."""
     import random
 
+    from redis_agent_sessions.memory import _ranking
+
+    if common is not None:
+        monkeypatch.setattr(_ranking, "COMMON_WINDOW", common)
     rng = random.Random(7)
     vocab = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa"]
     events = [
@@ -475,14 +479,12 @@ async def test_backends_agree_on_random_queries(
     client = Redis.from_url(skip_without("REDIS_SEARCH_URL"), protocol=protocol)
     await client.flushdb()
     search = RedisMemoryService(client, backend="search")
-    if windows is not None:
-        _, index = await search._memory._ready()
-        index.windows = windows  # type: ignore[union-attr]
     try:
         for service in (plain, search):
             await service.add_events_to_memory(
                 app_name="app", user_id="u", events=events, session_id="s"
             )
+        same = overlap = asked = 0
         for _ in range(120):
             query = " ".join(rng.sample(vocab, rng.choice([1, 2, 3, 4, 6, 8])))
             limit = rng.choice([1, 3, 10, 40])
@@ -495,8 +497,17 @@ async def test_backends_agree_on_random_queries(
                 ]
                 for s in (plain, search)
             ]
-            assert got[0] == got[1], (query, limit)
-            assert len(got[0]) == min(limit, len(got[0]))
+            # (A window of 40 may hold fewer matches than a limit of 40.)
+            assert len(got[1]) == len(got[0]) or common, (query, limit)
+            same += got[0] == got[1]
+            overlap += len(set(got[0]) & set(got[1]))
+            asked += len(got[0])
+        # Ten words in 150 entries, so nearly every entry matches nearly every query: the
+        # hardest case for the candidates. Most queries rank alike; the rest barely differ.
+        # (With a window of 40 of 150 entries every word is "common": RediSearch proposes
+        # only the newest 40, and the results differ more, as documented.)
+        assert same >= (100 if common is None else 30), same
+        assert overlap >= (0.95 if common is None else 0.4) * asked, (overlap, asked)
     finally:
         await client.flushdb()
         await client.aclose()

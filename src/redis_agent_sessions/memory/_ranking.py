@@ -10,11 +10,12 @@ idf counts come from the user's own entries (Lucene's formula, never negative).
   first and only as far as an entry not yet met could still reach the results; every entry
   met is scored exactly. At most ``READ_BUDGET`` postings are read per query, so a word in
   most entries never costs a whole list.
-- **RediSearch**: the module proposes candidates, in one round trip: the entries it ranks
-  best for all the terms, and for each term alone (its own BM25 over the terms repeated by
-  weight); ``memory_rescore.lua`` scores them exactly, from their stored weights and the
-  user's counts. An entry the module ranks below the candidates is missed where the plain
-  backend would find it: tests/test_memory.py bounds how often.
+- **RediSearch**: the module proposes candidates: the entries it ranks best for all the
+  terms, and for each term alone (its own BM25 over the terms repeated by weight), a term in
+  more than ``COMMON_WINDOW`` of the user's entries only among their newest that many;
+  ``memory_rescore.lua`` scores them exactly, from their stored weights and the user's counts
+  (three round trips). An entry the module ranks below the candidates is missed where the
+  plain backend would find it: tests/test_memory.py bounds how often.
 
 A non-ASCII query word also matches inside longer runs (CJK is written without spaces): the
 newest ``SUBSTRING_CAP`` entries holding all its character grams are checked against their
@@ -43,6 +44,7 @@ from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams
 
 __all__ = [
+    "COMMON_WINDOW",
     "READ_BUDGET",
     "SUBSTRING_CAP",
     "IndexRanker",
@@ -52,13 +54,16 @@ __all__ = [
     "prepare",
 ]
 
-READ_BUDGET = 4_000
+READ_BUDGET = 1_500
 """Most postings the plain backend reads for one query."""
 SUBSTRING_CAP = 1_000
 """Most entries a non-ASCII query word is looked for inside (the newest)."""
 CANDIDATES = 50
-"""Fewest entries the search module proposes for all the query's terms (10 per result asked),
-besides half as many for each term alone."""
+"""Fewest entries the search module proposes for all the query's terms (5 per result asked),
+besides half as many for each term alone (3 per result)."""
+COMMON_WINDOW = 2_000
+"""A term in more of a user's entries than this is asked about among their newest this many
+only (RediSearch scores every entry a query matches)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,23 @@ class IndexRanker:
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
+        entries = k.memory_entries(app, user)
+        # First the counts: a term in many of the user's entries is asked about only among
+        # the newest COMMON_WINDOW (the module would score every entry that has it).
+        n_raw, total, df_raw, edge = await self._topology.at_key(entries, [
+            ("HGET", k.memory_stats(app, user), "n"),
+            ("ZCARD", entries),
+            ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
+            ("ZREVRANGE", entries, COMMON_WINDOW - 1, COMMON_WINDOW - 1, "WITHSCORES"),
+        ])  # fmt: skip
+        n = int(n_raw or 0)
+        ranked = Ranked([], int(total) - n, int(total))
+        if n <= 0 or limit <= 0:
+            return ranked
+        df = [int(x or 0) for x in df_raw]
+        window = f" @ts:[{float(edge[0][1])!r} +inf]" if edge else ""
+        rare = [t for i, t in enumerate(terms) if 0 < df[2 * i] <= COMMON_WINDOW]
+        common = [t for i, t in enumerate(terms) if df[2 * i] > COMMON_WINDOW]
         index = self._index(app, user)
         scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
         wanted = max(CANDIDATES, 5 * limit)
@@ -138,49 +160,44 @@ class IndexRanker:
                 "NOCONTENT", *sort, "LIMIT", 0, count, "DIALECT", 2,
             )  # fmt: skip
 
-        ored = " | ".join(escape_term(t.term) for t in terms)
-        commands: list[tuple[Any, ...]] = [
-            ("HGET", k.memory_stats(app, user), "n"),
-            ("ZCARD", k.memory_entries(app, user)),
-            ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
-            search(f"@terms:({ored})", wanted),
-            # Its BM25 ranks one term's entries by how often the term is repeated, that is by
-            # weight: each term's best, as the plain backend reads each posting best first.
-            *(search(f"@terms:{escape_term(t.term)}", each) for t in terms if len(terms) > 1),
-            *(
-                search(f"@grams:({' '.join(escape_term(g) for g in t.grams)})",
-                       SUBSTRING_CAP, "SORTBY", "ts", "DESC")
-                for t in terms if t.grams
-            ),
+        def ored(some: Sequence[QueryTerm]) -> str:
+            return "@terms:(" + " | ".join(escape_term(t.term) for t in some) + ")"
+
+        # The entries the module ranks best for all the terms, and for each term alone (its
+        # BM25 ranks one term's entries by how often the term is repeated, that is by weight,
+        # as the plain backend reads each posting best first).
+        candidates = [search(ored(rare), wanted)] if rare else []
+        if common:
+            candidates.append(search(ored(common) + window, wanted))
+        if len(terms) > 1:
+            candidates += [search(ored([t]), each) for t in rare]
+            candidates += [search(ored([t]) + window, each) for t in common]
+        subs = [t for t in terms if t.grams]
+        inside_queries = [
+            search(f"@grams:({' '.join(escape_term(g) for g in t.grams)})", SUBSTRING_CAP,
+                   "SORTBY", "ts", "DESC")
+            for t in subs
         ]  # fmt: skip
         try:
-            n_raw, total, df_raw, *replies = await self._topology.at_key(
-                k.memory_entries(app, user), commands
-            )
+            replies = await self._topology.at_key(entries, [*candidates, *inside_queries])
         except ResponseError as exc:
             # On a cluster a user's own index exists once they have written an entry.
             if "no such index" in str(exc).lower():
-                return Ranked([])
+                return ranked
             raise
-        n = int(n_raw or 0)
-        ranked = Ranked([], int(total) - n, int(total))
-        if n <= 0 or limit <= 0:
-            return ranked
-        by_term = len(terms) if len(terms) > 1 else 0
         keys: dict[str, int] = {}
-        for reply in replies[: 1 + by_term]:
+        for reply in replies[: len(candidates)]:
             for key in _doc_keys(reply):
                 keys.setdefault(key, len(keys) + 1)
-        df = [int(x or 0) for x in df_raw]
         args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, len(terms)]
-        subs = iter(replies[1 + by_term :])
+        inside = dict(zip([t.term for t in subs], replies[len(candidates) :], strict=True))
         for i, t in enumerate(terms):
-            inside = (
-                [keys.setdefault(key, len(keys) + 1) for key in _doc_keys(next(subs))]
-                if t.grams
+            found = (
+                [keys.setdefault(key, len(keys) + 1) for key in _doc_keys(inside[t.term])]
+                if t.term in inside
                 else []
             )
-            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(inside), *inside]
+            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(found), *found]
         if not keys:
             return ranked
         reply = await _scripts.call(self._script, list(keys), args)

@@ -10,6 +10,7 @@ with them, compare-and-set style.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -22,7 +23,7 @@ import orjson
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import _check_json, text
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, RedisSessionsError
-from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
 from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
 
@@ -43,6 +44,11 @@ _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta")
 _SIG_FIELDS = ("tf", "dl", "au", "grams", "words")
 _ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
+
+
+@functools.lru_cache(maxsize=65536)
+def _escaped(term: str) -> str:
+    return escape(term)
 
 
 def owner_tag(value: str) -> str:
@@ -199,7 +205,9 @@ class MemoryStore:
         if not self.postings:
             return []
         terms = [*sorted(doc.analysed.tf), *doc.analysed.authors]
-        return [self.keys.memory_term(app, user, t) for t in terms]
+        # Thousands of keys per batch: the user's part of the name is built once.
+        base = self.keys.memory_term(app, user, "")
+        return [base + _escaped(t) for t in terms]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.postings:

@@ -27,9 +27,10 @@
 --         else {1, written, stale ids of the session...} (ARGV[5] only; none left: KEYS[4]
 --         is dropped)
 -- An entry's term weights are BM25's saturated, length-normalised term frequencies against
--- the average length when it is written; fields tw
--- ("term:weight ...", what scoring reads) and terms (each term repeated by weight, for the
--- search module's candidate queries: its own BM25 ranks one term's entries by how often).
+-- the average length when it is written: the plain backend's postings' scores; on the search
+-- backend, fields tw ("term:weight ...", what scoring reads) and terms (each term repeated
+-- 1 + floor(2 weight) times, for the search module's candidate queries: its own BM25 ranks
+-- one term's entries by how often).
 local mode, postings = ARGV[1], ARGV[2] == '1'
 local ops = cjson.decode(ARGV[7])
 local k1, b = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -38,12 +39,9 @@ local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   refused = refused or denied('HMGET', key, 'HGET', key, 'DEL', key, 'HSET', key)
-  if postings then
-    for _, i in ipairs(op.w) do refused = refused or denied('ZADD', KEYS[i]) end
-    for _, i in ipairs(op.g) do refused = refused or denied('ZADD', KEYS[i]) end
-    for _, i in ipairs(op.o) do refused = refused or denied('ZREM', KEYS[i]) end
-  end
 end
+-- Postings: each key once (a batch names the same few thousand again and again).
+if postings then refused = refused or denied_each('ZADD', KEYS, 8) or denied_each('ZREM', KEYS, 8) end
 -- An ingestion ends by deleting the session's stale entries (memory_delete.lua): a user who
 -- may not do that is refused now, before its first batch is written.
 local ingest = tonumber(ARGV[4]) > 0
@@ -116,11 +114,11 @@ for _, op in ipairs(todo) do
       for i, pair in ipairs(op.n) do
         local tf = pair[2] / 4
         local w = string.format('%.17g', tf * (k1 + 1) / (tf + norm))
-        weights[#weights + 1] = pair[1] .. ':' .. w
-        for _ = 1, math.max(1, math.floor(tonumber(w) * 4 + 0.5)) do repeated[#repeated + 1] = pair[1] end
         if postings then
           redis.call('ZADD', KEYS[op.w[i]], w, op.id)
-        else
+        else  -- the search backend scores from the hash: weights, and terms to index
+          weights[#weights + 1] = pair[1] .. ':' .. w
+          for _ = 1, 1 + math.floor(tonumber(w) * 2) do repeated[#repeated + 1] = pair[1] end
           redis.call('HINCRBY', KEYS[7], pair[1], 1)
         end
       end
@@ -138,10 +136,12 @@ for _, op in ipairs(todo) do
     end
     tw, terms = table.concat(weights, ' '), table.concat(repeated, ' ')
   end
-  op.f[#op.f + 1] = 'tw'
-  op.f[#op.f + 1] = tw or ''
-  op.f[#op.f + 1] = 'terms'
-  op.f[#op.f + 1] = terms or ''
+  if not postings then
+    op.f[#op.f + 1] = 'tw'
+    op.f[#op.f + 1] = tw or ''
+    op.f[#op.f + 1] = 'terms'
+    op.f[#op.f + 1] = terms or ''
+  end
   if op.kv then
     local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
     for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do
