@@ -74,7 +74,10 @@ def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> lis
             continue
         n, total = n + 1, total + length
         norm = K1 * (1 - B + B * length * n / total)
-        weights[doc_id] = {t: (f / 4) * (K1 + 1) / ((f / 4) + norm) for t, f in tf.items()}
+        # Stored with six significant digits (the same string in a posting and in tw).
+        weights[doc_id] = {
+            t: float(f"{(f / 4) * (K1 + 1) / ((f / 4) + norm):.6g}") for t, f in tf.items()
+        }
     lowered = {doc_id: lowered_text(body) for doc_id, _, body in docs}
     scores: dict[str, float] = {}
     for term, times in sorted(Counter(text_terms(query, split=False)).items()):

@@ -113,7 +113,8 @@ for _, op in ipairs(todo) do
       local norm = k1 * (1 - b + b * op.dl * n / total)
       for i, pair in ipairs(op.n) do
         local tf = pair[2] / 4
-        local w = string.format('%.17g', tf * (k1 + 1) / (tf + norm))
+        -- Six digits: what ranking needs, and the same string in a posting and in tw.
+        local w = string.format('%.6g', tf * (k1 + 1) / (tf + norm))
         if postings then
           redis.call('ZADD', KEYS[op.w[i]], w, op.id)
         else  -- the search backend scores from the hash: weights, and terms to index

@@ -18,7 +18,7 @@ local function idf(df) return math.log(1 + (n - df + 0.5) / (df + 0.5)) end
 
 local terms, pos = {}, 6
 for _ = 1, tonumber(ARGV[5]) do
-  local t = {term = ARGV[pos], qtf = tonumber(ARGV[pos + 1]), sub = nil}
+  local t = {term = ARGV[pos], key = ARGV[pos] .. ':', qtf = tonumber(ARGV[pos + 1]), sub = nil}
   local df, adf, subs = tonumber(ARGV[pos + 2]), tonumber(ARGV[pos + 3]), tonumber(ARGV[pos + 4])
   local matches = 0
   if subs > 0 then
@@ -32,17 +32,23 @@ for _ = 1, tonumber(ARGV[5]) do
   pos = pos + 5 + subs
   t.idf = idf(math.max(df, matches))
   if adf > 0 then t.bonus = author_weight * idf(adf) end
+  t.author = setmetatable({}, {__index = function(seen, au)
+    -- au is "@a @b": does it hold @term? (memoised: authors are few)
+    local found = string.find(' ' .. au .. ' ', ' @' .. t.term .. ' ', 1, true) ~= nil
+    rawset(seen, au, found)
+    return found
+  end})
   terms[#terms + 1] = t
 end
 
 -- tw is "term:weight term:weight ..." (terms are \w+ runs: never a ':' or a space).
-local function weight(tw, term)
+local function weight(tw, t)
   local from = 1
   while true do
-    local at = string.find(tw, term .. ':', from, true)
+    local at = string.find(tw, t.key, from, true)
     if not at then return nil end
     if at == 1 or string.byte(tw, at - 1) == 32 then
-      return tonumber(string.match(tw, '^[^ ]+', at + #term + 1))
+      return tonumber(string.match(tw, '^[^ ]+', at + #t.key))
     end
     from = at + 1
   end
@@ -52,14 +58,14 @@ local ranked = {}
 for _, key in ipairs(KEYS) do
   local row = redis.call('HMGET', key, 'id', 'ts', 'tw', 'au')
   if row[1] and row[3] then
-    local tw, au, s = row[3], ' ' .. (row[4] or '') .. ' ', 0
+    local tw, au, s = row[3], row[4] or '', 0
     for _, t in ipairs(terms) do
-      local w = weight(tw, t.term)
+      local w = weight(tw, t)
       if not w and t.sub and t.sub[key] then w = sub_weight end
       if w then s = s + t.qtf * t.idf * w end
     end
     for _, t in ipairs(terms) do  -- the author only ranks what the words found
-      if s > 0 and t.bonus and string.find(au, ' @' .. t.term .. ' ', 1, true) then s = s + t.bonus end
+      if s > 0 and t.bonus and t.author[au] then s = s + t.bonus end
     end
     if s > 0 then ranked[#ranked + 1] = {row[1], s, tonumber(row[2])} end
   end
