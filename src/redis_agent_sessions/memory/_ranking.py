@@ -59,8 +59,8 @@ READ_BUDGET = 1_500
 SUBSTRING_CAP = 1_000
 """Most entries a non-ASCII query word is looked for inside (the newest)."""
 CANDIDATES = 50
-"""Fewest entries the search module proposes for all the query's terms (5 per result asked),
-besides half as many for each term alone (3 per result)."""
+"""Fewest entries the search module proposes for all the query's terms (2 per result asked),
+besides half as many for each term alone (1 per result)."""
 COMMON_WINDOW = 2_000
 """A term in more of a user's entries than this is asked about among their newest this many
 only (RediSearch scores every entry a query matches)."""
@@ -151,8 +151,8 @@ class IndexRanker:
         common = [t for i, t in enumerate(terms) if df[2 * i] > COMMON_WINDOW]
         index = self._index(app, user)
         scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
-        wanted = max(CANDIDATES, 5 * limit)
-        each = max(CANDIDATES // 2, 3 * limit)
+        wanted = max(CANDIDATES, 2 * limit)
+        each = max(CANDIDATES // 2, limit)
 
         def search(query: str, count: int, *sort: Any) -> tuple[Any, ...]:
             return (
