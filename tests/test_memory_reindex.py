@@ -149,9 +149,7 @@ async def test_old_entries_found_until_reindexed(store: tuple[Any, bool]) -> Non
 @pytest.mark.cli
 @pytest.mark.real
 async def test_reindex_command(cli: Cli) -> None:
-    client: Any = Redis.from_url(cli.url) if not cli.cluster else None
-    if client is None:
-        pytest.skip("the store is written by hand on a single node")
+    client: Any = cli.client()
     keys = KeySpace(cli.prefix)
     await client.set(keys.memory_backend(), "plain")
     await write_v1(client, keys, APP, USER, TURNS, postings=True)
