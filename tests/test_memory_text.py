@@ -57,12 +57,12 @@ def test_grams_select_every_substring_match(sample: str) -> None:
 
 def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> list[str]:
     """BM25 as docs/memory.md states it, computed from scratch: docs (one session, in
-    order) weighted as written one by one (each against the average length so far, itself
-    included), scored with the final counts; equal scores newest first, then larger id."""
+    order), each with the words of the turns up to two away at half and quarter weight,
+    scored against the final counts and average length; equal scores newest first, then
+    larger id."""
     own = [text_terms(body) for _, _, body in docs]
     context = with_context(own, ["s"] * len(docs))
-    n = total = 0
-    weights: dict[str, dict[str, float]] = {}
+    found: dict[str, tuple[Counter[str], int]] = {}
     for (doc_id, _, _), terms, around in zip(docs, own, context, strict=True):
         tf = Counter(t for t in terms for _ in range(4))
         length = 4 * len(terms)
@@ -70,14 +70,14 @@ def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> lis
             for t in near:
                 tf[t] += (2, 1)[distance - 1]
             length += (2, 1)[distance - 1] * len(near)
-        if not tf:
-            continue
-        n, total = n + 1, total + length
-        norm = K1 * (1 - B + B * length * n / total)
-        # Stored with six significant digits (the same string in a posting and in tw).
-        weights[doc_id] = {
-            t: float(f"{(f / 4) * (K1 + 1) / ((f / 4) + norm):.6g}") for t, f in tf.items()
-        }
+        if tf:
+            found[doc_id] = (tf, length)
+    n = len(found)
+    avg = sum(length for _, length in found.values()) / max(n, 1)
+    weights: dict[str, dict[str, float]] = {}
+    for doc_id, (tf, length) in found.items():
+        norm = K1 * (1 - B + B * length / avg)
+        weights[doc_id] = {t: (f / 4) * (K1 + 1) / ((f / 4) + norm) for t, f in tf.items()}
     lowered = {doc_id: lowered_text(body) for doc_id, _, body in docs}
     scores: dict[str, float] = {}
     for term, times in sorted(Counter(text_terms(query, split=False)).items()):

@@ -247,11 +247,16 @@ class KeySpace:
     def memory_texts(self, app_name: str, user_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:texts"
 
+    def memory_neighbours(self, app_name: str, user_id: str) -> str:
+        """Plain backend: each entry's neighbours in its session (id -> JSON list of ids),
+        which a search scores with the entries its postings found."""
+        return f"{self._memory(app_name, user_id)}:nb"
+
     def memory_word(self, app_name: str, user_id: str, word: str) -> str:
         return f"{self._memory(app_name, user_id)}:word:{escape(word)}"
 
     def memory_term(self, app_name: str, user_id: str, term: str) -> str:
-        """Plain backend: the entries having an analysed term (``@``: an author's), by weight."""
+        """Plain backend: the entries saying an analysed term, by its weight in each."""
         return f"{self._memory(app_name, user_id)}:term:{escape(term)}"
 
     def memory_stats(self, app_name: str, user_id: str) -> str:
@@ -261,8 +266,8 @@ class KeySpace:
         return f"{self.prefix}:mem:stats:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_df(self, app_name: str, user_id: str) -> str:
-        """Search backend: how many entries have each term (the plain one counts postings);
-        outside the index's prefix, as ``memory_stats``."""
+        """How many entries are found by each term with their context (``@``-terms: by each
+        author); outside the index's prefix, as ``memory_stats``."""
         return f"{self.prefix}:mem:df:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_gram(self, app_name: str, user_id: str, gram: str) -> str:

@@ -203,7 +203,7 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
     pipe = ctx.client.pipeline(transaction=False)
     for entry in found.memories:
         pipe.hget(ctx.keys.memory_entry(args.app, args.user, entry.id or ""), "tf")
-    indexed = [set(text(tf or "").split()[::2]) for tf in await pipe.execute()]
+    indexed = [{p.rpartition(":")[0] for p in text(tf or "").split()} for tf in await pipe.execute()]
     for entry, terms in zip(found.memories, indexed, strict=True):
         how = entry.custom_metadata.pop(RETRIEVAL_KEY, {})
         said = set(text_terms(entry.content.text))

@@ -15,6 +15,12 @@ Both backends index and query the terms computed here, so they see the same word
 Weights are kept as integers in quarters (own words 4, one turn away 2, two away 1), so
 Redis adds and removes them exactly. The figures that chose these are in docs/memory.md
 (``python -m benchmarks.recall``).
+
+Only an entry's own terms are indexed (postings, the search module's ``terms`` field); its
+weights with the context (``tf``, ``dl``) and its neighbours' ids are stored with it, so a
+search finds the entries holding a word and then scores them and the turns around them.
+That keeps the index as small as the words said: a context window of two turns each side
+would otherwise index every word five times.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ __all__ = [
     "analyse",
     "author_terms",
     "idf",
+    "neighbours",
     "query_terms",
     "text_terms",
     "with_context",
@@ -117,31 +124,55 @@ def author_terms(author: str | None) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Analysed:
-    """What one entry is found by: term -> quarter weight, and its quarter length."""
+    """What one entry is found by: its own terms (how often each is said: what is indexed),
+    its terms with the context (term -> quarter weight: what is scored), its quarter length
+    with the context, and its author's terms."""
 
+    own: dict[str, int]
     tf: dict[str, int]
     length: int
     authors: list[str]
 
     def encoded_tf(self) -> str:
-        return " ".join(f"{t} {n}" for t, n in sorted(self.tf.items()))
+        """``term:quarters`` pairs (a term is a ``\\w+`` run: never a ``:`` or a space)."""
+        return " ".join(f"{t}:{n}" for t, n in sorted(self.tf.items()))
+
+    def encoded_own(self) -> str:
+        return " ".join(f"{t}:{n}" for t, n in sorted(self.own.items()))
+
+    def indexed_terms(self) -> str:
+        """The search module's ``terms`` field: each own term as often as it is said (its
+        BM25 then ranks one term's entries as the plain backend's postings do)."""
+        return " ".join(t for t, n in sorted(self.own.items()) for _ in range(min(n, 8)))
 
 
 def analyse(
     own: Sequence[str], context: Iterable[tuple[int, Sequence[str]]], author: str | None
 ) -> Analysed:
     """An entry's weights from its own terms and its neighbours' (distance, terms)."""
-    tf: Counter[str] = Counter()
-    length = 0
-    for term in own:
-        tf[term] += OWN
-    length += OWN * len(own)
+    said = Counter(own)
+    tf: Counter[str] = Counter({t: OWN * n for t, n in said.items()})
+    length = OWN * len(own)
     for distance, terms in context:
         weight = CONTEXT[distance - 1]
         for term in terms:
             tf[term] += weight
         length += weight * len(terms)
-    return Analysed(dict(tf), length, author_terms(author))
+    return Analysed(dict(said), dict(tf), length, author_terms(author))
+
+
+def neighbours(sessions: Sequence[str]) -> list[list[tuple[int, int]]]:
+    """For entries in conversation order, each one's (distance, index) in the same session,
+    up to ``len(CONTEXT)`` turns away on either side."""
+    out: list[list[tuple[int, int]]] = []
+    for i in range(len(sessions)):
+        around = []
+        for distance in range(1, len(CONTEXT) + 1):
+            for j in (i - distance, i + distance):
+                if 0 <= j < len(sessions) and sessions[j] == sessions[i]:
+                    around.append((distance, j))
+        out.append(around)
+    return out
 
 
 def with_context(
@@ -149,15 +180,7 @@ def with_context(
 ) -> list[list[tuple[int, list[str]]]]:
     """For entries in conversation order, each one's neighbours (distance, terms) in the same
     session, up to ``len(CONTEXT)`` turns away on either side."""
-    out: list[list[tuple[int, list[str]]]] = []
-    for i in range(len(terms)):
-        around = []
-        for distance in range(1, len(CONTEXT) + 1):
-            for j in (i - distance, i + distance):
-                if 0 <= j < len(terms) and sessions[j] == sessions[i]:
-                    around.append((distance, terms[j]))
-        out.append(around)
-    return out
+    return [[(d, terms[j]) for d, j in around] for around in neighbours(sessions)]
 
 
 def idf(entries: int, df: int) -> float:

@@ -1,26 +1,77 @@
-"""Memory entries from the core models: events and their conversational context, metadata
-and content encoded for the write scripts."""
+"""Memory entries from the core models: turns with their conversational context, metadata
+and content encoded for the write scripts.
+
+Every path that writes a session's entries (adding events or a session, ``reindex``, the
+turns around a deleted one) builds them here, so they are analysed alike.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions.errors import InvalidInputError
-from redis_agent_sessions.memory._analysis import analyse, text_terms, with_context
-from redis_agent_sessions.memory._store import Doc, iso_timestamp, make_doc
+from redis_agent_sessions.memory._analysis import analyse, neighbours, text_terms
+from redis_agent_sessions.memory._store import UNKNOWN_SESSION_ID, Doc, iso_timestamp, make_doc
 from redis_agent_sessions.models import Content, Event
 
-__all__ = ["content_json", "event_docs", "metadata"]
+__all__ = ["Turn", "content_json", "event_docs", "metadata", "turn_docs"]
+
+
+@dataclass(slots=True)
+class Turn:
+    """One turn of a session, as it is (or will be) stored."""
+
+    id: str
+    session: str
+    author: str | None
+    ts: float
+    iso: str | None
+    content: bytes
+    """The content as JSON."""
+    text: str
+    meta: dict[str, Any]
+
+
+def turn_docs(
+    app: str, user: str, turns: Sequence[Turn], todo: Collection[str] | None = None
+) -> list[Doc]:
+    """The entries of turns in conversation order (of ``todo`` only, when given): each found
+    by its own words and scored with those of the turns around it in its session. Turns
+    without a session (``add_memory``, events added without a session id) have no context."""
+    own = [text_terms(t.text) for t in turns]
+    around = neighbours([t.session for t in turns])
+    docs: dict[str, Doc] = {}
+    for i, turn in enumerate(turns):
+        if todo is not None and turn.id not in todo:
+            continue
+        near = [] if turn.session in ("", UNKNOWN_SESSION_ID) else around[i]
+        doc = make_doc(
+            app_name=app,
+            user_id=user,
+            memory_id=turn.id,
+            session_id=turn.session,
+            author=turn.author,
+            ts=turn.ts,
+            iso=turn.iso,
+            text_=turn.text,
+            content_json=turn.content,
+            meta=turn.meta,
+            analysed=analyse(own[i], [(d, own[j]) for d, j in near], turn.author),
+            neighbours=[turns[j].id for _, j in near if turns[j].id != turn.id],
+        )
+        if doc is not None:
+            docs.setdefault(turn.id, doc)
+    return list(docs.values())
 
 
 def event_docs(
     app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any]
 ) -> list[Doc]:
-    """The entries of events in conversation order: each found by its own words and by
-    those of the turns around it (events with no text are not turns)."""
-    turns: list[tuple[Event, str]] = []
+    """The entries of events in conversation order (events with no text are not turns)."""
+    turns: list[Turn] = []
     for event in events:
         if not isinstance(event, Event):
             raise InvalidInputError(f"not an event: {type(event).__name__}")
@@ -32,29 +83,19 @@ def event_docs(
             raise InvalidInputError(f"event timestamp must be a number: {ts!r}")
         said = event.content.text
         if said:
-            turns.append((event, said))
-    own = [text_terms(said) for _, said in turns]
-    docs: dict[str, Doc] = {}
-    for (event, said), terms, around in zip(
-        turns, own, with_context(own, [sid] * len(own)), strict=True
-    ):
-        assert event.content is not None
-        doc = make_doc(
-            app_name=app,
-            user_id=user,
-            memory_id=event.id,
-            session_id=sid,
-            author=event.author,
-            ts=float(event.timestamp),
-            iso=iso_timestamp(event.timestamp),
-            text_=said,
-            content_json=content_json(event.content),
-            meta=meta,
-            analysed=analyse(terms, around, event.author),
-        )
-        if doc is not None:
-            docs.setdefault(event.id, doc)
-    return list(docs.values())
+            turns.append(
+                Turn(
+                    event.id,
+                    sid,
+                    event.author,
+                    float(ts),
+                    iso_timestamp(ts),
+                    content_json(event.content),
+                    said,
+                    meta,
+                )
+            )
+    return turn_docs(app, user, turns)
 
 
 def metadata(value: Mapping[str, object] | None) -> dict[str, Any]:

@@ -1,21 +1,26 @@
 """Keyword ranking: BM25 over the analysed terms (see ``_analysis``), on either backend.
 
-Both backends score an entry the same way, from the same stored numbers: the sum over the
-query's terms of (times the query says it) x idf x the term's weight in the entry (written
-with the entry: BM25's saturated, length-normalised frequency), plus, for a query word naming
-the entry's author, ``AUTHOR_WEIGHT`` x the author's idf; equal scores go newest first. The
-idf counts come from the user's own entries (Lucene's formula, never negative).
+Both backends score an entry the same way, from the same stored numbers
+(``memory_rescore.lua``): the sum over the query's terms of (times the query says it) x idf x
+BM25's saturated, length-normalised frequency of the term in the entry with its context,
+plus, for a query word naming the entry's author, ``AUTHOR_WEIGHT`` x the author's idf; equal
+scores go newest first. The counts come from the user's own entries (Lucene's idf, never
+negative; the average length when searching).
+
+Only an entry's own words are indexed, so a search first finds the entries saying the
+query's words, then scores those and the turns around them (``EXPAND``):
 
 - **Plain Redis** (``memory_rank.lua``): each term's posting is a zset by weight, read best
-  first and only as far as an entry not yet met could still reach the results; every entry
-  met is scored exactly. At most ``READ_BUDGET`` postings are read per query, so a word in
-  most entries never costs a whole list.
-- **RediSearch**: the module proposes candidates: the entries it ranks best for all the
-  terms, and for each term alone (its own BM25 over the terms repeated by weight), a term in
-  more than ``COMMON_WINDOW`` of the user's entries only among their newest that many;
-  ``memory_rescore.lua`` scores them exactly, from their stored weights and the user's counts
-  (three round trips). An entry the module ranks below the candidates is missed where the
-  plain backend would find it: tests/test_memory.py bounds how often.
+  first and only as far as an entry not yet met could still reach the results on its own
+  words; at most ``READ_BUDGET`` postings per query, so a word in most entries never costs a
+  whole list. The best ``EXPAND`` met are scored with their neighbours. Two round trips.
+- **RediSearch**: the module proposes the entries it ranks best for all the terms, and for
+  each term alone (its own BM25 over the terms said), a term in more than
+  ``COMMON_WINDOW`` of the user's entries only among their newest that many. Three round
+  trips (the counts, the candidates, the scores).
+
+An entry whose words and neighbours neither step proposes is missed where the other backend
+may find it: tests/test_memory.py bounds how often the two differ.
 
 A non-ASCII query word also matches inside longer runs (CJK is written without spaces): the
 newest ``SUBSTRING_CAP`` entries holding all its character grams are checked against their
@@ -28,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from redis.exceptions import ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
@@ -36,15 +42,18 @@ from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import (
     AUTHOR_WEIGHT,
+    K1,
     SUBSTRING_WEIGHT,
+    B,
     query_terms,
 )
 from redis_agent_sessions.memory._search import escape_term
-from redis_agent_sessions.memory._store import owner_tag
+from redis_agent_sessions.memory._store import entry_key, owner_tag
 from redis_agent_sessions.memory._text import query_grams
 
 __all__ = [
     "COMMON_WINDOW",
+    "EXPAND",
     "READ_BUDGET",
     "SUBSTRING_CAP",
     "IndexRanker",
@@ -56,11 +65,14 @@ __all__ = [
 
 READ_BUDGET = 1_500
 """Most postings the plain backend reads for one query."""
+EXPAND = 20
+"""Fewest of the best candidates whose neighbours are scored too (2 per result asked)."""
 SUBSTRING_CAP = 1_000
 """Most entries a non-ASCII query word is looked for inside (the newest)."""
 CANDIDATES = 50
-"""Fewest entries the search module proposes for all the query's terms (2 per result asked),
-besides half as many for each term alone (1 per result)."""
+"""Fewest entries proposed for all the query's terms (2 per result asked): by the plain
+backend's postings, or by the search module, besides half as many for each term alone (1
+per result)."""
 COMMON_WINDOW = 2_000
 """A term in more of a user's entries than this is asked about among their newest this many
 only (RediSearch scores every entry a query matches)."""
@@ -95,29 +107,97 @@ def prepare(query: str) -> list[QueryTerm]:
     ]
 
 
+class _Scorer:
+    """Scores candidate entries exactly (``memory_rescore.lua``): the last round trip."""
+
+    def __init__(self, client: Any) -> None:
+        self._script = _scripts.register(client, "memory_rescore")
+
+    async def score(
+        self,
+        keys: dict[str, int],
+        terms: Sequence[QueryTerm],
+        counts: Sequence[tuple[int, int, list[int]]],
+        candidates: Sequence[tuple[int, list[int]]],
+        stats: tuple[int, int],
+        limit: int,
+    ) -> list[tuple[str, float]]:
+        """The best ``limit`` of the candidates and the neighbours of the best ``EXPAND``
+        (KEYS indexes into ``keys``); ``counts``: each term's document frequency, its
+        author's, and its substring candidates' KEYS indexes; ``stats``: (entries, their
+        total quarter length)."""
+        if not keys:
+            return []
+        n, length = stats
+        args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, length / n, K1, B]
+        args += [max(EXPAND, 2 * limit), len(terms)]
+        for t, (df, adf, inside) in zip(terms, counts, strict=True):
+            args += [t.term, t.times, df, adf, len(inside), *inside]
+        args.append(len(candidates))
+        for key, near in candidates:
+            args += [key, len(near), *near]
+        reply = await _scripts.call(self._script, list(keys), args)
+        return [(text(i), float(s)) for i, s in zip(reply[::2], reply[1::2], strict=True)]
+
+
 class PlainRanker:
-    """Runs ``memory_rank.lua`` over the query terms' postings, in one round trip."""
+    """Runs ``memory_rank.lua`` over the query terms' postings, then scores what it found
+    and its neighbours: two round trips."""
 
     def __init__(self, client: Any, keys: KeySpace) -> None:
         self._keys = keys
         self._script = _scripts.register(client, "memory_rank")
+        self._scorer = _Scorer(client)
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
-        keys = [k.memory_stats(app, user), k.memory_entries(app, user), k.memory_texts(app, user)]
-        args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, AUTHOR_WEIGHT, SUBSTRING_WEIGHT]
+        keys = [
+            k.memory_stats(app, user),
+            k.memory_entries(app, user),
+            k.memory_texts(app, user),
+            k.memory_df(app, user),
+            k.memory_neighbours(app, user),
+        ]
+        wanted = max(CANDIDATES, 2 * limit)
+        args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT, wanted]
         args.append(len(terms))
         for t in terms:
-            keys += [k.memory_term(app, user, t.term), k.memory_term(app, user, "@" + t.term)]
-            args += [t.times, len(keys) - 1, len(keys), len(t.grams)]
+            keys.append(k.memory_term(app, user, t.term))
+            args += [t.term, t.times, len(keys), len(t.grams)]
             for gram in t.grams:
                 keys.append(k.memory_gram(app, user, gram))
                 args.append(len(keys))
             args.append(t.term if t.grams else "")
         reply = await _scripts.call(self._script, keys, args)
-        total, n, read = int(reply[0]), int(reply[1]), int(reply[2])
-        hits = [(text(i), float(s)) for i, s in zip(reply[3::2], reply[4::2], strict=True)]
-        return Ranked(hits, total - n, total, read)
+        total, n, length, read = (int(x) for x in reply[:4])
+        ranked = Ranked([], total - n, total, int(read))
+        if n <= 0 or limit <= 0:
+            return ranked
+        found: dict[str, int] = {}
+        base = k.memory_entry(app, user, "")
+
+        def ref(memory_id: Any) -> int:
+            return found.setdefault(entry_key(base, text(memory_id)), len(found) + 1)
+
+        at = 4
+        inside: list[list[str]] = []
+        counts: list[tuple[int, int, list[int]]] = []
+        for _ in terms:
+            df, adf, size = int(reply[at]), int(reply[at + 1]), int(reply[at + 2])
+            inside.append([text(x) for x in reply[at + 3 : at + 3 + size]])
+            at += 3 + size
+            counts.append((df, adf, []))
+        rows = reply[at:]
+        candidates = [
+            (ref(memory_id), [ref(other) for other in _neighbours(near)])
+            for memory_id, near in zip(rows[::3], rows[2::3], strict=True)
+        ]
+        for (_, _, refs), ids in zip(counts, inside, strict=True):
+            refs += [ref(memory_id) for memory_id in ids]
+        ranked.hits = await self._scorer.score(
+            found, terms, counts, candidates, (n, length), limit
+        )
+        return ranked
 
 
 class IndexRanker:
@@ -128,20 +208,20 @@ class IndexRanker:
         self._keys = keys
         self._index = index
         """(app, user) -> the index name (one shared, or one per user on a cluster)."""
-        self._script = _scripts.register(topology.client, "memory_rescore")
+        self._scorer = _Scorer(topology.client)
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
         entries = k.memory_entries(app, user)
         # First the counts: a term in many of the user's entries is asked about only among
         # the newest COMMON_WINDOW (the module would score every entry that has it).
-        n_raw, total, df_raw, edge = await self._topology.at_key(entries, [
-            ("HGET", k.memory_stats(app, user), "n"),
+        stats, total, df_raw, edge = await self._topology.at_key(entries, [
+            ("HMGET", k.memory_stats(app, user), "n", "len"),
             ("ZCARD", entries),
             ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
             ("ZREVRANGE", entries, COMMON_WINDOW - 1, COMMON_WINDOW - 1, "WITHSCORES"),
         ])  # fmt: skip
-        n = int(n_raw or 0)
+        n, length = int(stats[0] or 0), int(stats[1] or 0)
         ranked = Ranked([], int(total) - n, int(total))
         if n <= 0 or limit <= 0:
             return ranked
@@ -154,28 +234,29 @@ class IndexRanker:
         wanted = max(CANDIDATES, 2 * limit)
         each = max(CANDIDATES // 2, limit)
 
-        def search(query: str, count: int, *sort: Any) -> tuple[Any, ...]:
+        def search(query: str, count: int, *returned: Any) -> tuple[Any, ...]:
             return (
                 "FT.SEARCH", index, f"{scope} {query}", "VERBATIM", "SCORER", "BM25",
-                "NOCONTENT", *sort, "LIMIT", 0, count, "DIALECT", 2,
+                *returned, "LIMIT", 0, count, "DIALECT", 2,
             )  # fmt: skip
 
         def ored(some: Sequence[QueryTerm]) -> str:
             return "@terms:(" + " | ".join(escape_term(t.term) for t in some) + ")"
 
         # The entries the module ranks best for all the terms, and for each term alone (its
-        # BM25 ranks one term's entries by how often the term is repeated, that is by weight,
-        # as the plain backend reads each posting best first).
-        candidates = [search(ored(rare), wanted)] if rare else []
+        # BM25 ranks one term's entries by how often they say it, as the plain backend
+        # reads each posting best first), each with its neighbours.
+        near = ("RETURN", 1, "nb")
+        candidates = [search(ored(rare), wanted, *near)] if rare else []
         if common:
-            candidates.append(search(ored(common) + window, wanted))
+            candidates.append(search(ored(common) + window, wanted, *near))
         if len(terms) > 1:
-            candidates += [search(ored([t]), each) for t in rare]
-            candidates += [search(ored([t]) + window, each) for t in common]
+            candidates += [search(ored([t]), each, *near) for t in rare]
+            candidates += [search(ored([t]) + window, each, *near) for t in common]
         subs = [t for t in terms if t.grams]
         inside_queries = [
             search(f"@grams:({' '.join(escape_term(g) for g in t.grams)})", SUBSTRING_CAP,
-                   "SORTBY", "ts", "DESC")
+                   "NOCONTENT", "SORTBY", "ts", "DESC")
             for t in subs
         ]  # fmt: skip
         try:
@@ -186,31 +267,55 @@ class IndexRanker:
                 return ranked
             raise
         keys: dict[str, int] = {}
-        for reply in replies[: len(candidates)]:
-            for key in _doc_keys(reply):
-                keys.setdefault(key, len(keys) + 1)
-        args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, len(terms)]
+
+        def ref(key: str) -> int:
+            return keys.setdefault(key, len(keys) + 1)
+
+        proposed = {
+            key: nb for reply in replies[: len(candidates)] for key, nb in _doc_rows(reply, "nb")
+        }
+        base = k.memory_entry(app, user, "")
+        found = [
+            (ref(key), [ref(entry_key(base, other)) for other in _neighbours(nb)])
+            for key, nb in proposed.items()
+        ]
         inside = dict(zip([t.term for t in subs], replies[len(candidates) :], strict=True))
+        counts: list[tuple[int, int, list[int]]] = []
         for i, t in enumerate(terms):
-            found = (
-                [keys.setdefault(key, len(keys) + 1) for key in _doc_keys(inside[t.term])]
-                if t.term in inside
-                else []
-            )
-            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(found), *found]
-        if not keys:
-            return ranked
-        reply = await _scripts.call(self._script, list(keys), args)
-        ranked.hits = [(text(i), float(s)) for i, s in zip(reply[::2], reply[1::2], strict=True)]
+            holding = [ref(key) for key, _ in _doc_rows(inside[t.term])] if t.term in inside else []
+            counts.append((df[2 * i], df[2 * i + 1], holding))
+        ranked.hits = await self._scorer.score(keys, terms, counts, found, (n, length), limit)
         return ranked
 
 
-def _doc_keys(reply: Any) -> list[str]:
-    """The document keys of a NOCONTENT FT.SEARCH reply (RESP2 or RESP3)."""
+def _neighbours(raw: Any) -> list[str]:
+    """The ids of a stored neighbours list (JSON), [] when there is none."""
+    if not raw:
+        return []
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    return [x for x in found if isinstance(x, str)] if isinstance(found, list) else []
+
+
+def _doc_rows(reply: Any, name: str | None = None) -> list[tuple[str, Any]]:
+    """(document key, the returned field ``name`` or None) of an FT.SEARCH reply (RESP2 or
+    RESP3), NOCONTENT when ``name`` is None."""
     if isinstance(reply, dict):
         results = reply[b"results" if b"results" in reply else "results"]
-        return [text(_field(r, "id")) for r in results]
-    return [text(key) for key in reply[1:]]
+        rows = []
+        for r in results:
+            extra = _field(r, "extra_attributes") or {}
+            rows.append((text(_field(r, "id")), _field(extra, name) if name else None))
+        return rows
+    if name is None:
+        return [(text(key), None) for key in reply[1:]]
+    rows = []
+    for key, fields in zip(reply[1::2], reply[2::2], strict=True):
+        values = dict(zip(fields[::2], fields[1::2], strict=True)) if fields else {}
+        rows.append((text(key), values.get(name.encode(), values.get(name))))
+    return rows
 
 
 def _field(row: Any, name: str) -> Any:

@@ -1,9 +1,9 @@
 """Indexing stored entries again: a store written by 0.1 moved to the ranking (``reindex``),
 and the turns around a deleted entry, which were found by its words.
 
-An entry's terms include those of the turns around it in its session (``_analysis``), so it
-is analysed with its session's stored entries in order (time, then id). Entries added without
-a session (``add_memory``, events without a session id) have no context.
+An entry is scored with the words of the turns around it in its session (``_analysis``), so
+it is analysed with its session's stored entries in order (time, then id). Entries added
+without a session (``add_memory``, events without a session id) have no context.
 
 Resumable by construction: a session whose entries are all indexed by the current analysis
 is skipped, so a run that stops is simply run again. Each write is compare-and-set on what
@@ -22,14 +22,14 @@ from pydantic import ValidationError
 from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.memory._analysis import ANALYSIS, analyse, text_terms, with_context
+from redis_agent_sessions.memory._analysis import ANALYSIS
+from redis_agent_sessions.memory._docs import Turn, turn_docs
 from redis_agent_sessions.memory._store import (
     BATCH_ENTRIES,
     UNKNOWN_SESSION_ID,
     Doc,
     MemoryStore,
     batches,
-    make_doc,
 )
 from redis_agent_sessions.models import Content
 
@@ -90,16 +90,9 @@ class ReindexReport:
 
 
 @dataclass(slots=True)
-class _Stored:
-    id: str
-    session: str
-    author: str | None
-    ts: float
-    iso: str | None
-    content: bytes
-    text: str
-    meta: dict[str, Any]
-    current: bool
+class _Stored(Turn):
+    current: bool = True
+    """Indexed by this version's analysis."""
 
 
 async def _load(
@@ -131,40 +124,17 @@ async def _load(
                 row[5],
                 content.text,
                 meta,
-                text(row[7] or "") == str(ANALYSIS),
+                current=text(row[7] or "") == str(ANALYSIS),
             )
         )
     return out
 
 
 def _docs(app: str, user: str, turns: list[_Stored], todo: set[str]) -> list[Doc]:
-    """The docs of the ``todo`` ids among ``turns`` (one session, in order)."""
-    sid = turns[0].session if turns else ""
-    own = [text_terms(t.text) for t in turns]
-    if sid in ("", UNKNOWN_SESSION_ID):
-        around: list[list[tuple[int, list[str]]]] = [[] for _ in turns]
-    else:
-        around = with_context(own, [sid] * len(turns))
-    docs = []
-    for turn, terms, context in zip(turns, own, around, strict=True):
-        if turn.id not in todo:
-            continue
-        doc = make_doc(
-            app_name=app,
-            user_id=user,
-            memory_id=turn.id,
-            session_id=turn.session,
-            author=turn.author,
-            ts=turn.ts,
-            iso=turn.iso,
-            text_=turn.text,
-            content_json=turn.content,
-            meta=turn.meta,
-            analysed=analyse(terms, context, turn.author),
-        )
-        if doc is not None:
-            doc.keep_vector = True
-            docs.append(doc)
+    """The docs of the ``todo`` ids among ``turns`` (one session, in order); vectors stay."""
+    docs = turn_docs(app, user, turns, todo)
+    for doc in docs:
+        doc.keep_vector = True
     return docs
 
 
@@ -180,7 +150,9 @@ async def _write(store: MemoryStore, app: str, user: str, sid: str, docs: list[D
         await store.put(app, user, batch, mode="replace", session_id=sid or None)
 
 
-async def session_of(engine: MemoryEngine, app: str, user: str, memory_id: str) -> list[Any]:
+async def session_of(
+    engine: MemoryEngine, app: str, user: str, memory_id: str
+) -> list[_Stored]:
     """The stored turns of the session of an entry about to be deleted (read first, so that
     a user who may not read them is refused before anything is deleted); [] when it has none."""
     store, _ = await engine.ready_for(app, user)
@@ -191,7 +163,7 @@ async def session_of(engine: MemoryEngine, app: str, user: str, memory_id: str) 
 
 
 async def refresh_around(
-    engine: MemoryEngine, app: str, user: str, turns: list[Any], memory_id: str
+    engine: MemoryEngine, app: str, user: str, turns: list[_Stored], memory_id: str
 ) -> None:
     """Index again the turns (of ``session_of``) up to two away from the deleted one."""
     at = next((i for i, t in enumerate(turns) if t.id == memory_id), None)

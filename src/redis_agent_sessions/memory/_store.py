@@ -27,7 +27,7 @@ from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
 from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
 
-__all__ = ["Doc", "MemoryStore", "StoredEntry", "make_doc", "owner_tag"]
+__all__ = ["Doc", "MemoryStore", "StoredEntry", "entry_key", "make_doc", "owner_tag"]
 
 UNKNOWN_SESSION_ID = "__unknown_session_id__"
 """Where ADK files events added without a session id."""
@@ -41,7 +41,7 @@ _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta")
-_SIG_FIELDS = ("tf", "dl", "au", "grams", "words")
+_SIG_FIELDS = ("own", "tf", "dl", "au", "grams", "words")
 _ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
 
@@ -49,6 +49,11 @@ _ARGS = 9
 @functools.lru_cache(maxsize=65536)
 def _escaped(term: str) -> str:
     return escape(term)
+
+
+def entry_key(base: str, memory_id: str) -> str:
+    """An entry's key from ``keys.memory_entry(app, user, "")``: a search names hundreds."""
+    return base + _escaped(memory_id)
 
 
 def owner_tag(value: str) -> str:
@@ -79,7 +84,7 @@ class Doc:
     @property
     def sig(self) -> str:
         f = self.fields
-        return f"{f['tf']}|{f['dl']}|{f['au']}|{f['grams']}"
+        return f"{f['own']}|{f['tf']}|{f['dl']}|{f['au']}|{f['grams']}"
 
 
 @dataclass(slots=True)
@@ -104,6 +109,7 @@ def make_doc(
     content_json: bytes,
     meta: dict[str, Any],
     analysed: Analysed,
+    neighbours: Sequence[str] = (),
 ) -> Doc | None:
     """The encoded entry, or None when it has no term to be found by."""
     if not analysed.tf:
@@ -125,8 +131,11 @@ def make_doc(
         "content": content_json.decode(),
         "meta": orjson.dumps(meta).decode(),
         "lower": lower,
+        "own": analysed.encoded_own(),
         "tf": analysed.encoded_tf(),
         "dl": str(analysed.length),
+        "nb": orjson.dumps(list(neighbours)).decode(),
+        "terms": analysed.indexed_terms(),
         "au": " ".join(analysed.authors),
         "grams": " " + " ".join(sorted(grams)) + " ",
         "an": str(ANALYSIS),
@@ -135,11 +144,11 @@ def make_doc(
 
 
 def stored_sig(row: Sequence[Any]) -> str | None:
-    """What an entry read as (tf, dl, au, grams, words) is found by, as the scripts spell it;
-    None when it does not exist."""
-    tf, dl, au, grams, words = row[:5]
+    """What an entry read as (own, tf, dl, au, grams, words) is found by, as the scripts
+    spell it; None when it does not exist."""
+    own, tf, dl, au, grams, words = row[:6]
     if tf is not None:
-        return f"{text(tf)}|{text(dl)}|{text(au or '')}|{text(grams or '')}"
+        return f"{text(own or '')}|{text(tf)}|{text(dl)}|{text(au or '')}|{text(grams or '')}"
     if words is not None:
         return f"v1|{text(words)}|{text(grams or '')}"
     return None
@@ -200,14 +209,14 @@ class MemoryStore:
         self._delete = _scripts.register(client, "memory_delete")
         self._vectors = _scripts.register(client, "memory_vector")
 
-    def _term_keys(self, app: str, user: str, doc: Doc) -> list[str]:
-        """The postings a doc is added to: its terms', then its authors' (``w``)."""
+    def _postings(self, ks: _Keys, app: str, user: str, doc: Doc) -> list[list[int]]:
+        """The postings a doc is added to, its own terms': [key index, quarter weight]."""
         if not self.postings:
             return []
-        terms = [*sorted(doc.analysed.tf), *doc.analysed.authors]
         # Thousands of keys per batch: the user's part of the name is built once.
         base = self.keys.memory_term(app, user, "")
-        return [base + _escaped(t) for t in terms]
+        tf = doc.analysed.tf
+        return [[ks.ref(base + _escaped(t)), tf[t]] for t in sorted(doc.analysed.own)]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.postings:
@@ -215,15 +224,15 @@ class MemoryStore:
         return [self.keys.memory_gram(app, user, g) for g in grams]
 
     def _stored_postings(self, app: str, user: str, row: Sequence[Any]) -> list[str]:
-        """The postings an entry read as (tf, dl, au, grams, words) is in."""
-        tf, _, au, grams, words = row[:5]
+        """The postings an entry read as (own, tf, dl, au, grams, words) is in."""
+        own, tf, _, _, grams, words = row[:6]
         if not self.postings or (tf is None and words is None):
             return []
         grams_ = self._gram_keys(app, user, text(grams or "").split())
         if tf is None:  # indexed by 0.1: one word posting per ASCII word
             ascii_words = [w for w in text(words).split() if w.isascii()]
             return [self.keys.memory_word(app, user, w) for w in ascii_words] + grams_
-        terms = [*text(tf).split()[::2], *text(au or "").split()]
+        terms = [pair.rpartition(":")[0] for pair in text(own or "").split()]
         return [self.keys.memory_term(app, user, t) for t in terms] + grams_
 
     async def read(self, app: str, user: str, ids: Sequence[str], *fields: str) -> list[Any]:
@@ -264,7 +273,8 @@ class MemoryStore:
             ingest or entries,
             self.keys.memory_texts(app, user),
             stats,
-            stats if self.postings else self.keys.memory_df(app, user),
+            self.keys.memory_df(app, user),
+            self.keys.memory_neighbours(app, user),
         ]
         stored: list[Any] | None = None
         for _ in range(_ATTEMPTS):
@@ -278,10 +288,10 @@ class MemoryStore:
                     "ts": repr(doc.ts),
                     "f": [v for item in doc.fields.items() for v in item],
                     "sig": doc.sig,
-                    "n": [[t, n] for t, n in sorted(doc.analysed.tf.items())],
+                    "c": [*sorted(doc.analysed.tf), *doc.analysed.authors],
                     "dl": doc.analysed.length,
-                    "au": doc.analysed.authors,
-                    "w": [ks.ref(k) for k in self._term_keys(app, user, doc)],
+                    "p": self._postings(ks, app, user, doc),
+                    "nb": doc.fields["nb"],
                     "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
                     "o": [],
                     "t": doc.text,
@@ -376,12 +386,13 @@ class MemoryStore:
                     self.keys.memory_texts(app, user),
                     ingest or entries,
                     stats,
-                    stats if self.postings else self.keys.memory_df(app, user),
+                    self.keys.memory_df(app, user),
+                    self.keys.memory_neighbours(app, user),
                 ]
             )
             ops = []
             for memory_id, row in zip(ids, rows, strict=True):
-                session = row[5]
+                session = row[6]
                 owner = only_session if only_session is not None else text(session or "")
                 op: dict[str, Any] = {
                     "id": memory_id,

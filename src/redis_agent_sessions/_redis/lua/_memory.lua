@@ -1,11 +1,11 @@
 -- Memory scripts' shared helpers. Prepended to every script by _scripts.py (a library, not a
 -- script: no KEYS, no ARGV).
--- stored_sig(tf, dl, au, grams, words): what an entry (those fields, as HMGET read them) is
---   found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
+-- stored_sig(own, tf, dl, au, grams, words): what an entry (those fields, as HMGET read
+--   them) is found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
 -- ranked_reply(ranked, limit, out): {id, score, ts} rows ordered best first (equal scores:
 --   newest, then larger id), the first limit appended to out as id, score (17 digits).
-local function stored_sig(tf, dl, au, grams, words)
-  if tf then return tf .. '|' .. dl .. '|' .. (au or '') .. '|' .. (grams or '') end
+local function stored_sig(own, tf, dl, au, grams, words)
+  if tf then return (own or '') .. '|' .. tf .. '|' .. dl .. '|' .. (au or '') .. '|' .. (grams or '') end
   if words then return 'v1|' .. words .. '|' .. (grams or '') end
   return nil
 end

@@ -1,8 +1,9 @@
 -- Writes a batch of memory entries with their term statistics (and postings), all or nothing.
 -- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] session set   KEYS[4] ingestion set
 -- KEYS[5] texts hash     KEYS[6] stats hash (n = entries indexed, len = their quarter
---   lengths)   KEYS[7] document frequencies hash (search backend: term -> entries)
--- KEYS[8..] entry hashes and posting zsets, referenced by index below
+--   lengths)   KEYS[7] document frequencies hash (term -> entries found by it with their
+--   context; @author -> entries)   KEYS[8] neighbours hash (plain: id -> JSON ids)
+-- KEYS[9..] entry hashes and posting zsets, referenced by index below
 -- ARGV[1] 'replace' (overwrite), 'keep' (skip ids already stored) or 'explicit'
 --         (overwrite, and a deleted id comes back)
 -- ARGV[2] '1' when the plain backend's postings are kept   ARGV[3] '1' to record ids in KEYS[3]
@@ -10,9 +11,11 @@
 -- ARGV[5] '1' on the last batch of an ingestion: report the session's stale ids
 -- ARGV[6] most stale ids reported   ARGV[7] JSON list of entries:
 --   {id, k = entry key index, ts, f = [field, value, ...], sig = what it is found by
---    (tf|dl|au|grams), x = the stored sig the posting indexes in o belong to,
---    n = [[term, quarter weight], ...], dl = quarter length, au = [author terms],
---    w = [posting key index of each term of n, then of each of au] (plain),
+--    (own|tf|dl|au|grams), x = the stored sig the posting indexes in o belong to,
+--    c = [its terms with the context, then its author terms] (counted in KEYS[7]),
+--    dl = quarter length with the context,
+--    p = [[posting key index, quarter weight], ...] of its own terms (plain),
+--    nb = its neighbours as JSON (plain, for KEYS[8]),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none),
 --    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
@@ -26,123 +29,81 @@
 --         written),
 --         else {1, written, stale ids of the session...} (ARGV[5] only; none left: KEYS[4]
 --         is dropped)
--- An entry's term weights are BM25's saturated, length-normalised term frequencies against
--- the average length when it is written: the plain backend's postings' scores; on the search
--- backend, fields tw ("term:weight ...", what scoring reads) and terms (each term repeated
--- 1 + floor(2 weight) times, for the search module's candidate queries: its own BM25 ranks
--- one term's entries by how often).
+-- Scores are computed when searching, from the entry's tf and dl and the user's counts; a
+-- posting's score (BM25's saturated, length-normalised frequency against the average
+-- length when it is written) only orders what a search reads first.
 local mode, postings = ARGV[1], ARGV[2] == '1'
 local ops = cjson.decode(ARGV[7])
 local k1, b = tonumber(ARGV[8]), tonumber(ARGV[9])
-local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 'HSET', KEYS[6])
-  or (not postings and denied('HINCRBY', KEYS[7], 'HDEL', KEYS[7]))
+local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 'HSET', KEYS[6],
+  'HINCRBY', KEYS[7], 'HDEL', KEYS[7])
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   refused = refused or denied('HMGET', key, 'HGET', key, 'DEL', key, 'HSET', key)
 end
 -- Postings: each key once (a batch names the same few thousand again and again).
-if postings then refused = refused or denied_each('ZADD', KEYS, 8) or denied_each('ZREM', KEYS, 8) end
+if postings then refused = refused or denied_each('ZADD', KEYS, 9) or denied_each('ZREM', KEYS, 9) end
 -- An ingestion ends by deleting the session's stale entries (memory_delete.lua): a user who
 -- may not do that is refused now, before its first batch is written.
 local ingest = tonumber(ARGV[4]) > 0
 refused = refused
-  or (postings and denied('HSET', KEYS[5], 'HDEL', KEYS[5]))
+  or (postings and denied('HSET', KEYS[5], 'HDEL', KEYS[5], 'HSET', KEYS[8], 'HDEL', KEYS[8]))
   or (ARGV[3] == '1' and denied('SADD', KEYS[3]))
   or (mode == 'explicit' and denied('SREM', KEYS[2]))
   or (ingest and denied('SADD', KEYS[4], 'EXPIRE', KEYS[4], 'SDIFF', KEYS[4], 'DEL', KEYS[4],
     'SISMEMBER', KEYS[4], 'SDIFF', KEYS[3], 'SREM', KEYS[3], 'ZREM', KEYS[1]))
 if refused then return refused end
 
-local function pairs_of(encoded)
-  local out, last = {}, nil
-  for word in string.gmatch(encoded or '', '%S+') do
-    if last == nil then last = word else out[#out + 1] = {last, tonumber(word)}; last = nil end
-  end
-  return out
-end
-local function words_of(encoded)
-  local out = {}
-  for word in string.gmatch(encoded or '', '%S+') do out[#out + 1] = word end
-  return out
-end
-
 local todo, unembedded = {}, {2}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   local skip = mode ~= 'explicit' and redis.call('SISMEMBER', KEYS[2], op.id) == 1
-  local cur = redis.call('HMGET', key, 'tf', 'dl', 'au', 'grams', 'words', 'vkey', 'tw', 'terms')
-  local exists = cur[1] ~= false or cur[5] ~= false
+  local cur = redis.call('HMGET', key, 'own', 'tf', 'dl', 'au', 'grams', 'words', 'vkey')
+  local exists = cur[2] ~= false or cur[6] ~= false
   if mode == 'keep' and exists then skip = true end
   if not skip then
-    local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5])
+    local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5], cur[6])
     if postings and stored and stored ~= op.sig and stored ~= op.x then return {0} end
     op.same = stored == op.sig
     op.stale = stored ~= nil and not op.same
     op.old = cur
-    if op.vk and op.v == 0 and cur[6] ~= op.vk then unembedded[#unembedded + 1] = op.id end
+    if op.vk and op.v == 0 and cur[7] ~= op.vk then unembedded[#unembedded + 1] = op.id end
     todo[#todo + 1] = op
   end
   if ingest then redis.call('SADD', KEYS[4], op.id) end
 end
 if #unembedded > 1 then return unembedded end
 
+local function counted(term, by)
+  if redis.call('HINCRBY', KEYS[7], term, by) <= 0 then redis.call('HDEL', KEYS[7], term) end
+end
 local stats = redis.call('HMGET', KEYS[6], 'n', 'len')
 local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
 for _, op in ipairs(todo) do
   local cur = op.old
-  local tw, terms = cur[7], cur[8]
   if not op.same then
-    if op.stale and cur[1] then  -- the entry's old terms leave the statistics
-      n, total = n - 1, total - tonumber(cur[2])
-      if not postings then
-        for _, pair in ipairs(pairs_of(cur[1])) do
-          if redis.call('HINCRBY', KEYS[7], pair[1], -1) <= 0 then redis.call('HDEL', KEYS[7], pair[1]) end
-        end
-        for _, author in ipairs(words_of(cur[3])) do
-          if redis.call('HINCRBY', KEYS[7], author, -1) <= 0 then redis.call('HDEL', KEYS[7], author) end
-        end
-      end
+    if op.stale and cur[2] then  -- the entry's old terms leave the statistics
+      n, total = n - 1, total - tonumber(cur[3])
+      for term in string.gmatch(cur[2], '(%S+):%d+') do counted(term, -1) end
+      for author in string.gmatch(cur[4] or '', '%S+') do counted(author, -1) end
     end
     if postings and op.stale then
       for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
     end
-    local weights, repeated = {}, {}
-    if #op.n > 0 then
-      n, total = n + 1, total + op.dl
+    n, total = n + 1, total + op.dl
+    for _, term in ipairs(op.c) do redis.call('HINCRBY', KEYS[7], term, 1) end
+    if postings then
       -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
       local norm = k1 * (1 - b + b * op.dl * n / total)
-      for i, pair in ipairs(op.n) do
-        local tf = pair[2] / 4
-        -- Six digits: what ranking needs, and the same string in a posting and in tw.
-        local w = string.format('%.6g', tf * (k1 + 1) / (tf + norm))
-        if postings then
-          redis.call('ZADD', KEYS[op.w[i]], w, op.id)
-        else  -- the search backend scores from the hash: weights, and terms to index
-          weights[#weights + 1] = pair[1] .. ':' .. w
-          for _ = 1, 1 + math.floor(tonumber(w) * 2) do repeated[#repeated + 1] = pair[1] end
-          redis.call('HINCRBY', KEYS[7], pair[1], 1)
-        end
+      for _, p in ipairs(op.p) do
+        local tf = p[2] / 4
+        redis.call('ZADD', KEYS[p[1]], tf * (k1 + 1) / (tf + norm), op.id)
       end
-      for i, author in ipairs(op.au) do
-        if postings then
-          redis.call('ZADD', KEYS[op.w[#op.n + i]], 1, op.id)
-        else
-          redis.call('HINCRBY', KEYS[7], author, 1)
-        end
-      end
-    end
-    if postings then
       for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
       if op.t ~= '' then redis.call('HSET', KEYS[5], op.id, op.t) else redis.call('HDEL', KEYS[5], op.id) end
     end
-    tw, terms = table.concat(weights, ' '), table.concat(repeated, ' ')
   end
-  if not postings then
-    op.f[#op.f + 1] = 'tw'
-    op.f[#op.f + 1] = tw or ''
-    op.f[#op.f + 1] = 'terms'
-    op.f[#op.f + 1] = terms or ''
-  end
+  if postings then redis.call('HSET', KEYS[8], op.id, op.nb) end
   if op.kv then
     local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
     for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do
