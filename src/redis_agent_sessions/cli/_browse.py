@@ -203,7 +203,9 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
     pipe = ctx.client.pipeline(transaction=False)
     for entry in found.memories:
         pipe.hget(ctx.keys.memory_entry(args.app, args.user, entry.id or ""), "tf")
-    indexed = [{p.rpartition(":")[0] for p in text(tf or "").split()} for tf in await pipe.execute()]
+    # tf: the entry's terms with its context, as "term:quarters".
+    stored = await pipe.execute()
+    indexed = [{p.rpartition(":")[0] for p in text(tf or "").split()} for tf in stored]
     for entry, terms in zip(found.memories, indexed, strict=True):
         how = entry.custom_metadata.pop(RETRIEVAL_KEY, {})
         said = set(text_terms(entry.content.text))

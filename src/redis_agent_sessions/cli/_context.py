@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.segment import Segment
 from rich.table import Table
 
+from redis_agent_sessions._messages import plural
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
 from redis_agent_sessions._redis.uri import parse_service_url
@@ -164,6 +165,23 @@ class Context:
                 bar.update(task, completed=done, total=total)
 
             return await work(advance)
+
+    def walked(
+        self, app: str | None, users: int, entries: int, current: int, payload: dict[str, Any]
+    ) -> str | None:
+        """The end of a walk over stored memory (``reindex``, ``reembed``): NotFound when
+        it met no entry; with ``--json``, ``payload`` printed and None; else the summary
+        line's start, for the command to finish."""
+        if not entries:
+            whose = "the store" if app is None else f"app {app!r}"
+            raise NotFound(f"no memory entries in {whose}")
+        if self.json:
+            self.print_json(payload)
+            return None
+        return (
+            f"{plural(entries, 'entry', 'entries')} of "
+            f"{plural(users, 'user')}: {current:,} already current"
+        )
 
 
 class _Trimmed(Table):

@@ -8,7 +8,7 @@ import argparse
 
 from redis_agent_sessions._messages import plural
 from redis_agent_sessions._redis.uri import parse_service_url
-from redis_agent_sessions.cli._context import Context, NotFound, UsageError
+from redis_agent_sessions.cli._context import Context, UsageError
 from redis_agent_sessions.memory import RedisMemoryService
 from redis_agent_sessions.memory._url import semantic_settings
 
@@ -35,30 +35,22 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             app_name=args.app, user_id=args.user, dry_run=args.dry_run, on_progress=advance
         ),
     )
-    if not report.entries:
-        whose = "the store" if args.app is None else f"app {args.app!r}"
-        raise NotFound(f"no memory entries in {whose}")
-    if ctx.json:
-        ctx.print_json(
-            {
-                "model": report.model,
-                "dimensions": report.dimensions,
-                "recorded": report.recorded,
-                "dry_run": report.dry_run,
-                "users": report.users,
-                "entries": report.entries,
-                "current": report.current,
-                "embedded": report.embedded,
-                "skipped": report.skipped,
-            }
-        )
+    payload = {
+        "model": report.model,
+        "dimensions": report.dimensions,
+        "recorded": report.recorded,
+        "dry_run": report.dry_run,
+        "users": report.users,
+        "entries": report.entries,
+        "current": report.current,
+        "embedded": report.embedded,
+        "skipped": report.skipped,
+    }
+    line = ctx.walked(args.app, report.users, report.entries, report.current, payload)
+    if line is None:
         return 0
     was = report.recorded
     before = "none" if was is None else f"{was.get('model')} ({was.get('dimensions')} dimensions)"
-    line = (
-        f"{plural(report.entries, 'entry', 'entries')} of "
-        f"{plural(report.users, 'user')}: {report.current:,} already current"
-    )
     if args.dry_run:
         ctx.out.print(
             f"{line}, {report.embedded:,} to embed with {report.model} "

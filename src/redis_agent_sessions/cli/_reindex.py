@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from redis_agent_sessions._messages import plural
-from redis_agent_sessions.cli._context import Context, NotFound
+from redis_agent_sessions.cli._context import Context
 from redis_agent_sessions.memory import RedisMemoryService
 
 __all__ = ["run"]
@@ -21,24 +20,16 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             app_name=args.app, user_id=args.user, dry_run=args.dry_run, on_progress=advance
         ),
     )
-    if not report.entries:
-        whose = "the store" if args.app is None else f"app {args.app!r}"
-        raise NotFound(f"no memory entries in {whose}")
-    if ctx.json:
-        ctx.print_json(
-            {
-                "dry_run": report.dry_run,
-                "users": report.users,
-                "entries": report.entries,
-                "current": report.current,
-                "reindexed": report.reindexed,
-            }
-        )
+    payload = {
+        "dry_run": report.dry_run,
+        "users": report.users,
+        "entries": report.entries,
+        "current": report.current,
+        "reindexed": report.reindexed,
+    }
+    line = ctx.walked(args.app, report.users, report.entries, report.current, payload)
+    if line is None:
         return 0
-    line = (
-        f"{plural(report.entries, 'entry', 'entries')} of "
-        f"{plural(report.users, 'user')}: {report.current:,} already current"
-    )
     if args.dry_run:
         ctx.out.print(f"{line}, {report.reindexed:,} to reindex (dry run)", soft_wrap=True)
     else:
