@@ -194,9 +194,7 @@ class PlainRanker:
         ]
         for (_, _, refs), ids in zip(counts, inside, strict=True):
             refs += [ref(memory_id) for memory_id in ids]
-        ranked.hits = await self._scorer.score(
-            found, terms, counts, candidates, (n, length), limit
-        )
+        ranked.hits = await self._scorer.score(found, terms, counts, candidates, (n, length), limit)
         return ranked
 
 

@@ -150,9 +150,7 @@ async def _write(store: MemoryStore, app: str, user: str, sid: str, docs: list[D
         await store.put(app, user, batch, mode="replace", session_id=sid or None)
 
 
-async def session_of(
-    engine: MemoryEngine, app: str, user: str, memory_id: str
-) -> list[_Stored]:
+async def session_of(engine: MemoryEngine, app: str, user: str, memory_id: str) -> list[_Stored]:
     """The stored turns of the session of an entry about to be deleted (read first, so that
     a user who may not read them is refused before anything is deleted); [] when it has none."""
     store, _ = await engine.ready_for(app, user)
