@@ -40,9 +40,13 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:<user>}:texts                 hash   plain backend: entry id -> lowercased text
     ras:mem:stats:{<app>:<user>}                 hash   n (entries indexed by terms), len (their
                                                         total length, in quarter words)
-    ras:mem:df:{<app>:<user>}                    hash   search backend: term -> entries having it
-    ras:mem:{<app>:<user>}:term:<term>           zset   plain backend: entry ids by the term's
-                                                        BM25 weight in them (@<author>: 1)
+    ras:mem:df:{<app>:<user>}                    hash   term -> entries found by it with their
+                                                        context (@<author>: entries by them)
+    ras:mem:ctx:{<app>:<user>}                   hash   entry id -> what a search scores it by:
+                                                        "<ts>\t<length>\t<author terms>\t<JSON
+                                                        neighbour ids>\t<term>:<quarters> ..."
+    ras:mem:{<app>:<user>}:term:<term>           zset   plain backend: entry ids saying the term,
+                                                        by its BM25 weight in them
     ras:mem:{<app>:<user>}:word:<word>           zset   plain backend, entries indexed by 0.1
                                                         (until `reindex`): entry ids by time
     ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: same, per CJK character/pair
@@ -247,10 +251,12 @@ class KeySpace:
     def memory_texts(self, app_name: str, user_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:texts"
 
-    def memory_neighbours(self, app_name: str, user_id: str) -> str:
-        """Plain backend: each entry's neighbours in its session (id -> JSON list of ids),
-        which a search scores with the entries its postings found."""
-        return f"{self._memory(app_name, user_id)}:nb"
+    def memory_context(self, app_name: str, user_id: str) -> str:
+        """What a search scores each entry by, one field per entry: its time, length and
+        author terms, its neighbours in its session (JSON) and its terms with their context
+        (a search reads many entries' at once; see ``_memory.lua``). Outside the index's
+        prefix, as ``memory_stats``."""
+        return f"{self.prefix}:mem:ctx:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_word(self, app_name: str, user_id: str, word: str) -> str:
         return f"{self._memory(app_name, user_id)}:word:{escape(word)}"

@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from redis.exceptions import ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
@@ -48,7 +47,7 @@ from redis_agent_sessions.memory._analysis import (
     query_terms,
 )
 from redis_agent_sessions.memory._search import escape_term
-from redis_agent_sessions.memory._store import entry_key, owner_tag
+from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams
 
 __all__ = [
@@ -107,47 +106,12 @@ def prepare(query: str) -> list[QueryTerm]:
     ]
 
 
-class _Scorer:
-    """Scores candidate entries exactly (``memory_rescore.lua``): the last round trip."""
-
-    def __init__(self, client: Any) -> None:
-        self._script = _scripts.register(client, "memory_rescore")
-
-    async def score(
-        self,
-        keys: dict[str, int],
-        terms: Sequence[QueryTerm],
-        counts: Sequence[tuple[int, int, list[int]]],
-        candidates: Sequence[tuple[int, list[int]]],
-        stats: tuple[int, int],
-        limit: int,
-    ) -> list[tuple[str, float]]:
-        """The best ``limit`` of the candidates and the neighbours of the best ``EXPAND``
-        (KEYS indexes into ``keys``); ``counts``: each term's document frequency, its
-        author's, and its substring candidates' KEYS indexes; ``stats``: (entries, their
-        total quarter length)."""
-        if not keys:
-            return []
-        n, length = stats
-        args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, length / n, K1, B]
-        args += [max(EXPAND, 2 * limit), len(terms)]
-        for t, (df, adf, inside) in zip(terms, counts, strict=True):
-            args += [t.term, t.times, df, adf, len(inside), *inside]
-        args.append(len(candidates))
-        for key, near in candidates:
-            args += [key, len(near), *near]
-        reply = await _scripts.call(self._script, list(keys), args)
-        return [(text(i), float(s)) for i, s in zip(reply[::2], reply[1::2], strict=True)]
-
-
 class PlainRanker:
-    """Runs ``memory_rank.lua`` over the query terms' postings, then scores what it found
-    and its neighbours: two round trips."""
+    """Runs ``memory_rank.lua`` over the query terms' postings: one round trip."""
 
     def __init__(self, client: Any, keys: KeySpace) -> None:
         self._keys = keys
         self._script = _scripts.register(client, "memory_rank")
-        self._scorer = _Scorer(client)
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
@@ -156,10 +120,10 @@ class PlainRanker:
             k.memory_entries(app, user),
             k.memory_texts(app, user),
             k.memory_df(app, user),
-            k.memory_neighbours(app, user),
+            k.memory_context(app, user),
         ]
-        wanted = max(CANDIDATES, 2 * limit)
-        args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT, wanted]
+        args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT]
+        args += [max(CANDIDATES, 2 * limit), max(EXPAND, 2 * limit), AUTHOR_WEIGHT, K1, B]
         args.append(len(terms))
         for t in terms:
             keys.append(k.memory_term(app, user, t.term))
@@ -169,33 +133,9 @@ class PlainRanker:
                 args.append(len(keys))
             args.append(t.term if t.grams else "")
         reply = await _scripts.call(self._script, keys, args)
-        total, n, length, read = (int(x) for x in reply[:4])
-        ranked = Ranked([], total - n, total, int(read))
-        if n <= 0 or limit <= 0:
-            return ranked
-        found: dict[str, int] = {}
-        base = k.memory_entry(app, user, "")
-
-        def ref(memory_id: Any) -> int:
-            return found.setdefault(entry_key(base, text(memory_id)), len(found) + 1)
-
-        at = 4
-        inside: list[list[str]] = []
-        counts: list[tuple[int, int, list[int]]] = []
-        for _ in terms:
-            df, adf, size = int(reply[at]), int(reply[at + 1]), int(reply[at + 2])
-            inside.append([text(x) for x in reply[at + 3 : at + 3 + size]])
-            at += 3 + size
-            counts.append((df, adf, []))
-        rows = reply[at:]
-        candidates = [
-            (ref(memory_id), [ref(other) for other in _neighbours(near)])
-            for memory_id, near in zip(rows[::3], rows[2::3], strict=True)
-        ]
-        for (_, _, refs), ids in zip(counts, inside, strict=True):
-            refs += [ref(memory_id) for memory_id in ids]
-        ranked.hits = await self._scorer.score(found, terms, counts, candidates, (n, length), limit)
-        return ranked
+        total, n, read = int(reply[0]), int(reply[1]), int(reply[2])
+        hits = [(text(i), float(s)) for i, s in zip(reply[3::2], reply[4::2], strict=True)]
+        return Ranked(hits, total - n, total, read)
 
 
 class IndexRanker:
@@ -206,7 +146,7 @@ class IndexRanker:
         self._keys = keys
         self._index = index
         """(app, user) -> the index name (one shared, or one per user on a cluster)."""
-        self._scorer = _Scorer(topology.client)
+        self._script = _scripts.register(topology.client, "memory_rescore")
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
@@ -232,10 +172,10 @@ class IndexRanker:
         wanted = max(CANDIDATES, 2 * limit)
         each = max(CANDIDATES // 2, limit)
 
-        def search(query: str, count: int, *returned: Any) -> tuple[Any, ...]:
+        def search(query: str, count: int, *sort: Any) -> tuple[Any, ...]:
             return (
                 "FT.SEARCH", index, f"{scope} {query}", "VERBATIM", "SCORER", "BM25",
-                *returned, "LIMIT", 0, count, "DIALECT", 2,
+                "RETURN", 1, "id", *sort, "LIMIT", 0, count, "DIALECT", 2,
             )  # fmt: skip
 
         def ored(some: Sequence[QueryTerm]) -> str:
@@ -243,18 +183,17 @@ class IndexRanker:
 
         # The entries the module ranks best for all the terms, and for each term alone (its
         # BM25 ranks one term's entries by how often they say it, as the plain backend
-        # reads each posting best first), each with its neighbours.
-        near = ("RETURN", 1, "nb")
-        candidates = [search(ored(rare), wanted, *near)] if rare else []
+        # reads each posting best first).
+        candidates = [search(ored(rare), wanted)] if rare else []
         if common:
-            candidates.append(search(ored(common) + window, wanted, *near))
+            candidates.append(search(ored(common) + window, wanted))
         if len(terms) > 1:
-            candidates += [search(ored([t]), each, *near) for t in rare]
-            candidates += [search(ored([t]) + window, each, *near) for t in common]
+            candidates += [search(ored([t]), each) for t in rare]
+            candidates += [search(ored([t]) + window, each) for t in common]
         subs = [t for t in terms if t.grams]
         inside_queries = [
             search(f"@grams:({' '.join(escape_term(g) for g in t.grams)})", SUBSTRING_CAP,
-                   "NOCONTENT", "SORTBY", "ts", "DESC")
+                   "SORTBY", "ts", "DESC")
             for t in subs
         ]  # fmt: skip
         try:
@@ -264,51 +203,40 @@ class IndexRanker:
             if "no such index" in str(exc).lower():
                 return ranked
             raise
-        keys: dict[str, int] = {}
-
-        def ref(key: str) -> int:
-            return keys.setdefault(key, len(keys) + 1)
-
         proposed = {
-            key: nb for reply in replies[: len(candidates)] for key, nb in _doc_rows(reply, "nb")
+            text(memory_id): None
+            for reply in replies[: len(candidates)]
+            for _, memory_id in _doc_rows(reply, "id")
+            if memory_id is not None
         }
-        base = k.memory_entry(app, user, "")
-        found = [
-            (ref(key), [ref(entry_key(base, other)) for other in _neighbours(nb)])
-            for key, nb in proposed.items()
-        ]
+        keys = [k.memory_context(app, user)]
+        args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, length / n, K1, B]
+        args += [max(EXPAND, 2 * limit), len(terms)]
         inside = dict(zip([t.term for t in subs], replies[len(candidates) :], strict=True))
-        counts: list[tuple[int, int, list[int]]] = []
         for i, t in enumerate(terms):
-            holding = [ref(key) for key, _ in _doc_rows(inside[t.term])] if t.term in inside else []
-            counts.append((df[2 * i], df[2 * i + 1], holding))
-        ranked.hits = await self._scorer.score(keys, terms, counts, found, (n, length), limit)
+            holding = [row for row in _doc_rows(inside.get(t.term), "id") if row[1] is not None]
+            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(holding)]
+            for key, memory_id in holding:
+                keys.append(key)
+                args += [len(keys), memory_id]
+        args += [len(proposed), *proposed]
+        reply = await _scripts.call(self._script, keys, args)
+        ranked.hits = [(text(i), float(s)) for i, s in zip(reply[::2], reply[1::2], strict=True)]
         return ranked
 
 
-def _neighbours(raw: Any) -> list[str]:
-    """The ids of a stored neighbours list (JSON), [] when there is none."""
-    if not raw:
+def _doc_rows(reply: Any, name: str) -> list[tuple[str, Any]]:
+    """(document key, the returned field ``name``, None when absent) of an FT.SEARCH reply
+    (RESP2 or RESP3); [] for no reply."""
+    if reply is None:
         return []
-    try:
-        found = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return []
-    return [x for x in found if isinstance(x, str)] if isinstance(found, list) else []
-
-
-def _doc_rows(reply: Any, name: str | None = None) -> list[tuple[str, Any]]:
-    """(document key, the returned field ``name`` or None) of an FT.SEARCH reply (RESP2 or
-    RESP3), NOCONTENT when ``name`` is None."""
     if isinstance(reply, dict):
         results = reply[b"results" if b"results" in reply else "results"]
         rows = []
         for r in results:
             extra = _field(r, "extra_attributes") or {}
-            rows.append((text(_field(r, "id")), _field(extra, name) if name else None))
+            rows.append((text(_field(r, "id")), _field(extra, name)))
         return rows
-    if name is None:
-        return [(text(key), None) for key in reply[1:]]
     rows = []
     for key, fields in zip(reply[1::2], reply[2::2], strict=True):
         values = dict(zip(fields[::2], fields[1::2], strict=True)) if fields else {}

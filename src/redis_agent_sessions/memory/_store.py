@@ -27,7 +27,7 @@ from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
 from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
 
-__all__ = ["Doc", "MemoryStore", "StoredEntry", "entry_key", "make_doc", "owner_tag"]
+__all__ = ["Doc", "MemoryStore", "StoredEntry", "make_doc", "owner_tag"]
 
 UNKNOWN_SESSION_ID = "__unknown_session_id__"
 """Where ADK files events added without a session id."""
@@ -51,11 +51,6 @@ def _escaped(term: str) -> str:
     return escape(term)
 
 
-def entry_key(base: str, memory_id: str) -> str:
-    """An entry's key from ``keys.memory_entry(app, user, "")``: a search names hundreds."""
-    return base + _escaped(memory_id)
-
-
 def owner_tag(value: str) -> str:
     """A TAG value for an app or user id: hex, so no input needs query escaping."""
     return hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
@@ -74,6 +69,8 @@ class Doc:
     """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
     raw: str = ""
     """The text as given: what an embedder embeds."""
+    context: str = ""
+    """The entry's field of the context hash (``keys.memory_context``)."""
     vkey: str | None = None
     """With an embedder: what the vector is made from (model, dimension, text)."""
     vec: bytes | None = None
@@ -134,13 +131,16 @@ def make_doc(
         "own": analysed.encoded_own(),
         "tf": analysed.encoded_tf(),
         "dl": str(analysed.length),
-        "nb": orjson.dumps(list(neighbours)).decode(),
         "terms": analysed.indexed_terms(),
         "au": " ".join(analysed.authors),
         "grams": " " + " ".join(sorted(grams)) + " ",
         "an": str(ANALYSIS),
     }
-    return Doc(memory_id, ts, fields, analysed, sorted(grams), lower if grams else "", text_)
+    near = orjson.dumps(list(neighbours)).decode()
+    context = "\t".join((repr(ts), fields["dl"], fields["au"], near, fields["tf"]))
+    return Doc(
+        memory_id, ts, fields, analysed, sorted(grams), lower if grams else "", text_, context
+    )
 
 
 def stored_sig(row: Sequence[Any]) -> str | None:
@@ -274,7 +274,7 @@ class MemoryStore:
             self.keys.memory_texts(app, user),
             stats,
             self.keys.memory_df(app, user),
-            self.keys.memory_neighbours(app, user),
+            self.keys.memory_context(app, user),
         ]
         stored: list[Any] | None = None
         for _ in range(_ATTEMPTS):
@@ -291,7 +291,7 @@ class MemoryStore:
                     "c": [*sorted(doc.analysed.tf), *doc.analysed.authors],
                     "dl": doc.analysed.length,
                     "p": self._postings(ks, app, user, doc),
-                    "nb": doc.fields["nb"],
+                    "cx": doc.context,
                     "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
                     "o": [],
                     "t": doc.text,
@@ -387,7 +387,7 @@ class MemoryStore:
                     ingest or entries,
                     stats,
                     self.keys.memory_df(app, user),
-                    self.keys.memory_neighbours(app, user),
+                    self.keys.memory_context(app, user),
                 ]
             )
             ops = []

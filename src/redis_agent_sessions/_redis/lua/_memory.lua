@@ -22,3 +22,119 @@ local function ranked_reply(ranked, limit, out)
   end
   return out
 end
+
+-- BM25 over each entry's terms with their context, from the user's context hash
+-- (id -> "ts<TAB>dl<TAB>author terms<TAB>neighbours JSON<TAB>term:quarters ...", written
+-- by memory/_store.py's context_value): what both backends' searches score with.
+-- query_terms(args, pos, count, n, author_weight): count terms read from args at pos, each
+--   as term, times the query says it, its document frequency, its author's; returns
+--   terms, the position after them.
+-- best_entries(key, terms, stats, candidates, expand, limit): the candidates' ids scored,
+--   then the neighbours of the best expand of them, and the best limit of all as
+--   {id, score, ts} rows, best first (equal scores: newest, then larger id).
+--   stats = {avgdl, k1, b, sub_weight}; a term's sub = {[id] = true} for the entries holding
+--   it inside a longer run (weighing sub_weight unless it is one of their terms).
+local function query_terms(args, pos, count, n, author_weight)
+  local function idf(df) return math.log(1 + (n - df + 0.5) / (df + 0.5)) end
+  local terms = {}
+  for _ = 1, count do
+    local t = {term = args[pos], key = args[pos] .. ':', qtf = tonumber(args[pos + 1])}
+    t.idf = idf(tonumber(args[pos + 2]))
+    local adf = tonumber(args[pos + 3])
+    if adf > 0 then t.bonus = author_weight * idf(adf) end
+    t.author = setmetatable({}, {__index = function(seen, au)
+      -- au is "@a @b": does it hold @term? (memoised: authors are few)
+      local found = string.find(' ' .. au .. ' ', ' @' .. t.term .. ' ', 1, true) ~= nil
+      rawset(seen, au, found)
+      return found
+    end})
+    terms[#terms + 1] = t
+    pos = pos + 4
+  end
+  return terms, pos
+end
+
+-- tf is "term:quarters term:quarters ..." (terms are \w+ runs: never a ':' or a space).
+local function quarters(tf, t)
+  local from = 1
+  while true do
+    local at = string.find(tf, t.key, from, true)
+    if not at then return nil end
+    if at == 1 or string.byte(tf, at - 1) == 32 then
+      return tonumber(string.match(tf, '^[^ ]+', at + #t.key))
+    end
+    from = at + 1
+  end
+end
+
+local function better(x, y)
+  if x[2] ~= y[2] then return x[2] > y[2] end
+  if x[3] ~= y[3] then return x[3] > y[3] end
+  return x[1] > y[1]
+end
+
+local function best_entries(key, terms, stats, candidates, expand, limit)
+  local avgdl, k1, b, sub_weight = stats[1], stats[2], stats[3], stats[4]
+  local scored, rows = {}, {}
+  local function score(ids)
+    local todo = {}
+    for _, id in ipairs(ids) do
+      if not scored[id] then scored[id] = true; todo[#todo + 1] = id end
+    end
+    local out = {}
+    for at = 1, #todo, 500 do
+      local part = {unpack(todo, at, math.min(at + 499, #todo))}
+      local values = redis.call('HMGET', key, unpack(part))
+      for i, id in ipairs(part) do
+        local value = values[i]
+        if value then
+          local ts, dl, au, nb, tf = string.match(value, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
+          -- BM25's saturation and length normalisation: tf / (tf + k1 (1 - b + b dl / avgdl)).
+          local norm = k1 * (1 - b + b * tonumber(dl) / avgdl)
+          local s = 0
+          for _, t in ipairs(terms) do
+            local q, w = quarters(tf, t), nil
+            if q then
+              local f = q / 4
+              w = f * (k1 + 1) / (f + norm)
+            elseif t.sub and t.sub[id] then
+              w = sub_weight
+            end
+            if w then s = s + t.qtf * t.idf * w end
+          end
+          for _, t in ipairs(terms) do  -- the author only ranks what the words found
+            if s > 0 and t.bonus and t.author[au] then s = s + t.bonus end
+          end
+          if s > 0 then
+            local row = {id, s, tonumber(ts), nb}
+            out[#out + 1] = row
+            rows[#rows + 1] = row
+          end
+        end
+      end
+    end
+    return out
+  end
+  local first = score(candidates)
+  table.sort(first, better)
+  local near = {}
+  for i = 1, math.min(expand, #first) do
+    if first[i][4] ~= '[]' then
+      for _, id in ipairs(cjson.decode(first[i][4])) do near[#near + 1] = id end
+    end
+  end
+  score(near)
+  table.sort(rows, better)
+  local out = {}
+  for i = 1, math.min(limit, #rows) do out[i] = rows[i] end
+  return out
+end
+
+-- rows_reply(rows, out): {id, score, ...} of best_entries' rows appended to out (17 digits).
+local function rows_reply(rows, out)
+  for _, row in ipairs(rows) do
+    out[#out + 1] = row[1]
+    out[#out + 1] = string.format('%.17g', row[2])
+  end
+  return out
+end

@@ -1,6 +1,6 @@
 -- Deletes memory entries with their postings, all or nothing.
 -- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] texts hash   KEYS[4] ingestion set
--- KEYS[5] stats hash   KEYS[6] document frequencies hash   KEYS[7] neighbours hash (plain)
+-- KEYS[5] stats hash   KEYS[6] document frequencies hash   KEYS[7] context hash
 -- KEYS[8..] entry hashes, session sets and posting zsets, referenced by index below
 -- ARGV[1] '1' to remember deleted ids (they are then never re-ingested)
 -- ARGV[2] '1' when the plain backend's postings are kept
@@ -25,7 +25,8 @@ for _, op in ipairs(ops) do
   end
 end
 refused = refused
-  or (postings and denied('HDEL', KEYS[3], 'HDEL', KEYS[7]))
+  or denied('HDEL', KEYS[7])
+  or (postings and denied('HDEL', KEYS[3]))
   or (ARGV[1] == '1' and denied('SADD', KEYS[2]))
   or (spare and denied('SISMEMBER', KEYS[4]))
 if refused then return refused end
@@ -60,8 +61,8 @@ for _, op in ipairs(todo) do
     if postings then
       for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
       redis.call('HDEL', KEYS[3], op.id)
-      redis.call('HDEL', KEYS[7], op.id)
     end
+    redis.call('HDEL', KEYS[7], op.id)
     n = n + redis.call('DEL', KEYS[op.k])
     if ARGV[1] == '1' then redis.call('SADD', KEYS[2], op.id) end
   end

@@ -2,7 +2,7 @@
 -- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] session set   KEYS[4] ingestion set
 -- KEYS[5] texts hash     KEYS[6] stats hash (n = entries indexed, len = their quarter
 --   lengths)   KEYS[7] document frequencies hash (term -> entries found by it with their
---   context; @author -> entries)   KEYS[8] neighbours hash (plain: id -> JSON ids)
+--   context; @author -> entries)   KEYS[8] context hash (id -> what a search scores it by)
 -- KEYS[9..] entry hashes and posting zsets, referenced by index below
 -- ARGV[1] 'replace' (overwrite), 'keep' (skip ids already stored) or 'explicit'
 --         (overwrite, and a deleted id comes back)
@@ -15,7 +15,7 @@
 --    c = [its terms with the context, then its author terms] (counted in KEYS[7]),
 --    dl = quarter length with the context,
 --    p = [[posting key index, quarter weight], ...] of its own terms (plain),
---    nb = its neighbours as JSON (plain, for KEYS[8]),
+--    cx = its field of KEYS[8],
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none),
 --    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
@@ -47,7 +47,8 @@ if postings then refused = refused or denied_each('ZADD', KEYS, 9) or denied_eac
 -- may not do that is refused now, before its first batch is written.
 local ingest = tonumber(ARGV[4]) > 0
 refused = refused
-  or (postings and denied('HSET', KEYS[5], 'HDEL', KEYS[5], 'HSET', KEYS[8], 'HDEL', KEYS[8]))
+  or denied('HSET', KEYS[8])
+  or (postings and denied('HSET', KEYS[5], 'HDEL', KEYS[5]))
   or (ARGV[3] == '1' and denied('SADD', KEYS[3]))
   or (mode == 'explicit' and denied('SREM', KEYS[2]))
   or (ingest and denied('SADD', KEYS[4], 'EXPIRE', KEYS[4], 'SDIFF', KEYS[4], 'DEL', KEYS[4],
@@ -74,9 +75,10 @@ for _, op in ipairs(ops) do
 end
 if #unembedded > 1 then return unembedded end
 
-local function counted(term, by)
-  if redis.call('HINCRBY', KEYS[7], term, by) <= 0 then redis.call('HDEL', KEYS[7], term) end
-end
+-- A batch repeats the same terms and postings: counts and postings are gathered, then
+-- written once per term and once per posting.
+local deltas, adds = {}, {}
+local function counted(term, by) deltas[term] = (deltas[term] or 0) + by end
 local stats = redis.call('HMGET', KEYS[6], 'n', 'len')
 local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
 for _, op in ipairs(todo) do
@@ -91,19 +93,22 @@ for _, op in ipairs(todo) do
       for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
     end
     n, total = n + 1, total + op.dl
-    for _, term in ipairs(op.c) do redis.call('HINCRBY', KEYS[7], term, 1) end
+    for _, term in ipairs(op.c) do deltas[term] = (deltas[term] or 0) + 1 end
     if postings then
       -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
       local norm = k1 * (1 - b + b * op.dl * n / total)
       for _, p in ipairs(op.p) do
         local tf = p[2] / 4
-        redis.call('ZADD', KEYS[p[1]], tf * (k1 + 1) / (tf + norm), op.id)
+        local add = adds[p[1]]
+        if not add then add = {}; adds[p[1]] = add end
+        add[#add + 1] = tf * (k1 + 1) / (tf + norm)
+        add[#add + 1] = op.id
       end
       for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
       if op.t ~= '' then redis.call('HSET', KEYS[5], op.id, op.t) else redis.call('HDEL', KEYS[5], op.id) end
     end
   end
-  if postings then redis.call('HSET', KEYS[8], op.id, op.nb) end
+  redis.call('HSET', KEYS[8], op.id, op.cx)
   if op.kv then
     local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
     for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do
@@ -121,6 +126,12 @@ for _, op in ipairs(todo) do
   redis.call('ZADD', KEYS[1], op.ts, op.id)
   if ARGV[3] == '1' then redis.call('SADD', KEYS[3], op.id) end
   if mode == 'explicit' then redis.call('SREM', KEYS[2], op.id) end
+end
+for i, add in pairs(adds) do
+  for at = 1, #add, 2000 do redis.call('ZADD', KEYS[i], unpack(add, at, math.min(at + 1999, #add))) end
+end
+for term, by in pairs(deltas) do
+  if by ~= 0 and redis.call('HINCRBY', KEYS[7], term, by) <= 0 then redis.call('HDEL', KEYS[7], term) end
 end
 if #todo > 0 then redis.call('HSET', KEYS[6], 'n', n, 'len', total) end
 local reply = {1, #todo}

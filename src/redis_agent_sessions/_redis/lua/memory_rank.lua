@@ -1,35 +1,36 @@
 #!lua flags=no-writes
--- Plain-backend search, first step: the entries saying the query's terms that score best on
--- their own terms (memory/_ranking.py scores them and their neighbours exactly next).
+-- Plain-backend search: one user's entries ranked by BM25 (memory/_ranking.py), best first.
 -- KEYS[1] stats hash (n, len)   KEYS[2] entries zset (id by time)   KEYS[3] texts hash
--- KEYS[4] document frequencies hash   KEYS[5] neighbours hash (id -> JSON ids)
+-- KEYS[4] document frequencies hash   KEYS[5] context hash (see _memory.lua)
 -- KEYS[6..] posting zsets: a term's (entry id by weight) and gram ones (id by time)
--- ARGV[1] results asked   ARGV[2] most postings read in all
--- ARGV[3] most substring matches per term   ARGV[4] substring weight
--- ARGV[5] how many entries to return   ARGV[6] number of query terms, then for each (in the order scores are summed): the term,
---   times the query says it, its posting's KEYS index, the number of gram postings and their
---   KEYS indexes (an entry must be in all), and the substring to verify ('' = none)
+-- ARGV[1] limit   ARGV[2] most postings read in all   ARGV[3] most substring matches per
+-- term   ARGV[4] substring weight   ARGV[5] candidates scored   ARGV[6] of which the best
+-- have their neighbours scored too   ARGV[7] author weight   ARGV[8] BM25 k1   ARGV[9] BM25 b
+-- ARGV[10] number of query terms, then for each (in the order scores are summed): the
+--   term, times the query says it, its posting's KEYS index, the number of gram postings
+--   and their KEYS indexes (an entry must be in all), and the substring to verify ('' = none)
 -- returns {the user's entries, those indexed by terms (the others by 0.1: see `reindex`),
---         their total quarter length, postings read, then for each query term its
---         document frequency, its author's, the number of entries holding it as a
---         substring and those ids, then rows of id, score, neighbours (JSON)}, best first (equal scores:
---         newest, then larger id), at most ARGV[5] rows, or {-4, command, key} when the ACL
---         user may not run a command
--- Postings are read best weight first, a chunk at a time from the term whose next weight
--- could add most; each entry met is scored on the postings (ZSCORE in each). Reading stops
--- once the ARGV[1]-th best score beats anything an entry not yet met could still score, or
--- after ARGV[2] postings: a term in most entries is never read whole. The best ARGV[5] of
--- those met are returned.
+--         postings read, id, score, ...}, best first (equal scores: newest, then larger
+--         id), at most ARGV[1] entries, or {-4, command, key} when the ACL user may not run
+--         a command
+-- Candidates: postings are read best weight first, a chunk at a time from the term whose
+-- next weight could add most; each entry met is scored on its own words (ZSCORE in each
+-- posting). Reading stops once the limit-th best of those scores beats anything an entry
+-- not yet met could still reach, or after ARGV[2] postings: a term in most entries is never
+-- read whole. The best ARGV[5] (all, when they are at most four times as many) are then
+-- scored with their context, and the turns around the best ARGV[6] of them too
+-- (_memory.lua's best_entries).
 local refused = denied_each('ZCARD', KEYS, 6) or denied_each('ZSCORE', KEYS, 6)
   or denied_each('ZREVRANGE', KEYS, 6) or denied('HMGET', KEYS[1], 'HGET', KEYS[3])
-  or denied('ZSCORE', KEYS[2], 'ZCARD', KEYS[2], 'HMGET', KEYS[4], 'HMGET', KEYS[5])
+  or denied('ZCARD', KEYS[2], 'HMGET', KEYS[4], 'HMGET', KEYS[5])
 if refused then return refused end
 local limit, budget, sub_cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local sub_weight, expand = tonumber(ARGV[4]), tonumber(ARGV[5])
+local sub_weight, wanted, expand = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local author_weight, k1, b = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local stats = redis.call('HMGET', KEYS[1], 'n', 'len')
 local n, len = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
 local total = redis.call('ZCARD', KEYS[2])
-if n <= 0 or limit <= 0 then return {total, n, len, 0} end
+if n <= 0 or limit <= 0 then return {total, n, 0} end
 local function idf(df) return math.log(1 + (n - df + 0.5) / (df + 0.5)) end
 
 -- The newest entries (at most sub_cap) in every gram posting, whose text holds the word.
@@ -60,23 +61,24 @@ local function substring(keys, word)
 end
 
 local terms, names, candidates, order = {}, {}, {}, {}
-local pos = 7
-for _ = 1, tonumber(ARGV[6]) do
-  local t = {term = ARGV[pos], qtf = tonumber(ARGV[pos + 1]), key = KEYS[tonumber(ARGV[pos + 2])], i = 0}
+local pos = 11
+for _ = 1, tonumber(ARGV[10]) do
+  local t = {term = ARGV[pos], key = ARGV[pos] .. ':', qtf = tonumber(ARGV[pos + 1]),
+    posting = KEYS[tonumber(ARGV[pos + 2])], i = 0}
   local grams = {}
   for g = 1, tonumber(ARGV[pos + 3]) do grams[g] = KEYS[tonumber(ARGV[pos + 3 + g])] end
   local word = ARGV[pos + 4 + #grams]
   pos = pos + 5 + #grams
   t.found = {}
-  t.inside = {}
   if word ~= '' and #grams > 0 then
+    t.sub = {}
     t.found = substring(grams, word)
     for _, id in ipairs(t.found) do
-      t.inside[id] = true
+      t.sub[id] = true
       if not candidates[id] then candidates[id] = true; order[#order + 1] = id end
     end
   end
-  local top = redis.call('ZREVRANGE', t.key, 0, 0, 'WITHSCORES')
+  local top = redis.call('ZREVRANGE', t.posting, 0, 0, 'WITHSCORES')
   t.next = top[2] and tonumber(top[2]) or 0
   t.done = top[2] == nil
   terms[#terms + 1] = t
@@ -85,32 +87,36 @@ end
 for i = 1, #terms do names[#names + 1] = '@' .. names[i] end
 local df = #names > 0 and redis.call('HMGET', KEYS[4], unpack(names)) or {}
 for i, t in ipairs(terms) do
-  t.df = math.max(tonumber(df[i] or '0'), #t.found)
-  t.adf = tonumber(df[#terms + i] or '0')
-  t.idf = idf(t.df)
+  t.idf = idf(math.max(tonumber(df[i] or '0'), #t.found))
+  local adf = tonumber(df[#terms + i] or '0')
+  if adf > 0 then t.bonus = author_weight * idf(adf) end
+  t.author = setmetatable({}, {__index = function(seen, au)
+    local found = string.find(' ' .. au .. ' ', ' @' .. t.term .. ' ', 1, true) ~= nil
+    rawset(seen, au, found)
+    return found
+  end})
 end
 
 local scores = {}
 local function score(id)
   local s = 0
   for _, t in ipairs(terms) do
-    local w = tonumber(redis.call('ZSCORE', t.key, id))
-    if not w and t.inside[id] then w = sub_weight end
+    local w = tonumber(redis.call('ZSCORE', t.posting, id))
+    if not w and t.sub and t.sub[id] then w = sub_weight end
     if w then s = s + t.qtf * t.idf * w end
   end
   return s
 end
 
--- best: the limit best scores so far, descending; kept: the expand best.
-local best, kept = {}, {}
-local function push(list, size, s)
-  if #list == size and s <= list[size] then return end
-  local i = #list + 1
-  if i > size then i = size end
-  list[i] = s
-  while i > 1 and list[i - 1] < list[i] do list[i - 1], list[i] = list[i], list[i - 1]; i = i - 1 end
+-- best: the limit best scores so far, descending.
+local best = {}
+local function consider(s)
+  if #best == limit and s <= best[limit] then return end
+  local i = #best + 1
+  if i > limit then i = limit end
+  best[i] = s
+  while i > 1 and best[i - 1] < best[i] do best[i - 1], best[i] = best[i], best[i - 1]; i = i - 1 end
 end
-local function consider(s) push(best, limit, s); push(kept, expand, s) end
 for _, id in ipairs(order) do scores[id] = score(id); consider(scores[id]) end
 
 local read = 0
@@ -125,7 +131,7 @@ while read < budget do
   end
   if pick == nil or (#best == limit and best[limit] > bound) then break end
   local chunk = math.min(64, budget - read)
-  local rows = redis.call('ZREVRANGE', pick.key, pick.i, pick.i + chunk - 1, 'WITHSCORES')
+  local rows = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk - 1, 'WITHSCORES')
   pick.i = pick.i + chunk
   read = read + #rows / 2
   for r = 1, #rows, 2 do
@@ -140,34 +146,21 @@ while read < budget do
   if #rows < 2 * chunk then
     pick.done = true
   else
-    local peek = redis.call('ZREVRANGE', pick.key, pick.i, pick.i, 'WITHSCORES')
+    local peek = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i, 'WITHSCORES')
     if peek[2] then pick.next = tonumber(peek[2]) else pick.done = true end
   end
 end
 
-local reply = {total, n, len, read}
-for _, t in ipairs(terms) do
-  reply[#reply + 1] = t.df
-  reply[#reply + 1] = t.adf
-  reply[#reply + 1] = #t.found
-  for _, id in ipairs(t.found) do reply[#reply + 1] = id end
-end
--- Equal scores go newest first: only the entries at or above the cut need their time.
-local cut = kept[#kept]
-local ranked = {}
+-- The best candidates on their own words (equal: larger id first), scored with their context.
+local met = {}
 for _, id in ipairs(order) do
-  if cut and scores[id] >= cut and scores[id] > 0 then
-    ranked[#ranked + 1] = {id, scores[id], tonumber(redis.call('ZSCORE', KEYS[2], id) or '0')}
-  end
+  if scores[id] > 0 then met[#met + 1] = id end
 end
-local at = #reply
-ranked_reply(ranked, expand, reply)
--- After each id and score, its neighbours.
-local out = {}
-for i = 1, at do out[i] = reply[i] end
-for i = at + 1, #reply, 2 do
-  out[#out + 1] = reply[i]
-  out[#out + 1] = reply[i + 1]
-  out[#out + 1] = redis.call('HGET', KEYS[5], reply[i]) or '[]'
-end
-return out
+table.sort(met, function(x, y)
+  if scores[x] ~= scores[y] then return scores[x] > scores[y] end
+  return x > y
+end)
+-- A few hundred are scored whole (a small store is ranked exactly).
+local chosen = #met <= 4 * wanted and met or {unpack(met, 1, math.min(wanted, #met))}
+local rows = best_entries(KEYS[5], terms, {len / n, k1, b, sub_weight}, chosen, expand, limit)
+return rows_reply(rows, {total, n, read})
