@@ -116,10 +116,13 @@ def query_terms(text: str) -> Counter[str]:
 
 def author_terms(author: str | None) -> list[str]:
     """The author field's terms (``@`` + term: never a text term), stop words kept."""
-    if not author:
-        return []
+    return list(_author_terms(author)) if author else []
+
+
+@functools.lru_cache(maxsize=4096)
+def _author_terms(author: str) -> tuple[str, ...]:
     words = _WORD.findall(unicodedata.normalize("NFC", author).lower())
-    return sorted({"@" + (_stem(w) if w.isascii() else w) for w in words})
+    return tuple(sorted({"@" + (_stem(w) if w.isascii() else w) for w in words}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,30 +138,32 @@ class Analysed:
 
     def encoded_tf(self) -> str:
         """``term:quarters`` pairs (a term is a ``\\w+`` run: never a ``:`` or a space)."""
-        return " ".join(f"{t}:{n}" for t, n in sorted(self.tf.items()))
+        return " ".join([f"{t}:{n}" for t, n in sorted(self.tf.items())])
 
     def encoded_own(self) -> str:
-        return " ".join(f"{t}:{n}" for t, n in sorted(self.own.items()))
+        return " ".join([f"{t}:{n}" for t, n in sorted(self.own.items())])
 
     def indexed_terms(self) -> str:
         """The search module's ``terms`` field: each own term as often as it is said (its
         BM25 then ranks one term's entries as the plain backend's postings do)."""
-        return " ".join(t for t, n in sorted(self.own.items()) for _ in range(min(n, 8)))
+        return " ".join([t for t, n in sorted(self.own.items()) for _ in range(min(n, 8))])
 
 
 def analyse(
     own: Sequence[str], context: Iterable[tuple[int, Sequence[str]]], author: str | None
 ) -> Analysed:
     """An entry's weights from its own terms and its neighbours' (distance, terms)."""
-    said = Counter(own)
-    tf: Counter[str] = Counter({t: OWN * n for t, n in said.items()})
+    said: dict[str, int] = {}
+    for term in own:
+        said[term] = said.get(term, 0) + 1
+    tf = {t: OWN * n for t, n in said.items()}
     length = OWN * len(own)
     for distance, terms in context:
         weight = CONTEXT[distance - 1]
         for term in terms:
-            tf[term] += weight
+            tf[term] = tf.get(term, 0) + weight
         length += weight * len(terms)
-    return Analysed(dict(said), dict(tf), length, author_terms(author))
+    return Analysed(said, tf, length, author_terms(author))
 
 
 def neighbours(sessions: Sequence[str]) -> list[list[tuple[int, int]]]:

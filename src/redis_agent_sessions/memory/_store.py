@@ -51,6 +51,7 @@ def _escaped(term: str) -> str:
     return escape(term)
 
 
+@functools.lru_cache(maxsize=4096)
 def owner_tag(value: str) -> str:
     """A TAG value for an app or user id: hex, so no input needs query escaping."""
     return hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
@@ -113,7 +114,7 @@ def make_doc(
         return None
     _check_json(meta, "in custom_metadata")
     _check_json(author, "of the author")  # a lone surrogate cannot be sent
-    grams = entry_grams(searchable_words(text_))
+    grams = set() if text_.isascii() else entry_grams(searchable_words(text_))
     lower = lowered_text(text_)
     fields = {
         "id": memory_id,

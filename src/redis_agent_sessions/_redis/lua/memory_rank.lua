@@ -14,10 +14,10 @@
 --         id), at most ARGV[1] entries, or {-4, command, key} when the ACL user may not run
 --         a command
 -- Candidates: postings are read best weight first, a chunk at a time from the term whose
--- next weight could add most; each entry met is scored on its own words (ZSCORE in each
--- posting). Reading stops once the limit-th best of those scores beats anything an entry
--- not yet met could still reach, or after ARGV[2] postings: a term in most entries is never
--- read whole. The best ARGV[5] (all, when they are at most four times as many) are then
+-- next weight could add most; each entry met is scored on its own words as far as read
+-- (what it scored in the postings read so far). Reading stops once the limit-th best of
+-- those first scores beats anything an entry not yet met could still reach, or after
+-- ARGV[2] postings: a term in most entries is never read whole. The best ARGV[5] (all, when they are at most four times as many) are then
 -- scored with their context, and the turns around the best ARGV[6] of them too
 -- (_memory.lua's best_entries).
 local refused = denied_each('ZCARD', KEYS, 6) or denied_each('ZSCORE', KEYS, 6)
@@ -97,16 +97,9 @@ for i, t in ipairs(terms) do
   end})
 end
 
+-- scores: what each entry met has scored so far on the postings read (a lower bound of its
+-- score on its own words).
 local scores = {}
-local function score(id)
-  local s = 0
-  for _, t in ipairs(terms) do
-    local w = tonumber(redis.call('ZSCORE', t.posting, id))
-    if not w and t.sub and t.sub[id] then w = sub_weight end
-    if w then s = s + t.qtf * t.idf * w end
-  end
-  return s
-end
 
 -- best: the limit best scores so far, descending.
 local best = {}
@@ -117,7 +110,14 @@ local function consider(s)
   best[i] = s
   while i > 1 and best[i - 1] < best[i] do best[i - 1], best[i] = best[i], best[i - 1]; i = i - 1 end
 end
-for _, id in ipairs(order) do scores[id] = score(id); consider(scores[id]) end
+for _, id in ipairs(order) do
+  local s = 0
+  for _, t in ipairs(terms) do
+    if t.sub and t.sub[id] then s = s + t.qtf * t.idf * sub_weight end
+  end
+  scores[id] = s
+  consider(s)
+end
 
 local read = 0
 while read < budget do
@@ -134,13 +134,19 @@ while read < budget do
   local rows = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk - 1, 'WITHSCORES')
   pick.i = pick.i + chunk
   read = read + #rows / 2
+  local weight = pick.qtf * pick.idf
   for r = 1, #rows, 2 do
     local id = rows[r]
-    if not candidates[id] then
+    local s = weight * tonumber(rows[r + 1])
+    -- A word the entry says is not also counted as found inside its text.
+    if pick.sub and pick.sub[id] then s = s - weight * sub_weight end
+    if candidates[id] then
+      scores[id] = scores[id] + s
+    else
       candidates[id] = true
       order[#order + 1] = id
-      scores[id] = score(id)
-      consider(scores[id])
+      scores[id] = s
+      consider(s)  -- a lower bound: the limit-th best never overstates
     end
   end
   if #rows < 2 * chunk then
