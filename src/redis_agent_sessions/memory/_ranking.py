@@ -38,7 +38,7 @@ from redis.exceptions import ResponseError
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
-from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.keys import KeySpace, unescape
 from redis_agent_sessions.memory._analysis import (
     AUTHOR_WEIGHT,
     K1,
@@ -72,7 +72,9 @@ CANDIDATES = 50
 """Fewest entries proposed for all the query's terms (2 per result asked): by the plain
 backend's postings, or by the search module, besides half as many for each term alone (1
 per result)."""
-COMMON_WINDOW = 2_000
+PER_TERM = 10
+"""Fewest entries the search module proposes for each term alone (1 per result asked)."""
+COMMON_WINDOW = 1_000
 """A term in more of a user's entries than this is asked about among their newest this many
 only (RediSearch scores every entry a query matches)."""
 
@@ -170,12 +172,12 @@ class IndexRanker:
         index = self._index(app, user)
         scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
         wanted = max(CANDIDATES, 2 * limit)
-        each = max(CANDIDATES // 2, limit)
+        each = max(PER_TERM, limit)
 
         def search(query: str, count: int, *sort: Any) -> tuple[Any, ...]:
             return (
                 "FT.SEARCH", index, f"{scope} {query}", "VERBATIM", "SCORER", "BM25",
-                "RETURN", 1, "id", *sort, "LIMIT", 0, count, "DIALECT", 2,
+                "NOCONTENT", *sort, "LIMIT", 0, count, "DIALECT", 2,
             )  # fmt: skip
 
         def ored(some: Sequence[QueryTerm]) -> str:
@@ -203,45 +205,35 @@ class IndexRanker:
             if "no such index" in str(exc).lower():
                 return ranked
             raise
+        # Entry keys end with ":entry:" and the escaped id (keys.py).
+        start = len(k.memory_entry(app, user, ""))
         proposed = {
-            text(memory_id): None
+            unescape(key[start:]): None
             for reply in replies[: len(candidates)]
-            for _, memory_id in _doc_rows(reply, "id")
-            if memory_id is not None
+            for key in _doc_keys(reply)
         }
         keys = [k.memory_context(app, user)]
         args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, length / n, K1, B]
         args += [max(EXPAND, 2 * limit), len(terms)]
         inside = dict(zip([t.term for t in subs], replies[len(candidates) :], strict=True))
         for i, t in enumerate(terms):
-            holding = [row for row in _doc_rows(inside.get(t.term), "id") if row[1] is not None]
+            holding = _doc_keys(inside[t.term]) if t.term in inside else []
             args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(holding)]
-            for key, memory_id in holding:
+            for key in holding:
                 keys.append(key)
-                args += [len(keys), memory_id]
+                args += [len(keys), unescape(key[start:])]
         args += [len(proposed), *proposed]
         reply = await _scripts.call(self._script, keys, args)
         ranked.hits = [(text(i), float(s)) for i, s in zip(reply[::2], reply[1::2], strict=True)]
         return ranked
 
 
-def _doc_rows(reply: Any, name: str) -> list[tuple[str, Any]]:
-    """(document key, the returned field ``name``, None when absent) of an FT.SEARCH reply
-    (RESP2 or RESP3); [] for no reply."""
-    if reply is None:
-        return []
+def _doc_keys(reply: Any) -> list[str]:
+    """The document keys of a NOCONTENT FT.SEARCH reply (RESP2 or RESP3)."""
     if isinstance(reply, dict):
         results = reply[b"results" if b"results" in reply else "results"]
-        rows = []
-        for r in results:
-            extra = _field(r, "extra_attributes") or {}
-            rows.append((text(_field(r, "id")), _field(extra, name)))
-        return rows
-    rows = []
-    for key, fields in zip(reply[1::2], reply[2::2], strict=True):
-        values = dict(zip(fields[::2], fields[1::2], strict=True)) if fields else {}
-        rows.append((text(key), values.get(name.encode(), values.get(name))))
-    return rows
+        return [text(_field(r, "id")) for r in results]
+    return [text(key) for key in reply[1:]]
 
 
 def _field(row: Any, name: str) -> Any:

@@ -54,13 +54,14 @@ local function query_terms(args, pos, count, n, author_weight)
   return terms, pos
 end
 
--- tf is "term:quarters term:quarters ..." (terms are \w+ runs: never a ':' or a space).
-local function quarters(tf, t)
-  local from = 1
+-- The quarters of a term in the "term:quarters term:quarters ..." that value holds from
+-- position from on (terms are \w+ runs: never a ':', a space or a tab).
+local function quarters(tf, t, from)
+  local start = from
   while true do
     local at = string.find(tf, t.key, from, true)
     if not at then return nil end
-    if at == 1 or string.byte(tf, at - 1) == 32 then
+    if at == start or string.byte(tf, at - 1) == 32 then
       return tonumber(string.match(tf, '^[^ ]+', at + #t.key))
     end
     from = at + 1
@@ -88,12 +89,18 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
       for i, id in ipairs(part) do
         local value = values[i]
         if value then
-          local ts, dl, au, nb, tf = string.match(value, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
+          -- Fields by their tabs, without copying the long ones.
+          local a = string.find(value, '\t', 1, true)
+          local c = string.find(value, '\t', a + 1, true)
+          local e = string.find(value, '\t', c + 1, true)
+          local g = string.find(value, '\t', e + 1, true)
+          local dl = tonumber(string.sub(value, a + 1, c - 1))
+          local au = string.sub(value, c + 1, e - 1)
           -- BM25's saturation and length normalisation: tf / (tf + k1 (1 - b + b dl / avgdl)).
-          local norm = k1 * (1 - b + b * tonumber(dl) / avgdl)
+          local norm = k1 * (1 - b + b * dl / avgdl)
           local s = 0
           for _, t in ipairs(terms) do
-            local q, w = quarters(tf, t), nil
+            local q, w = quarters(value, t, g + 1), nil
             if q then
               local f = q / 4
               w = f * (k1 + 1) / (f + norm)
@@ -106,7 +113,7 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
             if s > 0 and t.bonus and t.author[au] then s = s + t.bonus end
           end
           if s > 0 then
-            local row = {id, s, tonumber(ts), nb}
+            local row = {id, s, tonumber(string.sub(value, 1, a - 1)), value, e + 1, g - 1}
             out[#out + 1] = row
             rows[#rows + 1] = row
           end
@@ -119,8 +126,9 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
   table.sort(first, better)
   local near = {}
   for i = 1, math.min(expand, #first) do
-    if first[i][4] ~= '[]' then
-      for _, id in ipairs(cjson.decode(first[i][4])) do near[#near + 1] = id end
+    local nb = string.sub(first[i][4], first[i][5], first[i][6])
+    if nb ~= '[]' then
+      for _, id in ipairs(cjson.decode(nb)) do near[#near + 1] = id end
     end
   end
   score(near)
