@@ -125,7 +125,7 @@ class PlainRanker:
             k.memory_context(app, user),
         ]
         args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT]
-        args += [max(CANDIDATES, 2 * limit), max(EXPAND, 2 * limit), AUTHOR_WEIGHT, K1, B]
+        args += [max(CANDIDATES, 2 * limit), max(EXPAND, limit), AUTHOR_WEIGHT, K1, B]
         args.append(len(terms))
         for t in terms:
             keys.append(k.memory_term(app, user, t.term))
@@ -214,7 +214,7 @@ class IndexRanker:
         }
         keys = [k.memory_context(app, user)]
         args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, length / n, K1, B]
-        args += [max(EXPAND, 2 * limit), len(terms)]
+        args += [max(EXPAND, limit), len(terms)]
         inside = dict(zip([t.term for t in subs], replies[len(candidates) :], strict=True))
         for i, t in enumerate(terms):
             holding = _doc_keys(inside[t.term]) if t.term in inside else []

@@ -94,12 +94,17 @@ def vector_schema(semantic: Semantic) -> list[Any]:
     ]  # fmt: skip
 
 
-def knn_command(index: str, scope: str, blob: bytes, k: int) -> tuple[Any, ...]:
+def knn_command(
+    index: str, scope: str, blob: bytes, k: int, *, batches: bool = False
+) -> tuple[Any, ...]:
     """The ``k`` nearest of one owner's entries. The owner filter is inside the KNN query:
     the index searches only that (app, user)'s vectors, so no other user's entry can be
-    among the results, however near."""
+    among the results, however near. With ``batches`` the module walks the graph and
+    filters what it finds, instead of its own choice (which, for an owner of most of the
+    index, is to compare the query with every vector)."""
+    policy = " HYBRID_POLICY BATCHES" if batches else ""
     return (
-        "FT.SEARCH", index, f"({scope})=>[KNN {k} @vec $blob AS dist]",
+        "FT.SEARCH", index, f"({scope})=>[KNN {k} @vec $blob{policy} AS dist]",
         "PARAMS", 2, "blob", blob,
         "RETURN", 3, "dist", "ts", "id",
         "SORTBY", "dist", "ASC", "LIMIT", 0, k, "DIALECT", 2,
