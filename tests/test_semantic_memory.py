@@ -132,6 +132,38 @@ async def test_other_users_never_come_back(worker: Any, request: pytest.FixtureR
     assert [t for t, _ in await found(memory, "vehicle")] == ["my automobile is red"]
 
 
+async def test_an_owner_of_most_of_the_index_is_searched_in_batches(
+    worker: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user with many entries and most of the vector index's has the KNN walk the graph in
+    batches (the module would compare the query with each of their vectors): same results."""
+    from redis_agent_sessions.memory import _search
+
+    memory = service(worker, request)
+    notes = [f"note {i} on the weather" for i in range(9)]
+    said = [event(t, ts=i + 1) for i, t in enumerate([SKODA, BLUE, PUPPY, *notes])]
+    await memory.add_session_to_memory(session("big", *said))
+    await memory.add_session_to_memory(session("small", event(SKODA, ts=1), user="other"))
+    before = await found(memory, "automobile")
+    assert before[0] == (SKODA, ["vector"])
+    policies: list[bool] = []
+    real = _search.knn_command
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        policies.append(kw.get("batches", False))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_search, "knn_command", spy)
+    monkeypatch.setattr(_search, "_BATCHES_FROM", 4)
+    fresh = service(worker, request)
+    assert await found(fresh, "automobile") == before
+    assert await found(fresh, "automobile", user_id="other") == [(SKODA, ["vector"])]
+    if kind_of(request).startswith("search"):
+        assert policies == [True, False]  # 12 of 13 entries; 1 entry
+    else:
+        assert policies == []  # the plain backend scans the user's vectors itself
+
+
 async def test_reingestion_and_deletes_leave_no_orphan_vectors(
     worker: Any, memory_client: Any, request: pytest.FixtureRequest
 ) -> None:
