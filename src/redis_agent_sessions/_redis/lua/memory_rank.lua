@@ -63,8 +63,8 @@ end
 local terms, names, candidates, order = {}, {}, {}, {}
 local pos = 11
 for _ = 1, tonumber(ARGV[10]) do
-  local t = {term = ARGV[pos], key = ARGV[pos] .. ':', qtf = tonumber(ARGV[pos + 1]),
-    posting = KEYS[tonumber(ARGV[pos + 2])], i = 0}
+  local t = {term = ARGV[pos], key = ARGV[pos] .. ':', qtf = tonumber(ARGV[pos + 1]), i = 0}
+  t.posting = KEYS[tonumber(ARGV[pos + 2])]
   local grams = {}
   for g = 1, tonumber(ARGV[pos + 3]) do grams[g] = KEYS[tonumber(ARGV[pos + 3 + g])] end
   local word = ARGV[pos + 4 + #grams]
