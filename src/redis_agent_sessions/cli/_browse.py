@@ -23,7 +23,6 @@ from redis_agent_sessions.cli._records import read_record
 from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
 from redis_agent_sessions.keys import unescape
-from redis_agent_sessions.memory import RedisMemoryService
 from redis_agent_sessions.memory._analysis import text_terms
 from redis_agent_sessions.memory._store import parse_iso
 from redis_agent_sessions.memory._text import query_words
@@ -193,7 +192,7 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
     if not await ctx.client.exists(ctx.keys.memory_backend()):
         # Searching would pick and record a backend: a read-only command must not.
         raise NotFound("nothing is in memory yet (no memory backend was ever chosen)")
-    memory = RedisMemoryService(ctx.client, config=ctx.config)
+    memory = ctx.memory()
     found = await memory._memory.search(
         app_name=args.app, user_id=args.user, query=args.query, limit=args.limit, explain=True
     )

@@ -30,6 +30,7 @@ from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory import RedisMemoryService
 from redis_agent_sessions.models import Event, Session
 from redis_agent_sessions.sessions import RedisSessionService
 from redis_agent_sessions.sessions._engine import SessionEngine
@@ -86,6 +87,8 @@ class Context:
     config: SessionServiceConfig
     url: str
     json: bool = False
+    memory_backend: str = "auto"
+    """The URL's ``memory_backend``: what the services built from the same URL would use."""
     out: Console = field(default_factory=lambda: _console())
     err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
 
@@ -93,6 +96,11 @@ class Context:
         self.sessions = RedisSessionService(self.client, config=self.config)
         self.keys = KeySpace(self.config.key_prefix)
         self._import_engine: SessionEngine[Any, Any] | None = None
+
+    def memory(self, **settings: Any) -> RedisMemoryService:
+        """The memory service of the URL's settings (its ``memory_backend``), on this client."""
+        backend: Any = self.memory_backend
+        return RedisMemoryService(self.client, config=self.config, backend=backend, **settings)
 
     @property
     def engine(self) -> SessionEngine[Session, Event]:
@@ -248,6 +256,10 @@ async def connect(args: argparse.Namespace) -> Context:
         config = parsed.config(None)
         if args.key_prefix is not None:
             config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": args.key_prefix})
+        if parsed.memory_backend not in (None, "auto", "search", "plain"):
+            raise InvalidInputError(
+                f"memory_backend must be auto, search or plain: {parsed.memory_backend!r}"
+            )
         client = client_for(parsed, config, args.cluster, {})
     except (InvalidInputError, ValueError) as exc:
         raise UsageError(f"bad Redis URL {url!r}: {first_line(exc)}") from None
@@ -259,7 +271,13 @@ async def connect(args: argparse.Namespace) -> Context:
         await client.aclose()
         raise UsageError(f"cannot reach Redis at {_safe(url)}: {first_line(exc)}") from None
     try:
-        return Context(client=client, config=config, url=url, json=getattr(args, "json", False))
+        return Context(
+            client=client,
+            config=config,
+            url=url,
+            json=getattr(args, "json", False),
+            memory_backend=parsed.memory_backend or "auto",
+        )
     except RedisSessionsError as exc:
         await client.aclose()
         raise UsageError(first_line(exc)) from None

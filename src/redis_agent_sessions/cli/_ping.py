@@ -10,7 +10,6 @@ import argparse
 
 from redis_agent_sessions._health import Readiness
 from redis_agent_sessions.cli._context import Context
-from redis_agent_sessions.memory import RedisMemoryService
 
 __all__ = ["run"]
 
@@ -20,7 +19,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         "sessions": await ctx.sessions.check_ready(timeout=args.timeout)
     }
     if args.memory:
-        memory = RedisMemoryService(ctx.client, config=ctx.config)
+        memory = ctx.memory()
         results["memory"] = await memory.check_ready(timeout=args.timeout)
     ready = all(results.values())
     if ctx.json:

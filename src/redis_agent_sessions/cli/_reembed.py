@@ -9,7 +9,6 @@ import argparse
 from redis_agent_sessions._messages import plural
 from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.cli._context import Context, UsageError
-from redis_agent_sessions.memory import RedisMemoryService
 from redis_agent_sessions.memory._url import semantic_settings
 
 __all__ = ["run"]
@@ -26,9 +25,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     if "embedder" not in params:
         raise UsageError("name the model: --embedder google:<model> or import:<module>:<name>")
     embedder, vector_index, _ = semantic_settings(params, None, "HNSW", 0.0)
-    memory = RedisMemoryService(
-        ctx.client, config=ctx.config, embedder=embedder, vector_index=vector_index
-    )
+    memory = ctx.memory(embedder=embedder, vector_index=vector_index)
     report = await ctx.tracked(
         "checking" if args.dry_run else "re-embedding",
         lambda advance: memory.reembed(

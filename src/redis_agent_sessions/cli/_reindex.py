@@ -7,13 +7,12 @@ from __future__ import annotations
 import argparse
 
 from redis_agent_sessions.cli._context import Context
-from redis_agent_sessions.memory import RedisMemoryService
 
 __all__ = ["run"]
 
 
 async def run(ctx: Context, args: argparse.Namespace) -> int:
-    memory = RedisMemoryService(ctx.client, config=ctx.config)
+    memory = ctx.memory()
     report = await ctx.tracked(
         "checking" if args.dry_run else "reindexing",
         lambda advance: memory.reindex(
