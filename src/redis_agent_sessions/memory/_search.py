@@ -133,9 +133,17 @@ class IndexSearch:
 
     async def prepare(self, *, rebuild: bool = False) -> None:
         """Before the backend is recorded: make the shared index, which proves this client
-        can use the module. (Per-user indexes are made at each user's first write.)"""
+        can use the module. (Per-user indexes are made at each user's first write: the module
+        is asked now, about an index that does not exist, so that a cluster without it fails
+        here, as a single node does, and not at a user's first write.)"""
         if not self._per_user:
             await self.ensure_index(rebuild=rebuild)
+            return
+        try:
+            await self._run("", "", [("FT.INFO", self.index("", ""))])
+        except ResponseError as exc:
+            if "unknown index" not in str(exc).lower() and "no such index" not in str(exc).lower():
+                raise
 
     async def ensure_index(self, app: str = "", user: str = "", *, rebuild: bool = False) -> None:
         """Create the index (of ``app``/``user`` when per user) unless it exists; an
