@@ -3,6 +3,7 @@ the real cluster, with data seeded through the library under a fresh key prefix.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -186,6 +187,7 @@ async def test_stats_counts_every_app(cli: Cli) -> None:
     assert apps["booking"]["bytes"] > 0
     assert apps["booking"]["bytes_sampled_sessions"] == 3
     assert report["server"]["version"].split(".")[0] >= "7"
+    assert report["server"]["name"] == "Redis"
     human = cli.run("stats", "booking")
     assert human.returncode == 0
     assert "MEMORY USAGE" in human.stdout
@@ -415,3 +417,53 @@ async def test_an_import_failing_part_way_leaves_no_partial_session(
     assert whole["events"] == record["events"]
     assert whole["state"] == record["state"]
     await client.aclose()
+
+
+@pytest.mark.cli
+def test_stats_names_valkey_by_its_own_version() -> None:
+    """Valkey reports redis_version 7.2.4 to clients that check it; its own is valkey_version
+    (INFO server of valkey-server 9.1.2)."""
+    from redis_agent_sessions.cli._stats import server_identity
+
+    valkey = {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "9.1.2"}
+    assert server_identity(valkey) == ("Valkey", "9.1.2")
+    assert server_identity({"redis_version": "8.2.3"}) == ("Redis", "8.2.3")
+
+
+async def test_stats_shows_what_a_restricted_user_may_see(cli: Cli) -> None:
+    """Managed services refuse some commands to their users (MODULE LIST, MEMORY USAGE,
+    CONFIG, INFO in part: issue 44 names them): stats says so where it would show them, and
+    shows the rest."""
+    import uuid
+
+    await seed(cli)
+    admin = cli.client()
+    name, password = f"ras-restricted-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    rules = ["on", f">{password}", f"~{cli.prefix}:*", "+@all", "-module", "-memory", "-config"]
+    rules.append("-info")
+    try:
+        if cli.cluster:
+            await admin.initialize()
+        nodes = admin.get_nodes() if cli.cluster else [None]
+        for node in nodes:
+            options = {"target_nodes": node} if cli.cluster else {}
+            await admin.execute_command("ACL", "SETUSER", name, "reset", *rules, **options)
+        scheme, rest = cli.url.split("://", 1)
+        url = f"{scheme}://{name}:{password}@{rest.split('@')[-1]}"
+        flags = ["--url", url, "--key-prefix", cli.prefix, *(["--cluster"] if cli.cluster else [])]
+        argv = [sys.executable, "-m", "redis_agent_sessions", "stats", "--json", *flags]
+        result = await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=120
+        )
+        for node in nodes:
+            options = {"target_nodes": node} if cli.cluster else {}
+            await admin.execute_command("ACL", "DELUSER", name, **options)
+    finally:
+        await admin.aclose()
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["server"]["version"].startswith("unknown (INFO server")
+    assert report["server"]["modules"] == ["unknown (MODULE LIST refused)"]
+    assert report["memory"]["text"].startswith("unknown (INFO memory")
+    booking = next(a for a in report["apps"] if a["app_name"] == "booking")
+    assert (booking["sessions"], booking["bytes"]) == (3, None)

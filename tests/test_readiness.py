@@ -18,9 +18,13 @@ import pytest
 from _acl import acl_user
 from _servers import skip_without
 from redis_agent_sessions import (
+    Content,
     Event,
     EventActions,
     InvalidInputError,
+    MemoryEntry,
+    MemoryIndexError,
+    Part,
     Readiness,
     RedisMemoryService,
     RedisSessionService,
@@ -158,6 +162,27 @@ async def test_memory_on_a_server_without_the_search_module_is_not_ready_for_sea
     assert found.checks[1].detail == "search backend", found
 
 
+@pytest.mark.real
+@pytest.mark.cluster
+async def test_search_on_a_cluster_without_the_module_is_a_memory_index_error() -> None:
+    """As on a single node: the library's error, not the server's "unknown command"."""
+    import uuid
+
+    url = skip_without("REDIS_CLUSTER_URL")
+    config = SessionServiceConfig(key_prefix=f"nomod-{uuid.uuid4().hex[:8]}")
+    async with RedisMemoryService.from_url(
+        url, config=config, backend="search", cluster=True
+    ) as memory:
+        with pytest.raises(MemoryIndexError, match="search module"):
+            await memory.add_memory(
+                app_name="a",
+                user_id="u",
+                memories=[MemoryEntry(content=Content(parts=[Part(text="hello")]))],
+            )
+        with pytest.raises(MemoryIndexError, match="search module"):
+            await memory.search_memory(app_name="a", user_id="u", query="hello")
+
+
 def ping(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "redis_agent_sessions", "ping", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
@@ -192,3 +217,28 @@ def test_the_ping_command_exits_0_1_or_2(variable: str) -> None:
     assert unmet.returncode == 1, unmet.stdout + unmet.stderr
     assert unmet.stdout.strip().splitlines()[-1] == "NOT READY"
     assert "5 replicas" in unmet.stdout or "of 5" in unmet.stdout
+
+
+@pytest.mark.real
+@pytest.mark.cli
+def test_the_cli_honours_the_urls_memory_backend() -> None:
+    """``?memory_backend=plain`` in the URL is what the services of that URL use: ``ping
+    --memory`` readies (and records) that backend, not the one the server could offer."""
+    import uuid
+
+    from redis import Redis
+
+    url = skip_without("REDIS_SEARCH_URL")
+    prefix = f"ping-{uuid.uuid4().hex[:8]}"
+    try:
+        ok = ping("--url", f"{url}?memory_backend=plain&key_prefix={prefix}", "--memory", "--json")
+        assert ok.returncode == 0, ok.stderr
+        checks = {c["check"]: c["detail"] for c in json.loads(ok.stdout)["services"]["memory"]}
+        assert checks["memory backend"] == "plain backend"
+        bad = ping("--url", f"{url}?memory_backend=nope&key_prefix={prefix}", "--memory")
+        assert bad.returncode == 2
+        assert "memory_backend" in bad.stderr
+    finally:
+        with Redis.from_url(url) as admin:
+            assert admin.get(f"{prefix}:mem:backend") in (b"plain", None)
+            admin.delete(f"{prefix}:mem:backend")

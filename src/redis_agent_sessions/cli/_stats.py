@@ -53,7 +53,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         return 0
     server = report["server"]
     ctx.out.print(
-        f"Redis {server['version']} ({server['mode']}); modules: "
+        f"{server['name']} {server['version']} ({server['mode']}); modules: "
         f"{', '.join(server['modules']) or 'none'}; memory backend: {report['memory_backend']}"
         + _vectors_text(report["memory_vectors"])
     )
@@ -69,7 +69,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             str(row["events"]),
             str(row["memory_entries"])
             + (f" ({row['memory_to_reindex']} to reindex)" if row["memory_to_reindex"] else ""),
-            size(row["bytes"]),
+            "unknown" if row["bytes"] is None else size(row["bytes"]),
         ]
         if ctx.cluster:
             more = row["app_writes_more"]  # a bound reached: counts are at least these
@@ -154,11 +154,21 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
 
 async def _bytes(
     ctx: Context, app: str, sampled: list[tuple[str, str]], total: int, users: int
-) -> int:
+) -> int | None:
     """Sampled sessions' keys scaled to all sessions, their users' state scaled to all
-    users, plus the app's own keys."""
+    users, plus the app's own keys; None when MEMORY USAGE is refused (managed services
+    and least-privilege users)."""
     if not sampled:
         return 0
+    try:
+        return await _sized(ctx, app, sampled, total, users)
+    except RedisError:
+        return None
+
+
+async def _sized(
+    ctx: Context, app: str, sampled: list[tuple[str, str]], total: int, users: int
+) -> int:
     pipe = ctx.client.pipeline(transaction=False)
     for user, sid in sampled:
         k = ctx.keys.session(app, user, sid)
@@ -186,9 +196,13 @@ async def _server(ctx: Context) -> dict[str, Any]:
     node: dict[str, Any] = {}
     if isinstance(client, RedisCluster):
         node["target_nodes"] = client.get_default_node()
-    info: Any = await ctx.client.execute_command("INFO", "server", **node)
-    if isinstance(info, dict) and "redis_version" not in info:
-        info = next(iter(info.values()))
+    try:
+        info: Any = await ctx.client.execute_command("INFO", "server", **node)
+        if isinstance(info, dict) and "redis_version" not in info:
+            info = next(iter(info.values()))
+        name, version = server_identity(info)
+    except RedisError as exc:  # managed services may refuse INFO to a restricted user
+        info, name, version = {}, "Redis", f"unknown (INFO server: {first_line(exc)})"
     try:
         modules = await ctx.client.execute_command("MODULE", "LIST", **node)
         names = sorted(
@@ -197,10 +211,19 @@ async def _server(ctx: Context) -> dict[str, Any]:
     except ResponseError:  # an ACL user may be denied MODULE LIST
         names = ["unknown (MODULE LIST refused)"]
     return {
-        "version": info.get("redis_version"),
+        "name": name,
+        "version": version,
         "mode": "cluster" if ctx.cluster else info.get("redis_mode", "standalone"),
         "modules": names,
     }
+
+
+def server_identity(info: dict[str, Any]) -> tuple[str, str]:
+    """(name, version) of a server by its ``INFO server``: Valkey reports ``redis_version``
+    7.2.4 for clients that check it, and its own in ``valkey_version``."""
+    if "valkey_version" in info:
+        return "Valkey", str(info["valkey_version"])
+    return "Redis", str(info.get("redis_version", "unknown"))
 
 
 async def _memory(ctx: Context) -> dict[str, Any]:
