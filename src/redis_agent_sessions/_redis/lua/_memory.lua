@@ -2,30 +2,34 @@
 -- script: no KEYS, no ARGV).
 -- stored_sig(own, tf, dl, au, grams, words): what an entry (those fields, as HMGET read
 --   them) is found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
--- ranked_reply(ranked, limit, out): {id, score, ts} rows ordered best first (equal scores:
---   newest, then larger id), the first limit appended to out as id, score (17 digits).
+-- idf(n, df): Lucene's BM25 idf of a term in df of n entries (never negative).
+-- count_terms(deltas, tf, au, by): adds by to deltas[term] for each term of an entry's tf
+--   ("term:quarters ...") and each of its author terms ("@a @b").
+-- write_counts(key, deltas): applies deltas to the counts hash key, a term at 0 removed.
 local function stored_sig(own, tf, dl, au, grams, words)
   if tf then return (own or '') .. '|' .. tf .. '|' .. dl .. '|' .. (au or '') .. '|' .. (grams or '') end
   if words then return 'v1|' .. words .. '|' .. (grams or '') end
   return nil
 end
 
-local function ranked_reply(ranked, limit, out)
-  table.sort(ranked, function(a, b)
-    if a[2] ~= b[2] then return a[2] > b[2] end
-    if a[3] ~= b[3] then return a[3] > b[3] end
-    return a[1] > b[1]
-  end)
-  for i = 1, math.min(limit, #ranked) do
-    out[#out + 1] = ranked[i][1]
-    out[#out + 1] = string.format('%.17g', ranked[i][2])
+local function idf(n, df) return math.log(1 + (n - df + 0.5) / (df + 0.5)) end
+
+local function count_terms(deltas, tf, au, by)
+  for term in string.gmatch(tf, '(%S+):%d+') do deltas[term] = (deltas[term] or 0) + by end
+  for author in string.gmatch(au or '', '%S+') do deltas[author] = (deltas[author] or 0) + by end
+end
+
+local function write_counts(key, deltas)
+  for term, by in pairs(deltas) do
+    if by ~= 0 and redis.call('HINCRBY', key, term, by) <= 0 then redis.call('HDEL', key, term) end
   end
-  return out
 end
 
 -- BM25 over each entry's terms with their context, from the user's context hash
 -- (id -> "ts<TAB>dl<TAB>author terms<TAB>neighbours JSON<TAB>term:quarters ...", written
 -- by memory/_store.py's context_value): what both backends' searches score with.
+-- scored_term(t, n, df, adf, author_weight): t (its term and qtf set) made ready for
+--   best_entries: its idf, its author bonus, and a memo of which author fields name it.
 -- query_terms(args, pos, count, n, author_weight): count terms read from args at pos, each
 --   as term, times the query says it, its document frequency, its author's; returns
 --   terms, the position after them.
@@ -34,21 +38,24 @@ end
 --   {id, score, ts} rows, best first (equal scores: newest, then larger id).
 --   stats = {avgdl, k1, b, sub_weight}; a term's sub = {[id] = true} for the entries holding
 --   it inside a longer run (weighing sub_weight unless it is one of their terms).
+local function scored_term(t, n, df, adf, author_weight)
+  t.key = t.term .. ':'
+  t.idf = idf(n, df)
+  if adf > 0 then t.bonus = author_weight * idf(n, adf) end
+  t.author = setmetatable({}, {__index = function(seen, au)
+    -- au is "@a @b": does it hold @term? (memoised: authors are few)
+    local found = string.find(' ' .. au .. ' ', ' @' .. t.term .. ' ', 1, true) ~= nil
+    rawset(seen, au, found)
+    return found
+  end})
+  return t
+end
+
 local function query_terms(args, pos, count, n, author_weight)
-  local function idf(df) return math.log(1 + (n - df + 0.5) / (df + 0.5)) end
   local terms = {}
   for _ = 1, count do
-    local t = {term = args[pos], key = args[pos] .. ':', qtf = tonumber(args[pos + 1])}
-    t.idf = idf(tonumber(args[pos + 2]))
-    local adf = tonumber(args[pos + 3])
-    if adf > 0 then t.bonus = author_weight * idf(adf) end
-    t.author = setmetatable({}, {__index = function(seen, au)
-      -- au is "@a @b": does it hold @term? (memoised: authors are few)
-      local found = string.find(' ' .. au .. ' ', ' @' .. t.term .. ' ', 1, true) ~= nil
-      rawset(seen, au, found)
-      return found
-    end})
-    terms[#terms + 1] = t
+    local t = {term = args[pos], qtf = tonumber(args[pos + 1])}
+    terms[#terms + 1] = scored_term(t, n, tonumber(args[pos + 2]), tonumber(args[pos + 3]), author_weight)
     pos = pos + 4
   end
   return terms, pos

@@ -43,9 +43,7 @@ for _, op in ipairs(ops) do
     todo[#todo + 1] = op
   end
 end
-local function counted(term)
-  if redis.call('HINCRBY', KEYS[6], term, -1) <= 0 then redis.call('HDEL', KEYS[6], term) end
-end
+local deltas = {}
 local stats = redis.call('HMGET', KEYS[5], 'n', 'len')
 local entries, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
 local counted_any = false
@@ -53,8 +51,7 @@ local n = 0
 for _, op in ipairs(todo) do
   if op.drop and op.cur[2] then  -- its terms leave the statistics
     entries, total, counted_any = entries - 1, total - tonumber(op.cur[3]), true
-    for term in string.gmatch(op.cur[2], '(%S+):%d+') do counted(term) end
-    for author in string.gmatch(op.cur[4] or '', '%S+') do counted(author) end
+    count_terms(deltas, op.cur[2], op.cur[4], -1)
   end
   if op.s > 0 then redis.call('SREM', KEYS[op.s], op.id) end
   if op.drop then
@@ -68,6 +65,7 @@ for _, op in ipairs(todo) do
   end
   if op.drop or op.missing then redis.call('ZREM', KEYS[1], op.id) end
 end
+write_counts(KEYS[6], deltas)
 if counted_any and entries <= 0 then
   redis.call('DEL', KEYS[5])
 elseif counted_any then

@@ -78,7 +78,6 @@ if #unembedded > 1 then return unembedded end
 -- A batch repeats the same terms and postings: counts and postings are gathered, then
 -- written once per term and once per posting.
 local deltas, adds = {}, {}
-local function counted(term, by) deltas[term] = (deltas[term] or 0) + by end
 local stats = redis.call('HMGET', KEYS[6], 'n', 'len')
 local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
 for _, op in ipairs(todo) do
@@ -86,8 +85,7 @@ for _, op in ipairs(todo) do
   if not op.same then
     if op.stale and cur[2] then  -- the entry's old terms leave the statistics
       n, total = n - 1, total - tonumber(cur[3])
-      for term in string.gmatch(cur[2], '(%S+):%d+') do counted(term, -1) end
-      for author in string.gmatch(cur[4] or '', '%S+') do counted(author, -1) end
+      count_terms(deltas, cur[2], cur[4], -1)
     end
     if postings and op.stale then
       for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
@@ -130,9 +128,7 @@ end
 for i, add in pairs(adds) do
   for at = 1, #add, 2000 do redis.call('ZADD', KEYS[i], unpack(add, at, math.min(at + 1999, #add))) end
 end
-for term, by in pairs(deltas) do
-  if by ~= 0 and redis.call('HINCRBY', KEYS[7], term, by) <= 0 then redis.call('HDEL', KEYS[7], term) end
-end
+write_counts(KEYS[7], deltas)
 if #todo > 0 then redis.call('HSET', KEYS[6], 'n', n, 'len', total) end
 local reply = {1, #todo}
 if ingest then redis.call('EXPIRE', KEYS[4], ARGV[4]) end

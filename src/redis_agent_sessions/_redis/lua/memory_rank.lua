@@ -31,7 +31,6 @@ local stats = redis.call('HMGET', KEYS[1], 'n', 'len')
 local n, len = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
 local total = redis.call('ZCARD', KEYS[2])
 if n <= 0 or limit <= 0 then return {total, n, 0} end
-local function idf(df) return math.log(1 + (n - df + 0.5) / (df + 0.5)) end
 
 -- The newest entries (at most sub_cap) in every gram posting, whose text holds the word.
 local function substring(keys, word)
@@ -63,7 +62,7 @@ end
 local terms, names, candidates, order = {}, {}, {}, {}
 local pos = 11
 for _ = 1, tonumber(ARGV[10]) do
-  local t = {term = ARGV[pos], key = ARGV[pos] .. ':', qtf = tonumber(ARGV[pos + 1]), i = 0}
+  local t = {term = ARGV[pos], qtf = tonumber(ARGV[pos + 1]), i = 0}
   t.posting = KEYS[tonumber(ARGV[pos + 2])]
   local grams = {}
   for g = 1, tonumber(ARGV[pos + 3]) do grams[g] = KEYS[tonumber(ARGV[pos + 3 + g])] end
@@ -87,14 +86,9 @@ end
 for i = 1, #terms do names[#names + 1] = '@' .. names[i] end
 local df = #names > 0 and redis.call('HMGET', KEYS[4], unpack(names)) or {}
 for i, t in ipairs(terms) do
-  t.idf = idf(math.max(tonumber(df[i] or '0'), #t.found))
-  local adf = tonumber(df[#terms + i] or '0')
-  if adf > 0 then t.bonus = author_weight * idf(adf) end
-  t.author = setmetatable({}, {__index = function(seen, au)
-    local found = string.find(' ' .. au .. ' ', ' @' .. t.term .. ' ', 1, true) ~= nil
-    rawset(seen, au, found)
-    return found
-  end})
+  -- A word found inside more entries than have it as a term is that much less rare.
+  local found = math.max(tonumber(df[i] or '0'), #t.found)
+  scored_term(t, n, found, tonumber(df[#terms + i] or '0'), author_weight)
 end
 
 -- scores: what each entry met has scored so far on the postings read (a lower bound of its

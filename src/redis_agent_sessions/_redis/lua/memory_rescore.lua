@@ -49,7 +49,7 @@ for i, t in ipairs(terms) do
     -- A word found inside more entries than have it as a term is that much less rare.
     local df = tonumber(spec[4 * i - 1])
     if matches > df then
-      t.idf = math.log(1 + (n - matches + 0.5) / (matches + 0.5))
+      t.idf = idf(n, matches)
     end
   end
 end
