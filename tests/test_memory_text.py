@@ -12,7 +12,7 @@ import pytest
 
 from _servers import skip_without
 from redis_agent_sessions import Content, Event, MemoryIndexError, Part, RedisMemoryService, Session
-from redis_agent_sessions.memory._analysis import K1, SUBSTRING_WEIGHT, B, text_terms, with_context
+from redis_agent_sessions.memory._analysis import K1, SUBSTRING_WEIGHT, B, text_terms
 from redis_agent_sessions.memory._text import (
     entry_grams,
     lowered_text,
@@ -61,15 +61,16 @@ def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> lis
     scored against the final counts and average length; equal scores newest first, then
     larger id."""
     own = [text_terms(body) for _, _, body in docs]
-    context = with_context(own, ["s"] * len(docs))
     found: dict[str, tuple[Counter[str], int]] = {}
-    for (doc_id, _, _), terms, around in zip(docs, own, context, strict=True):
+    for i, ((doc_id, _, _), terms) in enumerate(zip(docs, own, strict=True)):
         tf = Counter(t for t in terms for _ in range(4))
         length = 4 * len(terms)
-        for distance, near in around:
-            for t in near:
-                tf[t] += (2, 1)[distance - 1]
-            length += (2, 1)[distance - 1] * len(near)
+        for j in range(max(0, i - 2), min(len(docs), i + 3)):
+            weight = (4, 2, 1)[abs(i - j)]
+            if j != i:
+                for t in own[j]:
+                    tf[t] += weight
+                length += weight * len(own[j])
         if tf:
             found[doc_id] = (tf, length)
     n = len(found)

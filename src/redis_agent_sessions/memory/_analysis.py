@@ -49,7 +49,6 @@ __all__ = [
     "neighbours",
     "query_terms",
     "text_terms",
-    "with_context",
 ]
 
 ANALYSIS = 2
@@ -178,14 +177,6 @@ def neighbours(sessions: Sequence[str]) -> list[list[tuple[int, int]]]:
                     around.append((distance, j))
         out.append(around)
     return out
-
-
-def with_context(
-    terms: Sequence[list[str]], sessions: Sequence[str]
-) -> list[list[tuple[int, list[str]]]]:
-    """For entries in conversation order, each one's neighbours (distance, terms) in the same
-    session, up to ``len(CONTEXT)`` turns away on either side."""
-    return [[(d, terms[j]) for d, j in around] for around in neighbours(sessions)]
 
 
 def idf(entries: int, df: int) -> float:
