@@ -1,7 +1,8 @@
 """Memory contract suite, run on fakeredis, on plain Redis (REDIS_URL) and on Redis with
-RediSearch (REDIS_SEARCH_URL), each also as the documented least-privilege ACL user (``acl``,
-``search-acl``), and on both kinds of cluster; a real backend is skipped when its variable is
-unset. ``memory_client`` is an admin client for inspection; services run as the worker."""
+RediSearch (REDIS_SEARCH_URL; also with an index per app), each also as the documented
+least-privilege ACL user (``acl``, ``search-acl``), and on both kinds of cluster; a real
+backend is skipped when its variable is unset. ``memory_client`` is an admin client for
+inspection; services run as the worker."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from redis_agent_sessions import (
     PermissionDeniedError,
     RedisMemoryService,
     Session,
+    SessionServiceConfig,
 )
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 
@@ -38,6 +40,7 @@ APP, USER = "memory_app", "user1"
         pytest.param("fake", marks=pytest.mark.fake),
         pytest.param("real", marks=pytest.mark.real),
         pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
+        pytest.param("search-per-app", marks=[pytest.mark.real, pytest.mark.search]),
         pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
         pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
         pytest.param(
@@ -85,7 +88,11 @@ async def memory(
     expected = "search" if kind.startswith("search") else "plain"
     embedder = SynonymEmbedder() if request.param == "semantic" else None
     if not kind.endswith("acl"):
-        service = RedisMemoryService(memory_client, embedder=embedder)
+        # memory_index only changes what the search backend's indexes cover (one per app).
+        config = SessionServiceConfig(
+            memory_index="per_app" if kind == "search-per-app" else "shared"
+        )
+        service = RedisMemoryService(memory_client, config=config, embedder=embedder)
         assert await service.backend() == expected
         yield service
         return

@@ -52,10 +52,13 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: same, per CJK character/pair
     ras:mem:backend                              string "search" or "plain", set on first use
     ras:mem:idx                                  (RediSearch index over ras:mem:{ hashes)
+    ras:mem:{<app>:}:idx                         (memory_index="per_app": one index per app,
+                                                        over ras:mem:{<app>: hashes)
     ras:mem:{<app>:<user>}:idx                   (cluster: one index per user, over its entries)
     ras:mem:vectors                              string JSON: dimensions and model of the
                                                         vectors, set by the first embedder
     ras:mem:vidx                                 (RediSearch vector index over the same hashes)
+    ras:mem:{<app>:}:vidx                        (memory_index="per_app": one per app)
     ras:mem:{<app>:<user>}:vidx                  (cluster: one vector index per user)
 
 Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
@@ -202,6 +205,35 @@ class KeySpace:
     def memory_user_index_prefix(self, app_name: str, user_id: str) -> str:
         """The key prefix one (app, user)'s index covers: its entry hashes."""
         return f"{self._memory(app_name, user_id)}:entry:"
+
+    def memory_app_index(self, app_name: str) -> str:
+        """Name of one app's RediSearch index (``memory_index="per_app"``; not a key, but
+        named like the app's memory keys, so an ACL key pattern of the app covers it: the
+        empty user part cannot be a user's, whose ids are never empty)."""
+        return f"{self._memory(app_name, '')}:idx"
+
+    def memory_app_index_prefix(self, app_name: str) -> str:
+        """The key prefix one app's index covers: its users' memory keys."""
+        return f"{self.prefix}:mem:{{{escape(app_name)}:"
+
+    def memory_app_vector_index(self, app_name: str) -> str:
+        """Name of one app's vector index (``memory_index="per_app"``)."""
+        return f"{self._memory(app_name, '')}:vidx"
+
+    def app_acl_keys(self, app_name: str) -> list[str]:
+        """The key rules (``ACL SETUSER``) of a Redis user limited to one app: its sessions,
+        state and memory (with ``memory_index="per_app"`` its search indexes too), the app
+        registry every session's creation adds to, and read-only, the memory's two records
+        (written once, by the deployment's first worker, which should not be a tenant's)."""
+        app, prefix = glob_escape(escape(app_name)), glob_escape(self.prefix)
+        own = [
+            f"~{prefix}:{{{app}}}:*",
+            f"~{prefix}:{{{app}:*",
+            *(f"~{prefix}:mem:{part}{{{app}:*" for part in ("", "stats:", "df:", "ctx:")),
+            f"~{glob_escape(self.apps())}",
+        ]
+        records = [self.memory_backend(), self.memory_vectors()]
+        return own + [f"%R~{glob_escape(key)}" for key in records]
 
     def memory_vector_index(self) -> str:
         """Name of the RediSearch vector index (not a key), over the same hashes."""

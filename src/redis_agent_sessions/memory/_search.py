@@ -15,11 +15,13 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError, ResponseError
 
+from redis_agent_sessions._health import PROBE_ID
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace, escape
+from redis_agent_sessions.memory._indexes import IndexLayout
 from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams
 from redis_agent_sessions.memory._vectors import (
@@ -95,37 +97,31 @@ def escape_term(word: str) -> str:
 
 
 class IndexSearch:
-    """Queries RediSearch: one index covering every app and user under the key prefix, or
-    on a cluster one index per (app, user), which lives on, and is asked on, the shard
-    holding that user's entries (the search module indexes each shard apart)."""
+    """Queries RediSearch through the indexes of an :class:`IndexLayout` (one shared, one
+    per app, or on a cluster one per (app, user), asked on the shard holding that user's
+    entries: the search module indexes each shard apart)."""
 
     def __init__(
-        self, topology: Topology, keys: KeySpace, semantic: Semantic | None = None
+        self, topology: Topology, layout: IndexLayout, semantic: Semantic | None = None
     ) -> None:
         self._redis = topology.client
         self._topology = topology
-        self._keys = keys
+        self._keys = layout.keys
+        self.layout = layout
         self._semantic = semantic
-        self._per_user = topology.cluster
         self._ready: set[tuple[str, str]] = set()
         self.windows = _WINDOWS
-        self._indexed: tuple[float, int] | None = None
-        """(when read, documents) of the shared vector index (FT.INFO)."""
+        self._indexed: dict[str, tuple[float, int]] = {}
+        """Vector index -> (when read, documents) (FT.INFO)."""
 
     def index(self, app: str, user: str) -> str:
-        if self._per_user:
-            return self._keys.memory_user_index(app, user)
-        return self._keys.memory_index()
+        return self.layout.index(app, user)
 
     def _vector_index(self, app: str, user: str) -> str:
-        if self._per_user:
-            return self._keys.memory_user_vector_index(app, user)
-        return self._keys.memory_vector_index()
+        return self.layout.vector_index(app, user)
 
     def _prefix(self, app: str, user: str) -> str:
-        if self._per_user:
-            return self._keys.memory_user_index_prefix(app, user)
-        return self._keys.memory_index_prefix()
+        return self.layout.prefix(app, user)
 
     async def _run(self, app: str, user: str, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Run search commands where the (app, user)'s index lives, in one round trip."""
@@ -133,23 +129,27 @@ class IndexSearch:
 
     async def prepare(self, *, rebuild: bool = False) -> None:
         """Before the backend is recorded: make the shared index, which proves this client
-        can use the module. (Per-user indexes are made at each user's first write: the module
-        is asked now, about an index that does not exist, so that a cluster without it fails
-        here, as a single node does, and not at a user's first write.)"""
-        if not self._per_user:
+        can use the module. (Per-app and per-user indexes are made at their owner's first
+        write: the module is asked now, about an index that does not exist, so that a
+        server without it fails here and not at a user's first write. A user limited to
+        one app's keys is refused that question, which proves the module is there: Redis
+        looks a command up before it checks the keys.)"""
+        if not self.layout.lazy:
             await self.ensure_index(rebuild=rebuild)
             return
         try:
-            await self._run("", "", [("FT.INFO", self.index("", ""))])
+            await self._run(PROBE_ID, PROBE_ID, [("FT.INFO", self.index(PROBE_ID, PROBE_ID))])
+        except NoPermissionError:
+            return
         except ResponseError as exc:
             if "unknown index" not in str(exc).lower() and "no such index" not in str(exc).lower():
                 raise
 
     async def ensure_index(self, app: str = "", user: str = "", *, rebuild: bool = False) -> None:
-        """Create the index (of ``app``/``user`` when per user) unless it exists; an
-        existing one must have our schema. With ``rebuild``, a vector index of another
-        definition is dropped (not its hashes) and made again (for ``reembed``)."""
-        owner = (app, user) if self._per_user else ("", "")
+        """Create the index of (app, user) unless it exists; an existing one must have our
+        schema. With ``rebuild``, a vector index of another definition is dropped (not its
+        hashes) and made again (for ``reembed``)."""
+        owner = self.layout.owner(app, user)
         if owner in self._ready:
             return
         if rebuild and self._semantic is not None:
@@ -254,7 +254,7 @@ class IndexSearch:
         except ResponseError as exc:
             # A user whose entries were all written before the embedder was turned on
             # has no vector index of their own (cluster) until their next write.
-            if self._per_user and "no such index" in str(exc).lower():
+            if self.layout.lazy and "no such index" in str(exc).lower():
                 return []
             raise
         return parse_knn(search_docs(reply))
@@ -266,13 +266,14 @@ class IndexSearch:
         [entries] = await self._run(app, user, [("ZCARD", self._keys.memory_entries(app, user))])
         if int(entries) < _BATCHES_FROM:
             return False
-        if self._per_user:
+        if self.layout.scope == "user":
             return True
         now = time.monotonic()
-        if self._indexed is None or now - self._indexed[0] > _INDEXED_TTL:
+        read = self._indexed.get(index)
+        if read is None or now - read[0] > _INDEXED_TTL:
             [info] = await self._run(app, user, [("FT.INFO", index)])
-            self._indexed = (now, int(float(text(_as_dict(info).get("num_docs", 0)))))
-        return int(entries) * 4 >= self._indexed[1]
+            read = self._indexed[index] = (now, int(float(text(_as_dict(info).get("num_docs", 0)))))
+        return int(entries) * 4 >= read[1]
 
     async def _search(
         self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
@@ -283,8 +284,8 @@ class IndexSearch:
                 return await self._by_levels(app, user, words, limit, also)
             return await self._aggregate(app, user, words, limit, also)
         except ResponseError as exc:
-            # A user's own index exists once they have written an entry.
-            if self._per_user and "no such index" in str(exc).lower() and not also:
+            # A user's (an app's) own index exists once they have written an entry.
+            if self.layout.lazy and "no such index" in str(exc).lower() and not also:
                 return [], []
             raise
 
