@@ -39,17 +39,26 @@ def readme_commands(*, search: bool = False) -> list[str]:
 
 @asynccontextmanager
 async def acl_user(
-    admin: Any, *, search: bool = False, concern: str | None = None, without: str | None = None
+    admin: Any,
+    *,
+    search: bool = False,
+    concern: str | None = None,
+    without: str | None = None,
+    keys: list[str] | None = None,
 ) -> AsyncIterator[Any]:
     """A client logged in as a fresh user with the documented rules (the search ones with
     ``search``, those of a write ``concern``, the cluster ones when ``admin`` is a
-    RedisCluster: set on every node), minus ``+without``."""
+    RedisCluster: set on every node), minus ``+without``; with ``keys``, those key rules
+    in place of the documented ``~ras:*`` (a tenant's)."""
     readme = readme_rules()
     cluster = isinstance(admin, RedisCluster)
     rules = readme["base"] + (readme["search"] if search else []) + readme.get(concern or "", [])
     rules += readme["cluster"] if cluster else []
     name, password = f"ras-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     rules = [f">{password}" if r.startswith(">") else r for r in rules]
+    if keys is not None:
+        at = rules.index("~ras:*")
+        rules[at : at + 1] = keys
     if without is not None:
         assert f"+{without}" in rules, without
         rules.remove(f"+{without}")

@@ -16,14 +16,30 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError, ResponseError
 
+from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
 
-__all__ = ["PROBE_ID", "Check", "NotReady", "Probe", "Readiness", "memory_probe", "run_checks"]
+__all__ = [
+    "PROBE_ID",
+    "Check",
+    "NotReady",
+    "Probe",
+    "Readiness",
+    "memory_probe",
+    "probe_app",
+    "run_checks",
+]
 
 PROBE_ID = "readiness-probe"
 """App, user and session id of the session the script checks ask for (never created)."""
+
+
+def probe_app(app_name: str | None) -> str:
+    """The app of the probe's session: its own, or the caller's (a Redis user limited to
+    one app's keys reaches no other); a bad name is refused, as every call refuses it."""
+    return PROBE_ID if app_name is None else check_id("app_name", app_name)
 
 
 @dataclass(frozen=True)

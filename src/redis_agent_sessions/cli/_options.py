@@ -185,6 +185,11 @@ def _reembed(p: argparse.ArgumentParser) -> None:
 def _ping(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true", help="check the memory service too")
     p.add_argument(
+        "--app",
+        metavar="APP",
+        help="probe in this app (for a Redis user limited to one app's keys)",
+    )
+    p.add_argument(
         "--timeout", type=float, default=5.0, help="seconds the whole check may take (5)"
     )
     _json(p)

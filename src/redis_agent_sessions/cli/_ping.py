@@ -16,11 +16,11 @@ __all__ = ["run"]
 
 async def run(ctx: Context, args: argparse.Namespace) -> int:
     results: dict[str, Readiness] = {
-        "sessions": await ctx.sessions.check_ready(timeout=args.timeout)
+        "sessions": await ctx.sessions.check_ready(timeout=args.timeout, app_name=args.app)
     }
     if args.memory:
         memory = ctx.memory()
-        results["memory"] = await memory.check_ready(timeout=args.timeout)
+        results["memory"] = await memory.check_ready(timeout=args.timeout, app_name=args.app)
     ready = all(results.values())
     if ctx.json:
         ctx.print_json(

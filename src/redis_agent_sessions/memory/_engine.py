@@ -29,6 +29,7 @@ from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import analyse, text_terms
 from redis_agent_sessions.memory._docs import content_json, event_docs, metadata
 from redis_agent_sessions.memory._embedders import Vectorizer
+from redis_agent_sessions.memory._indexes import index_layout
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, prepare
 from redis_agent_sessions.memory._reindex import refresh_around, session_of
@@ -97,7 +98,7 @@ class MemoryEngine:
 
         instrument(service, operations, Telemetry(self.config, self._topology.endpoint))
 
-    async def check_ready(self, timeout: float) -> Readiness:
+    async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and
         run a search for a user who has no memories: see :mod:`redis_agent_sessions._health`."""
 
@@ -107,7 +108,7 @@ class MemoryEngine:
         async def search() -> str:
             # Keyword only: a probe every few seconds must not pay for an embedding call.
             await self.search(
-                app_name=PROBE_ID, user_id=PROBE_ID, query="readiness probe", vectors=False
+                app_name=app, user_id=PROBE_ID, query="readiness probe", vectors=False
             )
             return "a search runs"
 
@@ -154,7 +155,10 @@ class MemoryEngine:
             await self._check_vectors()
         search: IndexSearch | PlainSearch = PlainSearch(self._client, self._keys, self.semantic)
         if chosen == "search":
-            search = IndexSearch(self._topology, self._keys, self.semantic)
+            layout = index_layout(
+                self._keys, cluster=self._topology.cluster, memory_index=self.config.memory_index
+            )
+            search = IndexSearch(self._topology, layout, self.semantic)
             try:
                 await search.prepare(rebuild=self._adopting)
             except NoPermissionError:

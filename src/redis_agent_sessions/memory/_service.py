@@ -10,7 +10,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from typing_extensions import Self
 
-from redis_agent_sessions._health import Readiness
+from redis_agent_sessions._health import Readiness, probe_app
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
 from redis_agent_sessions.config import SessionServiceConfig
@@ -150,12 +150,14 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         return await self._memory.backend()
 
     @_scripts.typed_permissions
-    async def check_ready(self, *, timeout: float = 5.0) -> Readiness:
+    async def check_ready(self, *, timeout: float = 5.0, app_name: str | None = None) -> Readiness:
         """Whether this service can work now, for an orchestrator's readiness probe: every
         Redis node answers, the memory backend opens (the search module and the index, for
         ``search``) and a search runs with this user's permissions. Never raises for what it
-        finds: the result is falsy, and each :class:`Check` says what failed and why."""
-        return await self._memory.check_ready(timeout)
+        finds: the result is falsy, and each :class:`Check` says what failed and why. The
+        search is for a user of an app of its own, unless ``app_name`` names one (a Redis
+        user limited to one app's keys passes its app)."""
+        return await self._memory.check_ready(timeout, probe_app(app_name))
 
     async def add_session_to_memory(self, session: SessionT) -> None:
         """Index the session's events that carry text, replacing what it contributed before.

@@ -110,18 +110,18 @@ class SessionEngine(Generic[S, E]):
         self.layout.observe(telemetry)
         instrument(service, operations, telemetry)
 
-    async def check_ready(self, timeout: float) -> Readiness:
+    async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, run the scripts (touching nothing), and when writes wait for
         replicas, that they can: see :mod:`redis_agent_sessions._health`."""
 
         async def scripts() -> str:
             await self.ctx.ready()
             found = await self.reads.get_session(
-                app_name=PROBE_ID, user_id=PROBE_ID, session_id=PROBE_ID, config=None
+                app_name=app, user_id=PROBE_ID, session_id=PROBE_ID, config=None
             )
             if found is not None:
                 raise CorruptDataError(PROBE_ID, "the readiness probe's session exists")
-            return await self.writes.probe(PROBE_ID, PROBE_ID, PROBE_ID)
+            return await self.writes.probe(app, PROBE_ID, PROBE_ID)
 
         topology = self.layout.topology
         probes: list[tuple[str, Probe]] = [("redis", topology.reach), ("scripts", scripts)]

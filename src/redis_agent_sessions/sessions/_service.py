@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
-from redis_agent_sessions._health import Readiness
+from redis_agent_sessions._health import Readiness, probe_app
 from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
@@ -257,14 +257,16 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
             block_ms=block_ms,
         )
 
-    async def check_ready(self, *, timeout: float = 5.0) -> Readiness:
+    async def check_ready(self, *, timeout: float = 5.0, app_name: str | None = None) -> Readiness:
         """Whether this service can work now, for an orchestrator's readiness probe: every
         Redis node answers, the scripts run with this user's permissions (on a session
         that does not exist: nothing is written), and under a ``replicas``/``aof`` write
         concern, that the replicas confirm in time. Never raises for what it finds: the
         result is falsy, and each :class:`Check` says what failed and why. ``timeout``
-        bounds the whole probe (seconds)."""
-        return await self._engine.check_ready(timeout)
+        bounds the whole probe (seconds). The probe's session is in an app of its own,
+        unless ``app_name`` names one: a Redis user limited to one app's keys (see the
+        deployment docs, "Tenants") passes its app."""
+        return await self._engine.check_ready(timeout, probe_app(app_name))
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """User-scope state, keys without the ``user:`` prefix; ``{}`` when none."""
