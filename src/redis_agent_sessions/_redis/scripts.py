@@ -41,7 +41,8 @@ def lua_source(name: str) -> str:
     """The text of ``lua/<name>.lua`` inside this package, after the libraries every script
     may call: the ACL prelude (``lua/_permitted.lua``), which every script calls before its
     first command, the layout argument's reader (``lua/_layout.lua``), the expiry index's
-    helpers (``lua/_expiry.lua``) and the memory scripts' (``lua/_memory.lua``). A script
+    helpers (``lua/_expiry.lua``) and the memory scripts' (``lua/_memory.lua``, and their
+    entry writes, ``lua/_entries.lua``). A script
     whose file opens with a shebang line (``#!lua flags=no-writes``: it only reads, so Redis
     runs it at full memory and never lets it write) keeps that line first, where Redis
     looks for it."""
@@ -51,7 +52,7 @@ def lua_source(name: str) -> str:
     if own.startswith("#!"):
         first, own = own.split("\n", 1)
         first += "\n"
-    parts = ("_permitted", "_layout", "_expiry", "_memory")
+    parts = ("_permitted", "_layout", "_expiry", "_memory", "_entries")
     return first + "".join(lua.joinpath(f"{p}.lua").read_text("utf-8") for p in parts) + own
 
 

@@ -43,32 +43,6 @@ for _, op in ipairs(ops) do
     todo[#todo + 1] = op
   end
 end
-local deltas = {}
-local stats = redis.call('HMGET', KEYS[5], 'n', 'len')
-local entries, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
-local counted_any = false
-local n = 0
-for _, op in ipairs(todo) do
-  if op.drop and op.cur[2] then  -- its terms leave the statistics
-    entries, total, counted_any = entries - 1, total - tonumber(op.cur[3]), true
-    count_terms(deltas, op.cur[2], op.cur[4], -1)
-  end
-  if op.s > 0 then redis.call('SREM', KEYS[op.s], op.id) end
-  if op.drop then
-    if postings then
-      for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
-      redis.call('HDEL', KEYS[3], op.id)
-    end
-    redis.call('HDEL', KEYS[7], op.id)
-    n = n + redis.call('DEL', KEYS[op.k])
-    if ARGV[1] == '1' then redis.call('SADD', KEYS[2], op.id) end
-  end
-  if op.drop or op.missing then redis.call('ZREM', KEYS[1], op.id) end
-end
-write_counts(KEYS[6], deltas)
-if counted_any and entries <= 0 then
-  redis.call('DEL', KEYS[5])
-elseif counted_any then
-  redis.call('HSET', KEYS[5], 'n', entries, 'len', total)
-end
+local n = drop_entries({entries = KEYS[1], texts = KEYS[3], stats = KEYS[5], df = KEYS[6], ctx = KEYS[7]},
+  todo, {postings = postings, tombstone = ARGV[1] == '1' and KEYS[2] or nil})
 return {1, n}

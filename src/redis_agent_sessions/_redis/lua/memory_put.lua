@@ -77,59 +77,9 @@ if #unembedded > 1 then return unembedded end
 
 -- A batch repeats the same terms and postings: counts and postings are gathered, then
 -- written once per term and once per posting.
-local deltas, adds = {}, {}
-local stats = redis.call('HMGET', KEYS[6], 'n', 'len')
-local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
-for _, op in ipairs(todo) do
-  local cur = op.old
-  if not op.same then
-    if op.stale and cur[2] then  -- the entry's old terms leave the statistics
-      n, total = n - 1, total - tonumber(cur[3])
-      count_terms(deltas, cur[2], cur[4], -1)
-    end
-    if postings and op.stale then
-      for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
-    end
-    n, total = n + 1, total + op.dl
-    for _, term in ipairs(op.c) do deltas[term] = (deltas[term] or 0) + 1 end
-    if postings then
-      -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
-      local norm = k1 * (1 - b + b * op.dl * n / total)
-      for _, p in ipairs(op.p) do
-        local tf = p[2] / 4
-        local add = adds[p[1]]
-        if not add then add = {}; adds[p[1]] = add end
-        add[#add + 1] = tf * (k1 + 1) / (tf + norm)
-        add[#add + 1] = op.id
-      end
-      for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
-      if op.t ~= '' then redis.call('HSET', KEYS[5], op.id, op.t) else redis.call('HDEL', KEYS[5], op.id) end
-    end
-  end
-  redis.call('HSET', KEYS[8], op.id, op.cx)
-  if op.kv then
-    local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
-    for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do
-      if kept[i] then op.f[#op.f + 1] = name; op.f[#op.f + 1] = kept[i] end
-    end
-  end
-  local vec = op.vk and (op.v > 0 and ARGV[op.v] or redis.call('HGET', KEYS[op.k], 'vec'))
-  if vec then
-    -- In the one HSET: each write of an indexed hash is indexed anew.
-    op.f[#op.f + 1] = 'vec'
-    op.f[#op.f + 1] = vec
-  end
-  redis.call('DEL', KEYS[op.k])
-  redis.call('HSET', KEYS[op.k], unpack(op.f))
-  redis.call('ZADD', KEYS[1], op.ts, op.id)
-  if ARGV[3] == '1' then redis.call('SADD', KEYS[3], op.id) end
-  if mode == 'explicit' then redis.call('SREM', KEYS[2], op.id) end
-end
-for i, add in pairs(adds) do
-  for at = 1, #add, 2000 do redis.call('ZADD', KEYS[i], unpack(add, at, math.min(at + 1999, #add))) end
-end
-write_counts(KEYS[7], deltas)
-if #todo > 0 then redis.call('HSET', KEYS[6], 'n', n, 'len', total) end
+local K = {entries = KEYS[1], texts = KEYS[5], stats = KEYS[6], df = KEYS[7], ctx = KEYS[8]}
+local session, undelete = ARGV[3] == '1' and KEYS[3] or nil, mode == 'explicit' and KEYS[2] or nil
+write_entries(K, todo, {postings = postings, k1 = k1, b = b, session = session, undelete = undelete})
 local reply = {1, #todo}
 if ingest then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 if ARGV[5] == '1' then

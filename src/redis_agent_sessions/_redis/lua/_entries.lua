@@ -1,0 +1,102 @@
+-- Memory entry writes, shared by memory_put, memory_delete and memory_facts.
+-- Prepended to every script by _scripts.py (a library, not a script: no KEYS, no ARGV).
+-- K names the user's fixed keys: {entries = zset, texts = hash, stats = hash, df = hash,
+-- ctx = hash}.
+-- write_entries(K, todo, opt): stores each op of todo as memory_put.lua describes it, with
+--   op.old = its stored fields (HMGET own tf dl au grams words vkey), op.same = whether they
+--   are found by what op is, op.stale = stored and not same; the user's counts and postings
+--   follow, each term and posting written once. opt = {postings = plain backend's postings
+--   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
+--   ids out of (or nil)}.
+-- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
+--   with op.cur = its stored fields (HMGET own tf dl au grams words), op.drop = delete it,
+--   op.missing = it was not stored; returns how many were deleted. opt = {postings,
+--   tombstone = deleted set to remember ids in (or nil)}.
+local function write_entries(K, todo, opt)
+  local postings = opt.postings
+  local deltas, adds = {}, {}
+  local stats = redis.call('HMGET', K.stats, 'n', 'len')
+  local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
+  for _, op in ipairs(todo) do
+    local cur = op.old
+    if not op.same then
+      if op.stale and cur[2] then  -- the entry's old terms leave the statistics
+        n, total = n - 1, total - tonumber(cur[3])
+        count_terms(deltas, cur[2], cur[4], -1)
+      end
+      if postings and op.stale then
+        for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
+      end
+      n, total = n + 1, total + op.dl
+      for _, term in ipairs(op.c) do deltas[term] = (deltas[term] or 0) + 1 end
+      if postings then
+        -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
+        local norm = opt.k1 * (1 - opt.b + opt.b * op.dl * n / total)
+        for _, p in ipairs(op.p) do
+          local tf = p[2] / 4
+          local add = adds[p[1]]
+          if not add then add = {}; adds[p[1]] = add end
+          add[#add + 1] = tf * (opt.k1 + 1) / (tf + norm)
+          add[#add + 1] = op.id
+        end
+        for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
+        if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
+      end
+    end
+    redis.call('HSET', K.ctx, op.id, op.cx)
+    if op.kv then
+      local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
+      for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do
+        if kept[i] then op.f[#op.f + 1] = name; op.f[#op.f + 1] = kept[i] end
+      end
+    end
+    local vec = op.vk and (op.v > 0 and ARGV[op.v] or redis.call('HGET', KEYS[op.k], 'vec'))
+    if vec then
+      -- In the one HSET: each write of an indexed hash is indexed anew.
+      op.f[#op.f + 1] = 'vec'
+      op.f[#op.f + 1] = vec
+    end
+    redis.call('DEL', KEYS[op.k])
+    redis.call('HSET', KEYS[op.k], unpack(op.f))
+    redis.call('ZADD', K.entries, op.ts, op.id)
+    if opt.session then redis.call('SADD', opt.session, op.id) end
+    if opt.undelete then redis.call('SREM', opt.undelete, op.id) end
+  end
+  for i, add in pairs(adds) do
+    for at = 1, #add, 2000 do redis.call('ZADD', KEYS[i], unpack(add, at, math.min(at + 1999, #add))) end
+  end
+  write_counts(K.df, deltas)
+  if #todo > 0 then redis.call('HSET', K.stats, 'n', n, 'len', total) end
+end
+
+local function drop_entries(K, todo, opt)
+  local deltas = {}
+  local stats = redis.call('HMGET', K.stats, 'n', 'len')
+  local entries, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
+  local counted_any = false
+  local n = 0
+  for _, op in ipairs(todo) do
+    if op.drop and op.cur[2] then  -- its terms leave the statistics
+      entries, total, counted_any = entries - 1, total - tonumber(op.cur[3]), true
+      count_terms(deltas, op.cur[2], op.cur[4], -1)
+    end
+    if (op.s or 0) > 0 then redis.call('SREM', KEYS[op.s], op.id) end
+    if op.drop then
+      if opt.postings then
+        for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
+        redis.call('HDEL', K.texts, op.id)
+      end
+      redis.call('HDEL', K.ctx, op.id)
+      n = n + redis.call('DEL', KEYS[op.k])
+      if opt.tombstone then redis.call('SADD', opt.tombstone, op.id) end
+    end
+    if op.drop or op.missing then redis.call('ZREM', K.entries, op.id) end
+  end
+  write_counts(K.df, deltas)
+  if counted_any and entries <= 0 then
+    redis.call('DEL', K.stats)
+  elseif counted_any then
+    redis.call('HSET', K.stats, 'n', entries, 'len', total)
+  end
+  return n
+end
