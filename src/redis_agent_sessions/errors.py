@@ -9,8 +9,10 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadyExistsError",
+    "ConsolidationConflictError",
     "CorruptDataError",
     "EmbeddingError",
+    "GenerationError",
     "IncompleteSessionError",
     "InvalidInputError",
     "MemoryIndexError",
@@ -116,6 +118,18 @@ class EmbeddingError(RedisSessionsError):
     """The memory service's embedder failed, or returned vectors that cannot be stored (a
     wrong count or dimension, a value that is not a finite number, an all-zero vector).
     Raised before anything is written: the previous entries stay as they were."""
+
+
+class GenerationError(RedisSessionsError):
+    """The memory service's generator failed, or returned what cannot be applied (not a list
+    of operations, a fact too long or empty, an id it was not shown: another user's, or
+    none at all). Raised before anything is written: the facts and the session's
+    watermark stay as they were, so the same events are offered again next time."""
+
+
+class ConsolidationConflictError(RedisSessionsError):
+    """Other workers kept changing the facts a generator's operations touch (or processed
+    the same events first) through every attempt: nothing of this call was written."""
 
 
 class MemoryIndexError(RedisSessionsError):

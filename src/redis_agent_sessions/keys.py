@@ -37,6 +37,12 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:<user>}:session:<id>          set    entry ids that session contributed
     ras:mem:{<app>:<user>}:session:<id>:ingest:<token>  set  ids seen by one running ingestion
     ras:mem:{<app>:<user>}:deleted               set    deleted entry ids, never re-ingested
+    ras:mem:{<app>:<user>}:facts                 zset   learned facts' ids (entries too), by their
+                                                        last change
+    ras:mem:{<app>:<user>}:facts:expiry          zset   facts with a time to live, by when (ms)
+    ras:mem:{<app>:<user>}:fact:<id>:history     list   what a fact said before, newest first (JSON)
+    ras:mem:{<app>:<user>}:session:<id>:facts    string "<events processed>\t<last event id>": the
+                                                        generator's watermark in that session
     ras:mem:{<app>:<user>}:texts                 hash   plain backend: entry id -> lowercased text
     ras:mem:stats:{<app>:<user>}                 hash   n (entries indexed by terms), len (their
                                                         total length, in quarter words)
@@ -279,6 +285,19 @@ class KeySpace:
 
     def memory_deleted(self, app_name: str, user_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:deleted"
+
+    def memory_facts(self, app_name: str, user_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:facts"
+
+    def memory_fact_expiry(self, app_name: str, user_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:facts:expiry"
+
+    def memory_fact_history(self, app_name: str, user_id: str, fact_id: str) -> str:
+        return f"{self._memory(app_name, user_id)}:fact:{escape(fact_id)}:history"
+
+    def memory_watermark(self, app_name: str, user_id: str, session_id: str) -> str:
+        """How far the generator has read a session (a string: not a search document)."""
+        return f"{self.memory_session(app_name, user_id, session_id)}:facts"
 
     def memory_texts(self, app_name: str, user_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:texts"

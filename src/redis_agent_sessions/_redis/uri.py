@@ -25,7 +25,17 @@ __all__ = ["ServiceURL", "parse_service_url"]
 
 SCHEMES = ("redis", "rediss", "unix")
 _CONFIG_FIELDS = tuple(SessionServiceConfig.model_fields)
-_MEMORY = ("memory_backend", "embedder", "embedder_dimensions", "vector_index", "min_similarity")
+_MEMORY = (
+    "memory_backend",
+    "embedder",
+    "embedder_dimensions",
+    "vector_index",
+    "min_similarity",
+    "generator",
+    "fact_topics",
+    "fact_ttl_seconds",
+    "keep_events",
+)
 """The memory service's own settings (read by it; the session service ignores them, so one
 URL may serve both)."""
 _OURS = (*_CONFIG_FIELDS, *_MEMORY)

@@ -48,12 +48,14 @@ from redis_agent_sessions.adk._codec import AdkCodec
 from redis_agent_sessions.adk._compacted import CompactedReads, read_compacted
 from redis_agent_sessions.adk._memory import RedisMemoryService
 from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.memory._model_generator import ModelGenerator
 from redis_agent_sessions.sessions._service import SessionServiceBase
 from redis_agent_sessions.sessions._types import ErrorTypes
 
 __all__ = [
     "AlreadyExistsError",
     "CompactedReads",
+    "ModelGenerator",
     "RedisMemoryService",
     "RedisSessionService",
     "SessionNotFoundError",

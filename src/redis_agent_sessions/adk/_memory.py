@@ -23,7 +23,13 @@ from redis_agent_sessions._redis.codec import check_sequence
 from redis_agent_sessions._redis.lifecycle import AnyRedis, check_client_or_uri
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
-from redis_agent_sessions.memory import Backend, Embedder, VectorIndex
+from redis_agent_sessions.memory import (
+    Backend,
+    Embedder,
+    FactSettings,
+    MemoryGenerator,
+    VectorIndex,
+)
 from redis_agent_sessions.memory._service import MemoryServiceBase
 from redis_agent_sessions.memory._url import open_memory_service_url
 from redis_agent_sessions.models import Content, Event, Session
@@ -58,6 +64,8 @@ class RedisMemoryService(
         embedder: turns semantic recall on, as on the core service.
         vector_index: the vector index's algorithm, as on the core service.
         min_similarity: the least similarity of a vector hit, as on the core service.
+        generator: learns facts from sessions (see :class:`ModelGenerator`), as on the core
+            service; ``facts`` its settings.
     """
 
     def __init__(
@@ -71,6 +79,8 @@ class RedisMemoryService(
         embedder: Embedder | None = None,
         vector_index: VectorIndex = "HNSW",
         min_similarity: float = 0.0,
+        generator: MemoryGenerator | None = None,
+        facts: FactSettings | None = None,
     ) -> None:
         check_client_or_uri(client, uri)
         del agents_dir  # ADK passes it to every service it builds; nothing to do with it
@@ -80,6 +90,8 @@ class RedisMemoryService(
             "embedder": embedder,
             "vector_index": vector_index,
             "min_similarity": min_similarity,
+            "generator": generator,
+            "facts": facts,
         }
         owns_embedder = False
         if uri is not None:

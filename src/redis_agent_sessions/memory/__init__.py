@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from redis_agent_sessions.memory._consolidate import FactSettings
 from redis_agent_sessions.memory._embedders import CallableEmbedder, Embedder
+from redis_agent_sessions.memory._generators import (
+    CallableGenerator,
+    Fact,
+    FactRevision,
+    FactSource,
+    GenerationRequest,
+    MemoryGenerator,
+    MemoryOperation,
+)
 from redis_agent_sessions.memory._google import GoogleEmbedder
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._service import MemoryServiceBase
@@ -21,9 +31,17 @@ from redis_agent_sessions.models import Event, Session
 __all__ = [
     "Backend",
     "CallableEmbedder",
+    "CallableGenerator",
     "Embedder",
+    "Fact",
+    "FactRevision",
+    "FactSettings",
+    "FactSource",
+    "GenerationRequest",
     "GoogleEmbedder",
     "MemoryEntry",
+    "MemoryGenerator",
+    "MemoryOperation",
     "RedisMemoryService",
     "SearchMemoryResponse",
     "VectorIndex",

@@ -27,8 +27,11 @@ from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import analyse, text_terms
+from redis_agent_sessions.memory._consolidate import Consolidator, FactSettings, checked_events
 from redis_agent_sessions.memory._docs import content_json, event_docs, metadata
 from redis_agent_sessions.memory._embedders import Vectorizer
+from redis_agent_sessions.memory._facts import FactStore
+from redis_agent_sessions.memory._generators import MemoryGenerator
 from redis_agent_sessions.memory._indexes import index_layout
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, prepare
@@ -64,6 +67,8 @@ class MemoryEngine:
         config: SessionServiceConfig,
         backend: Backend,
         semantic: Semantic | None = None,
+        generator: MemoryGenerator | None = None,
+        facts: FactSettings | None = None,
     ) -> None:
         if backend not in ("auto", "search", "plain"):
             raise InvalidInputError(f"backend must be 'auto', 'search' or 'plain': {backend!r}")
@@ -79,6 +84,9 @@ class MemoryEngine:
         self.semantic = semantic
         self._adopting = False
         self._vectorizer: Vectorizer | None = None if semantic is None else semantic.vectorizer
+        self.generator = generator
+        self.fact_settings = facts or FactSettings()
+        self._facts: FactStore | None = None
 
     @property
     def client(self) -> Any:
@@ -182,6 +190,13 @@ class MemoryEngine:
                 return await self._open_backend()
         return MemoryStore(self._client, self._keys, postings=chosen == "plain"), search
 
+    async def facts(self) -> FactStore:
+        """The learned facts' store (on the backend's entries)."""
+        store, _ = await self._ready()
+        if self._facts is None:
+            self._facts = FactStore(self._client, self._keys, store, self.fact_settings.history)
+        return self._facts
+
     async def ready_for(self, app: str, user: str) -> tuple[MemoryStore, IndexSearch | PlainSearch]:
         """The store and search, ready for writes of (app, user)."""
         return await self._ready(app, user)
@@ -247,6 +262,10 @@ class MemoryEngine:
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
         sid = check_id("session_id", session.id)
+        if self.generator is not None:
+            await self._learn(app, user, session)
+            if not self.fact_settings.keep_events:
+                return
         docs = event_docs(app, user, sid, session.events, {})
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=False)
@@ -264,6 +283,21 @@ class MemoryEngine:
             stale = await store.put(
                 app, user, [], mode="replace", session_id=sid, ingest=ingest, final=True
             )
+
+    async def _learn(self, app: str, user: str, session: Session) -> None:
+        """The session's events not read yet, through the generator into the facts."""
+        checked_events(session.events)
+        store, _ = await self._ready(app, user)
+        assert self.generator is not None
+        assert self._ranker is not None
+        ranker = self._ranker
+
+        async def embed(app: str, user: str, docs: list[Doc]) -> None:
+            await self._embed_new(store, app, user, docs, keep=False)
+
+        await Consolidator(
+            await self.facts(), self.generator, self.fact_settings, rank=ranker.rank, embed=embed
+        ).session(app, user, session)
 
     async def add_events(
         self,
@@ -327,8 +361,13 @@ class MemoryEngine:
         if memory_id is not None:
             check_id("memory_id", memory_id)
         store, _ = await self._ready()
+        facts = await self.facts()
         if memory_id is None:
             await store.delete_all(app, user)
+            await facts.forget_all(app, user)
+            return
+        if await facts.which(app, user, [memory_id]):
+            await facts.delete(app, user, memory_id)
             return
         turns = await session_of(self, app, user, memory_id)
         await store.delete(app, user, [memory_id], tombstone=True)
@@ -396,12 +435,22 @@ class MemoryEngine:
                 for rank, memory_id in enumerate(ids, 1)
             }
         entries = await store.fetch(app, user, ids)
+        now = time.time()
+        if any(e.expires is not None and e.expires <= now for e in entries):
+            # Facts past their time to live are forgotten now, and the search asked again.
+            await (await self.facts()).expire(app, user, now)
+            return await self.search(
+                app_name=app, user_id=user, query=query, limit=limit, vectors=vectors,
+                explain=explain,
+            )  # fmt: skip
         return SearchMemoryResponse(
             memories=[
                 MemoryEntry(
                     content=Content.model_validate(e.content),
                     custom_metadata=(
-                        {**e.meta, RETRIEVAL_KEY: found[e.id]} if e.id in found else e.meta
+                        {**e.meta, RETRIEVAL_KEY: {**e.meta.get(RETRIEVAL_KEY, {}), **found[e.id]}}
+                        if e.id in found
+                        else e.meta
                     ),
                     id=e.id,
                     author=e.author,

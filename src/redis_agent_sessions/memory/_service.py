@@ -4,6 +4,7 @@ search results) through four conversions; the store itself works on the core mod
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar
@@ -12,10 +13,14 @@ from typing_extensions import Self
 
 from redis_agent_sessions._health import Readiness, probe_app
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
 from redis_agent_sessions.config import SessionServiceConfig
+from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.memory._consolidate import FactSettings
 from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
+from redis_agent_sessions.memory._generators import Fact, FactRevision, MemoryGenerator
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._reembed import ReembedReport, reembed
 from redis_agent_sessions.memory._reindex import ReindexReport, reindex
@@ -67,12 +72,25 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         embedder: Embedder | None = None,
         vector_index: VectorIndex = "HNSW",
         min_similarity: float = 0.0,
+        generator: MemoryGenerator | None = None,
+        facts: FactSettings | None = None,
     ) -> None:
         semantic = None
         if embedder is not None:
             semantic = Semantic(Vectorizer(embedder), vector_index, min_similarity)
+        if generator is not None and not isinstance(generator, MemoryGenerator):
+            raise InvalidInputError(
+                f"generator must have an async generate(request): {type(generator).__name__}"
+            )
+        if facts is not None and not isinstance(facts, FactSettings):
+            raise InvalidInputError(f"facts must be a FactSettings: {type(facts).__name__}")
         self._memory = MemoryEngine(
-            client, config=config or SessionServiceConfig(), backend=backend, semantic=semantic
+            client,
+            config=config or SessionServiceConfig(),
+            backend=backend,
+            semantic=semantic,
+            generator=generator,
+            facts=facts,
         )
         self._client = client
         self._owns_client = False
@@ -104,12 +122,17 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         embedder: Embedder | None = None,
         vector_index: VectorIndex = "HNSW",
         min_similarity: float = 0.0,
+        generator: MemoryGenerator | None = None,
+        facts: FactSettings | None = None,
         **redis_kwargs: Any,
     ) -> Self:
         """A service with its own client, closed by :meth:`aclose`; the URL's query may
         carry settings, as for the session service's ``from_url``, and the memory's own:
         ``memory_backend``, ``embedder`` (``google:<model>`` or ``import:<module>:<name>``),
-        ``embedder_dimensions``, ``vector_index``, ``min_similarity``."""
+        ``embedder_dimensions``, ``vector_index``, ``min_similarity``, and for learned
+        facts ``generator`` (``import:<module>:<name>``, or ``adk:<model>`` with the
+        ``[adk]`` extra), ``fact_topics`` (comma-separated), ``fact_ttl_seconds``,
+        ``keep_events``."""
         opened = open_memory_service_url(
             url,
             config=config,
@@ -118,6 +141,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             embedder=embedder,
             vector_index=vector_index,
             min_similarity=min_similarity,
+            generator=generator,
+            facts=facts,
             **redis_kwargs,
         )
         service = cls(opened.client, **opened.settings)
@@ -237,6 +262,26 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         return self._response(found)
 
     @_scripts.typed_permissions
+    async def list_facts(self, *, app_name: str, user_id: str) -> list[Fact]:
+        """The user's learned facts, most recently changed first (those past their time to
+        live are not listed: they are forgotten at the next change or search)."""
+        app, user = _owner(app_name, user_id)
+        facts = await self._memory.facts()
+        now = time.time()
+        found = await facts.read(app, user, await facts.ids(app, user))
+        return [f for f in found if f is not None and (f.expires is None or f.expires > now)]
+
+    @_scripts.typed_permissions
+    async def fact_history(
+        self, *, app_name: str, user_id: str, fact_id: str
+    ) -> list[FactRevision]:
+        """What a fact said before its latest revision, newest first (at most
+        ``FactSettings.history``); empty for a fact never updated, or gone."""
+        app, user = _owner(app_name, user_id)
+        memory_id = check_id("fact_id", fact_id)
+        return await (await self._memory.facts()).history(app, user, memory_id)
+
+    @_scripts.typed_permissions
     async def reembed(
         self,
         *,
@@ -271,6 +316,10 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         return await reindex(
             self._memory, app=app_name, user=user_id, dry_run=dry_run, on_progress=on_progress
         )
+
+
+def _owner(app_name: str, user_id: str) -> tuple[str, str]:
+    return check_id("app_name", app_name), check_id("user_id", user_id)
 
 
 OPERATIONS = (

@@ -40,7 +40,7 @@ _BATCH_BYTES = 1 << 20
 _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
-_ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta")
+_ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
 _SIG_FIELDS = ("own", "tf", "dl", "au", "grams", "words")
 _ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
@@ -92,6 +92,8 @@ class StoredEntry:
     timestamp: str | None
     content: dict[str, Any]
     meta: dict[str, Any]
+    expires: float | None = None
+    """A learned fact's end of life (epoch seconds)."""
 
 
 def make_doc(
@@ -224,7 +226,7 @@ class MemoryStore:
             return []
         return [self.keys.memory_gram(app, user, g) for g in grams]
 
-    def _stored_postings(self, app: str, user: str, row: Sequence[Any]) -> list[str]:
+    def stored_postings(self, app: str, user: str, row: Sequence[Any]) -> list[str]:
         """The postings an entry read as (own, tf, dl, au, grams, words) is in."""
         own, tf, _, _, grams, words = row[:6]
         if not self.postings or (tf is None and words is None):
@@ -245,6 +247,30 @@ class MemoryStore:
         for memory_id in ids:
             pipe.hmget(self.keys.memory_entry(app, user, memory_id), *fields)
         return list(await pipe.execute())
+
+    def entry_op(self, ks: _Keys, app: str, user: str, doc: Doc) -> dict[str, Any]:
+        """How the write scripts receive an entry (memory_put.lua's ops); ``v``, the ARGV
+        index of its vector, is the caller's to set."""
+        op: dict[str, Any] = {
+            "id": doc.id,
+            "k": ks.ref(self.keys.memory_entry(app, user, doc.id)),
+            "ts": repr(doc.ts),
+            "f": [v for item in doc.fields.items() for v in item],
+            "sig": doc.sig,
+            "c": [*sorted(doc.analysed.tf), *doc.analysed.authors],
+            "dl": doc.analysed.length,
+            "p": self._postings(ks, app, user, doc),
+            "cx": doc.context,
+            "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
+            "o": [],
+            "t": doc.text,
+        }
+        if doc.keep_vector and doc.vkey is None:
+            op["kv"] = 1
+        if doc.vkey is not None:
+            op["vk"] = doc.vkey
+            op["v"] = 0
+        return op
 
     async def put(
         self,
@@ -283,31 +309,13 @@ class MemoryStore:
             ops = []
             vectors: list[bytes] = []
             for i, doc in enumerate(docs):
-                op: dict[str, Any] = {
-                    "id": doc.id,
-                    "k": ks.ref(self.keys.memory_entry(app, user, doc.id)),
-                    "ts": repr(doc.ts),
-                    "f": [v for item in doc.fields.items() for v in item],
-                    "sig": doc.sig,
-                    "c": [*sorted(doc.analysed.tf), *doc.analysed.authors],
-                    "dl": doc.analysed.length,
-                    "p": self._postings(ks, app, user, doc),
-                    "cx": doc.context,
-                    "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
-                    "o": [],
-                    "t": doc.text,
-                }
-                if doc.keep_vector and doc.vkey is None:
-                    op["kv"] = 1
-                if doc.vkey is not None:
-                    op["vk"] = doc.vkey
-                    op["v"] = 0
-                    if doc.vec is not None:
-                        vectors.append(doc.vec)
-                        op["v"] = _ARGS + len(vectors)
+                op = self.entry_op(ks, app, user, doc)
+                if doc.vkey is not None and doc.vec is not None:
+                    vectors.append(doc.vec)
+                    op["v"] = _ARGS + len(vectors)
                 if stored is not None and (sig := stored_sig(stored[i])) is not None:
                     op["x"] = sig
-                    op["o"] = [ks.ref(k) for k in self._stored_postings(app, user, stored[i])]
+                    op["o"] = [ks.ref(k) for k in self.stored_postings(app, user, stored[i])]
                 ops.append(op)
             reply = await _scripts.call(
                 self._put,
@@ -399,7 +407,7 @@ class MemoryStore:
                     "id": memory_id,
                     "k": ks.ref(self.keys.memory_entry(app, user, memory_id)),
                     "s": ks.ref(self.keys.memory_session(app, user, owner)) if owner else 0,
-                    "o": [ks.ref(k) for k in self._stored_postings(app, user, row)],
+                    "o": [ks.ref(k) for k in self.stored_postings(app, user, row)],
                 }
                 if (sig := stored_sig(row)) is not None:
                     op["x"] = sig
@@ -446,6 +454,7 @@ class MemoryStore:
                     stamp[1:] if stamp else None,
                     content,
                     meta,
+                    int(row[5]) / 1000 if row[5] else None,
                 )
             )
         return out

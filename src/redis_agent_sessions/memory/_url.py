@@ -8,9 +8,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 from redis_agent_sessions._redis.lifecycle import AnyRedis, open_memory_url
+from redis_agent_sessions._redis.params import BOOLEANS
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
+from redis_agent_sessions.memory._consolidate import FactSettings
 from redis_agent_sessions.memory._embedders import Embedder, check_embedder
+from redis_agent_sessions.memory._generators import MemoryGenerator
 
 __all__ = [
     "OpenedURL",
@@ -53,6 +56,68 @@ def embedder_from_spec(spec: str, dimensions: int | None = None) -> Embedder:
     raise InvalidInputError(
         f"embedder must be 'google:<model>' or 'import:<module>:<name>', got {spec!r}"
     )
+
+
+def generator_from_spec(spec: str) -> MemoryGenerator:
+    """The generator a spec names: ``adk:<model>`` (``ModelGenerator`` on an ADK model by
+    name, the ``[adk]`` extra) or ``import:<module>:<name>``, a generator or a callable
+    returning one when called without arguments."""
+    kind, _, rest = spec.partition(":")
+    if kind == "adk" and rest:
+        try:
+            from redis_agent_sessions.memory._model_generator import ModelGenerator
+
+            return ModelGenerator(rest)
+        except ImportError as exc:  # google-adk is the [adk] extra
+            raise InvalidInputError(f"generator {spec!r} needs the [adk] extra: {exc}") from exc
+    if kind == "import" and rest.count(":") == 1:
+        module_name, name = rest.split(":")
+        try:
+            found: Any = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise InvalidInputError(f"generator {spec!r} cannot be imported: {exc}") from exc
+        if not isinstance(found, MemoryGenerator) and callable(found):
+            found = found()
+        if not isinstance(found, MemoryGenerator):
+            raise InvalidInputError(f"generator {spec!r} has no async generate(request)")
+        generator: MemoryGenerator = found
+        return generator
+    raise InvalidInputError(
+        f"generator must be 'adk:<model>' or 'import:<module>:<name>', got {spec!r}"
+    )
+
+
+def learning_settings(
+    params: dict[str, str], generator: MemoryGenerator | None, facts: FactSettings | None
+) -> tuple[MemoryGenerator | None, FactSettings | None]:
+    """The arguments, completed by the URL's ``generator``, ``fact_topics``,
+    ``fact_ttl_seconds`` and ``keep_events``; a setting given in both places is refused."""
+    if "generator" in params:
+        if generator is not None:
+            raise InvalidInputError(
+                "the URL names a generator and generator= was passed with it; give it in one place"
+            )
+        generator = generator_from_spec(params["generator"])
+    named = {"fact_topics", "fact_ttl_seconds", "keep_events"} & params.keys()
+    if not named:
+        return generator, facts
+    if facts is not None:
+        raise InvalidInputError(
+            f"the URL sets {', '.join(sorted(named))} and facts= was passed with it; give "
+            "the fact settings in one place"
+        )
+    if generator is None:
+        raise InvalidInputError(f"URL parameters {', '.join(sorted(named))} need a generator")
+    topics = None
+    if "fact_topics" in params:
+        topics = [t.strip() for t in params["fact_topics"].split(",") if t.strip()]
+    keep = params.get("keep_events", "false").lower()
+    if keep not in BOOLEANS:
+        raise InvalidInputError(f"URL parameter keep_events must be true or false: {keep!r}")
+    ttl = _number(params, "fact_ttl_seconds", int, "an int")
+    if ttl is not None and ttl <= 0:
+        raise InvalidInputError(f"URL parameter fact_ttl_seconds must be positive: {ttl}")
+    return generator, FactSettings(topics=topics, ttl_seconds=ttl, keep_events=BOOLEANS[keep])
 
 
 def _number(params: dict[str, str], name: str, kind: Callable[[str], T], what: str) -> T | None:
@@ -112,7 +177,8 @@ class OpenedURL(NamedTuple):
 
     client: AnyRedis
     settings: dict[str, Any]
-    """config, backend, embedder, vector_index, min_similarity: the constructor's keywords."""
+    """config, backend, embedder, vector_index, min_similarity, generator, facts: the
+    constructor's keywords."""
     owns_embedder: bool
     """The URL named the embedder: the service made it, and closes it."""
 
@@ -126,13 +192,18 @@ def open_memory_service_url(
     embedder: Embedder | None,
     vector_index: Any,
     min_similarity: float,
+    generator: MemoryGenerator | None = None,
+    facts: FactSettings | None = None,
     **redis_kwargs: Any,
 ) -> OpenedURL:
     client, config, backend, params = open_memory_url(url, config, backend, cluster, **redis_kwargs)
     embedder, vector_index, min_similarity = semantic_settings(
         params, embedder, vector_index, min_similarity
     )
+    generator, facts = learning_settings(params, generator, facts)
     settings = {
+        "generator": generator,
+        "facts": facts,
         "config": config,
         "backend": backend,
         "embedder": embedder,

@@ -1,0 +1,77 @@
+-- Applies a generator's operations on one user's facts, all or nothing, each checked against
+-- the revision the generator saw (compare-and-set), and moves the session's watermark.
+-- KEYS[1] entries zset   KEYS[2] texts hash   KEYS[3] stats hash   KEYS[4] document
+--   frequencies hash   KEYS[5] context hash   KEYS[6] facts zset (id -> last change, s)
+-- KEYS[7] expiry zset (id -> ms)   KEYS[8] the session's watermark string
+-- KEYS[9..] entry hashes, history lists and posting zsets, referenced by index below
+-- ARGV[1] '1' when the plain backend's postings are kept   ARGV[2] BM25 k1   ARGV[3] b
+-- ARGV[4] the watermark the generator read ('' = none yet; '*' = do not check it)
+-- ARGV[5] the watermark to set ('' = leave it)   ARGV[6] most revisions a history keeps
+-- ARGV[7] now, ms   ARGV[8] JSON list of operations:
+--   {id, a = 'add' | 'update' | 'delete' | 'expire', k = entry key index, h = history key
+--    index, rev = the revision seen ('' for add), x = the stored sig read with it (plain),
+--    o = its posting key indexes (plain), for add and update also memory_put.lua's entry
+--    fields (ts, f, sig, c, dl, p, cx, g, t, vk, v), exp = expiry ms (0 = none),
+--    was = JSON of what it said before, pushed on its history (update)}
+-- ARGV[9..] vector bytes
+-- returns {3} when the watermark is not ARGV[4] (another worker read these events first),
+--         {0, id} when a fact is not at the revision seen (or an expiry not due: nothing
+--         written; read and generate again),
+--         {-4, command, key} when the ACL user may not run a command it needs (nothing
+--         written),
+--         else {1, facts written, facts deleted}
+local postings = ARGV[1] == '1'
+local now, keep = tonumber(ARGV[7]), tonumber(ARGV[6])
+local ops = cjson.decode(ARGV[8])
+local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'DEL', KEYS[3], 'HINCRBY', KEYS[4],
+  'HDEL', KEYS[4], 'HSET', KEYS[5], 'HDEL', KEYS[5], 'ZADD', KEYS[1], 'ZREM', KEYS[1],
+  'ZADD', KEYS[6], 'ZREM', KEYS[6], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'GET', KEYS[8])
+  or (ARGV[5] ~= '' and denied('SET', KEYS[8]))
+  or (postings and (denied('HSET', KEYS[2], 'HDEL', KEYS[2])
+    or denied_each('ZADD', KEYS, 9) or denied_each('ZREM', KEYS, 9)))
+for _, op in ipairs(ops) do
+  refused = refused or denied('HMGET', KEYS[op.k], 'HGET', KEYS[op.k], 'DEL', KEYS[op.k],
+    'HSET', KEYS[op.k], 'LPUSH', KEYS[op.h], 'LTRIM', KEYS[op.h], 'DEL', KEYS[op.h])
+end
+if refused then return refused end
+
+if ARGV[4] ~= '*' and (redis.call('GET', KEYS[8]) or '') ~= ARGV[4] then return {3} end
+local puts, drops = {}, {}
+for _, op in ipairs(ops) do
+  local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'words', 'vkey',
+    'rev', 'expires')
+  local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5], cur[6])
+  if (cur[8] or '') ~= op.rev then return {0, op.id} end
+  if op.a == 'expire' and not (cur[9] and cur[9] ~= '' and tonumber(cur[9]) <= now) then
+    return {0, op.id}
+  end
+  if op.a ~= 'add' and postings and stored ~= op.x then return {0, op.id} end
+  if op.a == 'add' or op.a == 'update' then
+    op.same = stored == op.sig
+    op.stale = stored ~= nil and not op.same
+    op.old = cur
+    puts[#puts + 1] = op
+  else
+    op.cur, op.missing, op.drop = cur, stored == nil, stored ~= nil
+    drops[#drops + 1] = op
+  end
+end
+
+local K = {entries = KEYS[1], texts = KEYS[2], stats = KEYS[3], df = KEYS[4], ctx = KEYS[5]}
+write_entries(K, puts, {postings = postings, k1 = tonumber(ARGV[2]), b = tonumber(ARGV[3])})
+drop_entries(K, drops, {postings = postings})
+for _, op in ipairs(puts) do
+  redis.call('ZADD', KEYS[6], op.ts, op.id)
+  if op.exp > 0 then redis.call('ZADD', KEYS[7], op.exp, op.id) else redis.call('ZREM', KEYS[7], op.id) end
+  if op.was then
+    redis.call('LPUSH', KEYS[op.h], op.was)
+    redis.call('LTRIM', KEYS[op.h], 0, keep - 1)
+  end
+end
+for _, op in ipairs(drops) do
+  redis.call('ZREM', KEYS[6], op.id)
+  redis.call('ZREM', KEYS[7], op.id)
+  redis.call('DEL', KEYS[op.h])
+end
+if ARGV[5] ~= '' then redis.call('SET', KEYS[8], ARGV[5]) end
+return {1, #puts, #drops}

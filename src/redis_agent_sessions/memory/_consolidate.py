@@ -1,0 +1,209 @@
+"""Consolidation: a session's new events through the generator, into the user's facts.
+
+Each step reads how far the session was read (its watermark), hands the next events and the
+user's most related facts to the generator, checks what it answers, and applies it with the
+watermark moved, in one script (see ``_facts``). When another worker changed a fact it
+touched or read the same events first, nothing is written and the step starts again from
+what is stored now: the generator runs again on fresh facts, at most ``ATTEMPTS`` times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions.errors import (
+    ConsolidationConflictError,
+    GenerationError,
+    InvalidInputError,
+)
+from redis_agent_sessions.memory._facts import ATTEMPTS, Change, FactStore, new_fact_id
+from redis_agent_sessions.memory._generators import (
+    Fact,
+    FactSource,
+    GenerationRequest,
+    MemoryGenerator,
+    MemoryOperation,
+    checked_operations,
+)
+from redis_agent_sessions.memory._ranking import prepare
+from redis_agent_sessions.models import Event, Session
+
+if TYPE_CHECKING:
+    from redis_agent_sessions.memory._ranking import Ranked
+    from redis_agent_sessions.memory._store import Doc
+
+__all__ = ["Consolidator", "FactSettings", "checked_events"]
+
+EVENTS_PER_STEP = 50
+"""Events one generation reads at most: a long session is read in steps, each applied."""
+RELATED = 30
+"""Stored facts a generation is shown at most (those most related to its events)."""
+_QUERY_CHARS = 4_000
+
+
+@dataclass(frozen=True)
+class FactSettings:
+    """How a memory service learns facts (with a generator)."""
+
+    topics: Sequence[str] | None = None
+    """The topics to keep facts about, told to the generator and enforced on its answer."""
+    ttl_seconds: int | None = None
+    """Forget a fact this long after its last change (a generator's operation may say
+    otherwise); None keeps facts until deleted."""
+    keep_events: bool = False
+    """Also keep every event as an entry, as without a generator (both are searched)."""
+    history: int = 10
+    """Revisions of a fact kept in its history."""
+
+
+Rank = Callable[[str, str, list[str], int], Awaitable["Ranked"]]
+Embed = Callable[[str, str, list["Doc"]], Awaitable[None]]
+
+
+class Consolidator:
+    def __init__(
+        self,
+        facts: FactStore,
+        generator: MemoryGenerator,
+        settings: FactSettings,
+        *,
+        rank: Callable[..., Awaitable[Ranked]],
+        embed: Callable[[str, str, list[Doc]], Awaitable[None]],
+        span: Callable[[str], object] | None = None,
+    ) -> None:
+        self.facts = facts
+        self.generator = generator
+        self.settings = settings
+        self._rank = rank
+        self._embed = embed
+
+    async def session(self, app: str, user: str, session: Session) -> int:
+        """Read the session's events not read yet, step by step; the generations run."""
+        sid = session.id
+        steps = 0
+        while True:
+            for _ in range(ATTEMPTS):
+                mark = await self.facts.watermark(app, user, sid)
+                start = _position(mark, session.events)
+                events = session.events[start : start + EVENTS_PER_STEP]
+                if not events:
+                    return steps
+                end = start + len(events)
+                new_mark = f"{end}\t{events[-1].id}"
+                outcome = await self._step(app, user, sid, events, mark, new_mark)
+                if outcome == "applied":
+                    steps += 1
+                    break
+            else:
+                raise ConsolidationConflictError(
+                    f"the facts of user {user!r} (app {app!r}) kept changing during "
+                    f"{ATTEMPTS} generations from session {sid!r}; nothing was written"
+                )
+
+    async def _step(
+        self, app: str, user: str, sid: str, events: Sequence[Event], mark: str, new_mark: str
+    ) -> str:
+        now = time.time()
+        said = [
+            e for e in events if not e.partial and e.content is not None and e.content.text.strip()
+        ]
+        due = await self.facts.due(app, user, now)
+        changes = [Change("expire", f.id, f.revision) for f in due]
+        if said:
+            shown = await self._related(app, user, said, now, {f.id for f in due})
+            request = GenerationRequest(
+                app_name=app, user_id=user, session_id=sid, events=list(said), facts=shown,
+                topics=None if self.settings.topics is None else list(self.settings.topics),
+            )  # fmt: skip
+            try:
+                answer = await self.generator.generate(request)
+            except GenerationError:
+                raise
+            except Exception as exc:  # a model's client fails in its own ways
+                raise GenerationError(f"the generator failed: {type(exc).__name__}: {exc}") from exc
+            ops = checked_operations(answer, request, self.settings.topics)
+            changes += await self._changes(app, user, sid, ops, request, now)
+        return await self.facts.apply(
+            app, user, changes, session_id=sid, seen_mark=mark, new_mark=new_mark, now=now
+        )
+
+    async def _related(
+        self, app: str, user: str, events: Sequence[Event], now: float, skip: set[str]
+    ) -> list[Fact]:
+        """The user's facts most related to ``events``: all when they are few, else the
+        best ranked for the events' words (the generator may only change these)."""
+        if await self.facts.count(app, user) <= RELATED:
+            ids = await self.facts.ids(app, user)
+        else:
+            query = " ".join(e.content.text for e in events if e.content is not None)
+            ranked = await self._rank(app, user, prepare(query[:_QUERY_CHARS]), RELATED * 4)
+            found = await self.facts.which(app, user, [i for i, _ in ranked.hits])
+            ids = found[:RELATED] or await self.facts.ids(app, user, RELATED)
+        facts = await self.facts.read(app, user, [i for i in ids if i not in skip])
+        return [f for f in facts if f is not None and (f.expires is None or f.expires > now)]
+
+    async def _changes(
+        self,
+        app: str,
+        user: str,
+        sid: str,
+        ops: Sequence[MemoryOperation],
+        request: GenerationRequest,
+        now: float,
+    ) -> list[Change]:
+        shown = {f.id: f for f in request.facts}
+        changes: list[Change] = []
+        for op in ops:
+            if op.action == "delete":
+                assert op.fact_id is not None
+                changes.append(Change("delete", op.fact_id, shown[op.fact_id].revision))
+                continue
+            ids = (
+                [e.id for e in request.events]
+                if op.source_event_ids is None
+                else op.source_event_ids
+            )
+            ttl = op.ttl_seconds or self.settings.ttl_seconds
+            expires_ms = int((now + ttl) * 1000) if ttl else 0
+            was = shown[op.fact_id] if op.fact_id is not None else None
+            fact_id = op.fact_id or new_fact_id()
+            assert op.fact is not None
+            doc = self.facts.doc(
+                app, user, fact_id=fact_id, text_=op.fact, topics=op.topics,
+                revision=1 if was is None else was.revision + 1,
+                created=now if was is None else was.created, now=now, expires_ms=expires_ms,
+                sources=[FactSource(session_id=sid, event_ids=list(ids))],
+            )  # fmt: skip
+            changes.append(
+                Change(op.action, fact_id, 0 if was is None else was.revision, doc, expires_ms, was)
+            )
+        await self._embed(app, user, [c.doc for c in changes if c.doc is not None])
+        return changes
+
+
+def checked_events(events: Sequence[Event]) -> None:
+    """Events the watermark can count and name (as the session store keeps them)."""
+    for event in events:
+        if not isinstance(event, Event):
+            raise InvalidInputError(f"not an event: {type(event).__name__}")
+        check_id("event id", event.id)
+
+
+def _position(mark: str, events: Sequence[Event]) -> int:
+    """Where the events not read yet start: after the count the watermark records, when
+    the event there is the one it names; else after that event wherever it is (a session
+    read in another order); else (it is gone: the session was rewound) at the count."""
+    if not mark:
+        return 0
+    count_, _, last = mark.partition("\t")
+    count = int(count_) if count_.isdigit() else 0
+    if 0 < count <= len(events) and events[count - 1].id == last:
+        return count
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].id == last:
+            return i + 1
+    return min(count, len(events))

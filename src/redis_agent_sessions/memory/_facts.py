@@ -1,0 +1,307 @@
+"""Learned facts in Redis: read back, and changed in one atomic step per (app, user).
+
+A fact is a memory entry (``fact-<hex>``, found by the same ranking as any entry) with a few
+fields of its own: its revision, topics, sources and expiry. ``memory_facts.lua`` applies a
+generation's operations all or nothing, each checked against the revision the generator saw,
+keeps what a fact said before (a bounded history) and moves the session's watermark in the
+same step, so two workers never lose an update or apply one twice.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from pydantic import ValidationError
+
+from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions.errors import (
+    ConsolidationConflictError,
+    CorruptDataError,
+    GenerationError,
+)
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._analysis import K1, B, analyse, text_terms
+from redis_agent_sessions.memory._docs import content_json
+from redis_agent_sessions.memory._generators import Fact, FactRevision, FactSource
+from redis_agent_sessions.memory._store import (
+    _SIG_FIELDS,
+    Doc,
+    MemoryStore,
+    _Keys,
+    iso_timestamp,
+    make_doc,
+    stored_sig,
+)
+from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
+from redis_agent_sessions.models import Content, Part
+
+__all__ = ["Change", "FactStore", "Outcome", "new_fact_id"]
+
+FACT_PREFIX = "fact-"
+_FIELDS = ("id", "content", "topics", "rev", "created", "ts", "expires", "sources")
+ATTEMPTS = 5
+_FIXED_ARGS = 8
+"""memory_facts' fixed ARGV; vectors follow."""
+
+Outcome = Literal["applied", "fact changed", "watermark moved"]
+
+
+def new_fact_id() -> str:
+    return FACT_PREFIX + uuid.uuid4().hex
+
+
+@dataclass
+class Change:
+    """One operation, ready for the script."""
+
+    action: Literal["add", "update", "delete", "expire"]
+    fact_id: str
+    seen: int
+    """The revision the generator saw (0 for an add)."""
+    doc: Doc | None = None
+    """add and update: the entry as it will be stored."""
+    expires_ms: int = 0
+    was: Fact | None = None
+    """update: the fact as it was, for its history."""
+
+
+class FactStore:
+    """Reads facts, and applies changes with ``memory_facts.lua``."""
+
+    def __init__(self, client: Any, keys: KeySpace, store: MemoryStore, history: int) -> None:
+        self._redis = client
+        self.keys = keys
+        self._store = store
+        self.history_size = history
+        self._script = _scripts.register(client, "memory_facts")
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def read(self, app: str, user: str, ids: Sequence[str]) -> list[Fact | None]:
+        """The stored facts of ``ids`` (None where there is none)."""
+        rows = await self._store.read(app, user, ids, *_FIELDS)
+        return [
+            self._fact(app, user, memory_id, row) for memory_id, row in zip(ids, rows, strict=True)
+        ]
+
+    def _fact(self, app: str, user: str, memory_id: str, row: Sequence[Any]) -> Fact | None:
+        if row[0] is None or row[3] is None:
+            return None
+        key = self.keys.memory_entry(app, user, memory_id)
+        try:
+            content = orjson.loads(row[1])
+            return Fact(
+                id=memory_id,
+                text="".join(p.get("text", "") for p in content.get("parts", [])),
+                topics=orjson.loads(row[2] or b"[]"),
+                revision=int(row[3]),
+                created=float(row[4]),
+                updated=float(row[5]),
+                expires=int(row[6]) / 1000 if row[6] else None,
+                sources=orjson.loads(row[7] or b"[]"),
+            )
+        except (
+            TypeError,
+            ValueError,
+            AttributeError,
+            orjson.JSONDecodeError,
+            ValidationError,
+        ) as exc:
+            raise CorruptDataError(key, f"not a stored fact: {exc}") from exc
+
+    async def ids(self, app: str, user: str, limit: int = -1) -> list[str]:
+        """The user's fact ids, most recently changed first."""
+        stop = -1 if limit < 0 else limit - 1
+        return [
+            text(m) for m in await self._redis.zrevrange(self.keys.memory_facts(app, user), 0, stop)
+        ]
+
+    async def count(self, app: str, user: str) -> int:
+        return int(await self._redis.zcard(self.keys.memory_facts(app, user)))
+
+    async def which(self, app: str, user: str, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` that are facts."""
+        if not ids:
+            return []
+        scores = await self._redis.zmscore(self.keys.memory_facts(app, user), list(ids))
+        return [memory_id for memory_id, s in zip(ids, scores, strict=True) if s is not None]
+
+    async def due(self, app: str, user: str, now: float, limit: int = 50) -> list[Fact]:
+        """Facts whose time to live is over (forgotten at the next change or search)."""
+        ids = [
+            text(m)
+            for m in await self._redis.zrangebyscore(
+                self.keys.memory_fact_expiry(app, user), "-inf", int(now * 1000), start=0, num=limit
+            )
+        ]
+        return [f for f in await self.read(app, user, ids) if f is not None]
+
+    async def watermark(self, app: str, user: str, session_id: str) -> str:
+        raw = await self._redis.get(self.keys.memory_watermark(app, user, session_id))
+        return "" if raw is None else text(raw)
+
+    async def history(self, app: str, user: str, fact_id: str) -> list[FactRevision]:
+        """What the fact said before, newest first."""
+        key = self.keys.memory_fact_history(app, user, fact_id)
+        out = []
+        for raw in await self._redis.lrange(key, 0, -1):
+            try:
+                out.append(FactRevision.model_validate_json(raw))
+            except ValidationError as exc:
+                raise CorruptDataError(key, f"not a fact revision: {exc}") from exc
+        return out
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def doc(
+        self,
+        app: str,
+        user: str,
+        *,
+        fact_id: str,
+        text_: str,
+        topics: Sequence[str],
+        revision: int,
+        created: float,
+        now: float,
+        expires_ms: int,
+        sources: Sequence[FactSource],
+    ) -> Doc:
+        """The entry a fact is stored as: found like any entry, and saying what it is."""
+        source_list = [s.model_dump() for s in sources]
+        expires = expires_ms / 1000 if expires_ms else None
+        about = {
+            "revision": revision,
+            "topics": list(topics),
+            "sources": source_list,
+            "expires": expires,
+        }
+        doc = make_doc(
+            app_name=app,
+            user_id=user,
+            memory_id=fact_id,
+            session_id="",
+            author=None,
+            ts=now,
+            iso=iso_timestamp(now),
+            text_=text_,
+            content_json=content_json(Content(role="user", parts=[Part(text=text_)])),
+            meta={RETRIEVAL_KEY: {"fact": about}},
+            analysed=analyse(text_terms(text_), (), None),
+        )
+        if doc is None:
+            raise GenerationError(f"the fact {text_[:80]!r} has no word it could be found by")
+        doc.fields.update(
+            kind="fact",
+            rev=str(revision),
+            topics=orjson.dumps(list(topics)).decode(),
+            sources=orjson.dumps(source_list).decode(),
+            expires=str(expires_ms) if expires_ms else "",
+            created=repr(created),
+        )
+        return doc
+
+    async def apply(
+        self,
+        app: str,
+        user: str,
+        changes: Sequence[Change],
+        *,
+        session_id: str | None,
+        seen_mark: str,
+        new_mark: str,
+        now: float,
+    ) -> Outcome:
+        """Apply ``changes`` and set the session's watermark from ``seen_mark`` to
+        ``new_mark`` (no session: ``seen_mark`` is not checked), all or nothing."""
+        k = self.keys
+        touched = [c.fact_id for c in changes if c.action != "add"]
+        rows = await self._store.read(app, user, touched, *_SIG_FIELDS, "rev")
+        stored = dict(zip(touched, rows, strict=True))
+        ks = _Keys([
+            k.memory_entries(app, user), k.memory_texts(app, user), k.memory_stats(app, user),
+            k.memory_df(app, user), k.memory_context(app, user), k.memory_facts(app, user),
+            k.memory_fact_expiry(app, user),
+            k.memory_watermark(app, user, session_id) if session_id is not None
+            else k.memory_facts(app, user),
+        ])  # fmt: skip
+        ops, vectors = [], []
+        for change in changes:
+            row = stored.get(change.fact_id)
+            if row is not None and text(row[6] or "") != str(change.seen):
+                return "fact changed"  # read after the generator's view: generate again
+            op: dict[str, Any] = {
+                "id": change.fact_id,
+                "a": change.action,
+                "k": ks.ref(k.memory_entry(app, user, change.fact_id)),
+                "h": ks.ref(k.memory_fact_history(app, user, change.fact_id)),
+                "rev": "" if change.action == "add" else str(change.seen),
+                "o": [],
+            }
+            if change.doc is not None:
+                op.update(self._store.entry_op(ks, app, user, change.doc))
+                op["exp"] = change.expires_ms
+                if change.doc.vkey is not None and change.doc.vec is not None:
+                    vectors.append(change.doc.vec)
+                    op["v"] = _FIXED_ARGS + len(vectors)
+            if row is not None:
+                op["x"] = stored_sig(row) or ""
+                op["o"] = [ks.ref(key) for key in self._store.stored_postings(app, user, row)]
+            if change.was is not None:
+                was = FactRevision(
+                    revision=change.was.revision, text=change.was.text, topics=change.was.topics,
+                    updated=change.was.updated, sources=change.was.sources,
+                )  # fmt: skip
+                op["was"] = was.model_dump_json()
+            ops.append(op)
+        reply = await _scripts.call(
+            self._script,
+            ks.keys,
+            [
+                int(self._store.postings), K1, B,
+                "*" if session_id is None else seen_mark, new_mark,
+                self.history_size, int(now * 1000), orjson.dumps(ops), *vectors,
+            ],
+        )  # fmt: skip
+        if reply[0] == 1:
+            return "applied"
+        return "watermark moved" if reply[0] == 3 else "fact changed"
+
+    async def delete(self, app: str, user: str, fact_id: str) -> bool:
+        """Forget one fact and its history (``delete_memory``); False when it is gone."""
+        for _ in range(ATTEMPTS):
+            [fact] = await self.read(app, user, [fact_id])
+            if fact is None:
+                return False
+            change = Change("delete", fact_id, fact.revision)
+            outcome = await self.apply(
+                app, user, [change], session_id=None, seen_mark="", new_mark="", now=time.time()
+            )
+            if outcome == "applied":
+                return True
+        raise ConsolidationConflictError(f"fact {fact_id!r} kept changing; it was not deleted")
+
+    async def expire(self, app: str, user: str, now: float) -> None:
+        """Forget the facts whose time to live is over (another worker may be at it too)."""
+        for _ in range(ATTEMPTS):
+            due = await self.due(app, user, now)
+            if not due:
+                return
+            changes = [Change("expire", f.id, f.revision) for f in due]
+            await self.apply(
+                app, user, changes, session_id=None, seen_mark="", new_mark="", now=now
+            )
+
+    async def forget_all(self, app: str, user: str) -> None:
+        """After every entry of the user is deleted: the facts' own keys."""
+        ids = await self.ids(app, user)
+        keys = [self.keys.memory_fact_history(app, user, i) for i in ids]
+        keys += [self.keys.memory_facts(app, user), self.keys.memory_fact_expiry(app, user)]
+        for at in range(0, len(keys), 500):
+            await self._redis.delete(*keys[at : at + 500])
