@@ -35,6 +35,7 @@ from redis_agent_sessions.memory._generators import MemoryGenerator
 from redis_agent_sessions.memory._indexes import index_layout
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, prepare
+from redis_agent_sessions.memory._record import check_vectors, recorded_vectors
 from redis_agent_sessions.memory._reindex import refresh_around, session_of
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
 from redis_agent_sessions.memory._store import (
@@ -211,47 +212,17 @@ class MemoryEngine:
         store, _ = await self._ready(app, user)
         return store
 
+    async def recorded_vectors(self) -> dict[str, Any] | None:
+        """The store's vector record (see :func:`recorded_vectors`)."""
+        return await recorded_vectors(self._client, self._keys)
+
     def _mine(self) -> dict[str, Any]:
         """This service's vector record: what its embedder makes."""
         assert self._vectorizer is not None
         return {"dimensions": self._vectorizer.dimensions, "model": self._vectorizer.name}
 
-    async def recorded_vectors(self) -> dict[str, Any] | None:
-        """The store's vector record, ``{"dimensions", "model"}``, None when no embedder
-        has written; CorruptDataError when it is not one."""
-        key = self._keys.memory_vectors()
-        raw = await self._client.get(key)
-        if raw is None:
-            return None
-        try:
-            recorded = orjson.loads(raw)
-            return {"dimensions": int(recorded["dimensions"]), "model": str(recorded["model"])}
-        except (TypeError, ValueError, KeyError, orjson.JSONDecodeError) as exc:
-            raise CorruptDataError(key, f"not a vector record: {raw!r}") from exc
-
     async def _check_vectors(self) -> None:
-        """Record the vectors' dimension and model for every later worker, or check this
-        embedder against the record: vectors of another dimension cannot be compared."""
-        key = self._keys.memory_vectors()
-        mine = self._mine()
-        await self._client.set(key, orjson.dumps(mine), nx=True)
-        recorded = await self.recorded_vectors()
-        if recorded is None:  # deleted at once by someone else: do not guess
-            raise MemoryIndexError(f"could not record the memory vectors in {key!r}")
-        dimensions, model = recorded["dimensions"], recorded["model"]
-        if dimensions != mine["dimensions"]:
-            raise MemoryIndexError(
-                f"this service's embedder {mine['model']!r} makes {mine['dimensions']}-"
-                f"dimensional vectors, but {key!r} records {dimensions} ({model!r}), used by "
-                "the stored entries: re-embed them first with `redis-agent-sessions reembed`"
-            )
-        if model != mine["model"]:
-            _log.warning(
-                "memory vectors were made by %r and this service embeds with %r: until "
-                "`redis-agent-sessions reembed` has run, older entries compare poorly",
-                model,
-                mine["model"],
-            )
+        await check_vectors(self._client, self._keys, self._mine())
 
     # -- writes ---------------------------------------------------------------------------
 

@@ -129,7 +129,11 @@ class FactStore:
         """Those of ``ids`` that are facts."""
         if not ids:
             return []
-        scores = await self._redis.zmscore(self.keys.memory_facts(app, user), list(ids))
+        key = self.keys.memory_facts(app, user)
+        pipe = self._redis.pipeline(transaction=False)
+        for memory_id in ids:  # ZSCORE each: the least-privilege line has no ZMSCORE
+            pipe.zscore(key, memory_id)
+        scores = await pipe.execute()
         return [memory_id for memory_id, s in zip(ids, scores, strict=True) if s is not None]
 
     async def due(self, app: str, user: str, now: float, limit: int = 50) -> list[Fact]:
