@@ -2,18 +2,24 @@
 
 One reading for every place that names the server (``stats``, the readiness probe,
 telemetry), so that they never disagree about a fork that reports another's version.
+Managed services may refuse ``INFO`` to the connection's user (fakeredis has none): the
+server is then unknown, which is never a failure.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["server_identity"]
+__all__ = ["UNKNOWN", "server_identity"]
+
+UNKNOWN = "unknown"
 
 
-def server_identity(info: dict[str, Any]) -> tuple[str, str]:
-    """(name, version) of a server by its ``INFO server``: Valkey reports ``redis_version``
-    7.2.4 for clients that check it, and its own in ``valkey_version``."""
-    if "valkey_version" in info:
-        return "Valkey", str(info["valkey_version"])
-    return "Redis", str(info.get("redis_version", "unknown"))
+def server_identity(info: Any) -> tuple[str, str]:
+    """(name, version) of a server by its ``INFO server`` (version ``unknown`` when the
+    reply does not say): Valkey reports ``redis_version`` 7.2.4 for clients that check it,
+    and its own in ``valkey_version`` (with ``server_name:valkey``)."""
+    fields: dict[Any, Any] = info if isinstance(info, dict) else {}
+    if "valkey_version" in fields or fields.get("server_name") == "valkey":
+        return "Valkey", str(fields.get("valkey_version", UNKNOWN))
+    return "Redis", str(fields.get("redis_version", UNKNOWN))

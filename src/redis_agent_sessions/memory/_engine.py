@@ -19,7 +19,14 @@ from typing import Any, Literal
 import orjson
 from redis.exceptions import NoPermissionError, ResponseError
 
-from redis_agent_sessions._health import PROBE_ID, Probe, Readiness, memory_probe, run_checks
+from redis_agent_sessions._health import (
+    PROBE_ID,
+    Probe,
+    Readiness,
+    memory_probe,
+    redis_probe,
+    run_checks,
+)
 from redis_agent_sessions._redis.codec import check_id, check_sequence, text
 from redis_agent_sessions._redis.pressure import warn_once
 from redis_agent_sessions._redis.topology import Topology
@@ -112,7 +119,7 @@ class MemoryEngine:
             return "a search runs"
 
         probes: list[tuple[str, Probe]] = [
-            ("redis", self._topology.reach),
+            ("redis", redis_probe(self._topology)),
             ("memory backend", backend),
             ("search", search),
         ]

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from typing import Any, Generic
 
-from redis_agent_sessions._health import PROBE_ID, Probe, Readiness, memory_probe, run_checks
+from redis_agent_sessions._health import (
+    PROBE_ID,
+    Probe,
+    Readiness,
+    memory_probe,
+    redis_probe,
+    run_checks,
+)
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
@@ -124,7 +131,7 @@ class SessionEngine(Generic[S, E]):
             return await self.writes.probe(PROBE_ID, PROBE_ID, PROBE_ID)
 
         topology = self.layout.topology
-        probes: list[tuple[str, Probe]] = [("redis", topology.reach), ("scripts", scripts)]
+        probes: list[tuple[str, Probe]] = [("redis", redis_probe(topology)), ("scripts", scripts)]
         if self.config.write_concern != "primary":
             probes.append(("write concern", lambda: self.ctx.runner.probe_concern(topology)))
         # Last: at full memory the checks before it still show that reads work.
