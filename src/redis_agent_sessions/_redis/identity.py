@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["UNKNOWN", "server_identity"]
+from redis.exceptions import ResponseError
+
+from redis_agent_sessions._redis.topology import Topology
+
+__all__ = ["UNKNOWN", "read_identity", "server_identity"]
 
 UNKNOWN = "unknown"
 
@@ -23,3 +27,14 @@ def server_identity(info: Any) -> tuple[str, str]:
     if "valkey_version" in fields or fields.get("server_name") == "valkey":
         return "Valkey", str(fields.get("valkey_version", UNKNOWN))
     return "Redis", str(fields.get("redis_version", UNKNOWN))
+
+
+async def read_identity(topology: Topology) -> tuple[str, str] | None:
+    """(name, version) of the server (on a cluster, of one node: every node of a deployment
+    runs the same build), or None when ``INFO`` is refused or unknown to it (for good: a
+    connection error raises, worth another try)."""
+    try:
+        info = await topology.any_node("INFO", "server")
+    except ResponseError:
+        return None
+    return server_identity(info)

@@ -28,6 +28,7 @@ from redis_agent_sessions._health import (
     run_checks,
 )
 from redis_agent_sessions._redis.codec import check_id, check_sequence, text
+from redis_agent_sessions._redis.identity import read_identity
 from redis_agent_sessions._redis.pressure import warn_once
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
@@ -102,7 +103,9 @@ class MemoryEngine:
         """Spans for ``service``'s operations (telemetry on)."""
         from redis_agent_sessions._telemetry import Telemetry, instrument  # only when on
 
-        instrument(service, operations, Telemetry(self.config, self._topology.endpoint))
+        topology = self._topology
+        telemetry = Telemetry(self.config, topology.endpoint, lambda: read_identity(topology))
+        instrument(service, operations, telemetry)
 
     async def check_ready(self, timeout: float) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and

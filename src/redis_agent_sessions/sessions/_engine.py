@@ -24,6 +24,7 @@ from redis_agent_sessions._health import (
     run_checks,
 )
 from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions._redis.identity import read_identity
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError
@@ -112,7 +113,8 @@ class SessionEngine(Generic[S, E]):
         """Spans for ``service``'s operations, and this engine's counters (telemetry on)."""
         from redis_agent_sessions._telemetry import Telemetry, instrument  # only when on
 
-        telemetry = Telemetry(self.config, self.layout.topology.endpoint)
+        topology = self.layout.topology
+        telemetry = Telemetry(self.config, topology.endpoint, lambda: read_identity(topology))
         self.ctx.telemetry = telemetry
         self.layout.observe(telemetry)
         instrument(service, operations, telemetry)
