@@ -423,7 +423,7 @@ async def test_an_import_failing_part_way_leaves_no_partial_session(
 def test_stats_names_valkey_by_its_own_version() -> None:
     """Valkey reports redis_version 7.2.4 to clients that check it; its own is valkey_version
     (INFO server of valkey-server 9.1.2)."""
-    from redis_agent_sessions.cli._stats import server_identity
+    from redis_agent_sessions._redis.identity import server_identity
 
     valkey = {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "9.1.2"}
     assert server_identity(valkey) == ("Valkey", "9.1.2")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -42,8 +43,16 @@ def names(readiness: Readiness) -> list[tuple[str, bool]]:
     return [(c.name, c.ok) for c in readiness.checks]
 
 
+async def server_version(client: Any) -> str:
+    """``redis_version`` of the server (on a cluster, of one node)."""
+    from redis.asyncio.cluster import RedisCluster
+
+    node = {"target_nodes": client.get_default_node()} if isinstance(client, RedisCluster) else {}
+    return str((await client.execute_command("INFO", "server", **node))["redis_version"])
+
+
 async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
-    redis_client: Any, worker_client: Any
+    redis_client: Any, worker_client: Any, request: pytest.FixtureRequest
 ) -> None:
     service = RedisSessionService(worker_client)
     session = await service.create_session(app_name="a", user_id="u", state={"k": 1})
@@ -55,6 +64,20 @@ async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
     assert readiness, readiness
     assert names(readiness) == [("redis", True), ("scripts", True), ("memory", True)]
     assert all(c.detail and c.seconds >= 0 for c in readiness.checks)
+    # The server names itself in the same round trip as the PING; a user refused INFO (the
+    # documented ACL user is) and fakeredis (no INFO) are ready, the version unknown.
+    kind = request.node.callspec.params["redis_client"]
+    detail = readiness.checks[0].detail
+    if kind == "real":
+        where = redis_client.connection_pool.connection_kwargs
+        version = await server_version(redis_client)
+        assert detail == f"Redis {version} answers on {where['host']}:{where['port']}"
+    elif kind == "cluster":
+        primaries = len(redis_client.get_primaries())
+        version = await server_version(redis_client)
+        assert detail == f"all {primaries} primaries answer: Redis {version}"
+    else:
+        assert detail.endswith("(version unknown: INFO server refused)"), detail
     assert await stored(redis_client) == before
     memory = RedisMemoryService(worker_client, backend="plain")
     found = await memory.check_ready()
@@ -197,6 +220,11 @@ def test_the_ping_command_exits_0_1_or_2(variable: str) -> None:
     assert ok.returncode == 0, ok.stderr
     report = json.loads(ok.stdout)
     assert report["ready"] is True
+    for service in ("sessions", "memory"):
+        redis = report["services"][service][0]
+        assert redis["check"] == "redis"
+        # The server and its version, as INFO server says them (Redis here).
+        assert re.search(r"\bRedis \d+\.\d+\.\d+\b", redis["detail"]), redis
     assert [c["check"] for c in report["services"]["memory"]] == [
         "redis",
         "memory backend",
@@ -206,7 +234,9 @@ def test_the_ping_command_exits_0_1_or_2(variable: str) -> None:
     table = ping("--url", url)
     assert (table.returncode, table.stdout.strip().splitlines()[-1]) == (0, "ready")
     if "CLUSTER" in variable:
-        assert "all 3 primaries answer" in table.stdout
+        assert "all 3 primaries answer: Redis " in table.stdout
+    else:
+        assert re.search(r"Redis \S+ answers on 127\.0\.0\.1:\d+", table.stdout), table.stdout
     down = ping("--url", "redis://127.0.0.1:1/0")
     assert down.returncode == 2
     assert len(down.stderr.strip().splitlines()) == 1
@@ -242,3 +272,78 @@ def test_the_cli_honours_the_urls_memory_backend() -> None:
         with Redis.from_url(url) as admin:
             assert admin.get(f"{prefix}:mem:backend") in (b"plain", None)
             admin.delete(f"{prefix}:mem:backend")
+
+
+VALKEY_INFO = {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "9.1.2"}
+"""What ``INFO server`` of valkey-server 9.1.2 says of its name and versions (redis-py's
+parse): it reports Redis 7.2.4 for clients that check ``redis_version``."""
+
+
+class Answers:
+    """A topology whose primaries answer the probe's PING and INFO with ``replies``."""
+
+    def __init__(self, *replies: tuple[str, Any, Any]) -> None:
+        self.replies = replies
+
+    async def on_primaries(self, *commands: tuple[Any, ...]) -> list[tuple[str, list[Any]]]:
+        assert commands == (("PING",), ("INFO", "server"))  # one round trip to each
+        return [(address, [pong, info]) for address, pong, info in self.replies]
+
+
+async def probed(*replies: tuple[str, Any, Any]) -> Any:
+    from redis_agent_sessions._health import redis_probe, run_checks
+
+    readiness = await run_checks([("redis", redis_probe(Answers(*replies)))], 5)  # type: ignore[arg-type]
+    [check] = readiness.checks
+    return check
+
+
+async def test_the_redis_check_names_valkey_by_its_own_version() -> None:
+    check = await probed(("127.0.0.1:6379", True, VALKEY_INFO))
+    assert (check.ok, check.detail) == (True, "Valkey 9.1.2 answers on 127.0.0.1:6379")
+    check = await probed(("127.0.0.1:6379", True, {"redis_version": "7.0.15"}))
+    assert check.detail == "Redis 7.0.15 answers on 127.0.0.1:6379"
+
+
+async def test_the_redis_check_says_which_node_runs_what_when_they_differ() -> None:
+    from redis.exceptions import NoPermissionError
+
+    refused = NoPermissionError("this user has no permissions to run the 'info' command")
+    redis = {"redis_version": "7.2.4"}
+    check = await probed(("a:1", True, redis), ("b:2", True, VALKEY_INFO), ("c:3", True, redis))
+    assert check.detail == "all 3 primaries answer: Redis 7.2.4 on a:1, c:3; Valkey 9.1.2 on b:2"
+    check = await probed(("a:1", refused, refused), ("b:2", refused, refused))
+    assert (check.ok, check.detail) == (
+        True,
+        "all 2 primaries answer (version unknown: INFO server refused)",
+    )
+    check = await probed(("a:1", True, redis), ("b:2", True, refused))
+    assert check.detail == "all 2 primaries answer: Redis 7.2.4 on a:1; version unknown on b:2"
+
+
+async def test_a_reply_without_the_version_is_unknown_and_a_ping_error_fails() -> None:
+    from redis.exceptions import BusyLoadingError
+
+    for info in ({}, {"server_name": "valkey"}, "not the fields", None):
+        check = await probed(("h:1", True, info))
+        assert check.ok, check
+        assert (
+            check.detail == "the server answers on h:1 (version unknown: INFO server did not say)"
+        )
+    loading = BusyLoadingError("Redis is loading the dataset in memory")
+    check = await probed(("h:1", loading, VALKEY_INFO))
+    assert (check.ok, check.detail) == (False, f"BusyLoadingError: {loading}")
+
+
+@pytest.mark.real
+async def test_a_real_valkey_names_itself() -> None:
+    """On a Valkey server when CI provides one (REDIS_VALKEY_URL); never required."""
+    import os
+
+    url = os.environ.get("REDIS_VALKEY_URL")
+    if not url:
+        pytest.skip("REDIS_VALKEY_URL is not set")
+    async with RedisSessionService.from_url(url) as service:
+        readiness = await service.check_ready()
+    assert readiness, readiness
+    assert readiness.checks[0].detail.startswith("Valkey "), readiness.checks[0].detail

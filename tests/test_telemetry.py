@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError
 
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout
@@ -119,6 +120,7 @@ async def test_each_public_call_is_one_client_span_by_the_database_conventions(
         assert attributes["db.namespace"] == "0"
         assert attributes[NS + "app_name"] == "shop"
         assert NS + "user_id" not in attributes  # personal data: only when opted in
+        assert NS + "server.name" not in attributes  # fakeredis has no INFO: none, no error
         assert span.instrumentation_scope is not None
         assert span.instrumentation_scope.name == "redis_agent_sessions"
     # The session id is ADK's conversation id, wherever the call names it.
@@ -237,6 +239,8 @@ async def test_the_duration_histogram_times_each_operation(exported: Exported) -
             "server.address",
             "server.port",
             "error.type",
+            NS + "server.name",
+            NS + "server.version",
         }, attributes
         assert 0 < point.sum / point.count < 5
 
@@ -384,3 +388,140 @@ async def test_cluster_app_writes_applied_late_are_counted(
     assert exported.total("cluster.app_writes_applied_late") == before + 1
     await reader.get_session(app_name="shop", user_id="alice", session_id="s")
     assert exported.total("cluster.app_writes_applied_late") == before + 1
+
+
+VALKEY_INFO = {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "9.1.2"}
+
+
+class InfoCounted(fakeredis.FakeAsyncRedis):
+    """fakeredis (which has no INFO) answering ``INFO server`` with ``info`` (None: refused
+    as a managed service refuses it), counting how often it is asked."""
+
+    info: dict[str, Any] | None = VALKEY_INFO
+    asked = 0
+    drops = 0
+    """How many INFO calls lose the connection first."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        if [str(a).upper() for a in args] == ["INFO", "SERVER"]:
+            self.asked += 1
+            if self.drops:
+                self.drops -= 1
+                raise RedisConnectionError("the connection dropped")
+            if self.info is None:
+                raise NoPermissionError("this user has no permissions to run the 'info' command")
+            return self.info
+        return await super().execute_command(*args, **options)
+
+
+def server_attributes(span: ReadableSpan) -> dict[str, Any]:
+    return {k: v for k, v in (span.attributes or {}).items() if k.startswith(NS + "server.")}
+
+
+async def test_spans_name_the_server_and_its_version_once_it_is_known(exported: Exported) -> None:
+    """Valkey by its own version (it reports redis_version 7.2.4), read once, after the
+    first call, outside it; db.system.name stays redis, as the conventions say."""
+    client = InfoCounted(server=fakeredis.FakeServer())
+    service = RedisSessionService(client, config=ON)
+    session = await service.create_session(app_name="shop", user_id="alice")
+    for i in range(3):
+        await service.append_event(session, delta(i=i))
+    memory = RedisMemoryService(client, config=ON, backend="plain")
+    await memory.search_memory(app_name="shop", user_id="alice", query="trains")
+    await memory.search_memory(app_name="shop", user_id="alice", query="trains")
+    assert client.asked == 2  # once per service, never per call
+    spans = exported.finished()
+    valkey = {NS + "server.name": "valkey", NS + "server.version": "9.1.2"}
+    assert [server_attributes(s) for s in spans] == [{}, valkey, valkey, valkey, {}, valkey]
+    assert {dict(s.attributes or {})["db.system.name"] for s in spans} == {"redis"}
+    measured = [
+        dict(p.attributes)
+        for p in exported.points("db.client.operation.duration")
+        if dict(p.attributes).get("db.operation.name") == "append_event"
+        and dict(p.attributes).get(NS + "server.name") == "valkey"
+    ]
+    assert measured, "the duration histogram does not carry the server"
+    assert all(m[NS + "server.version"] == "9.1.2" for m in measured)
+
+
+async def test_a_user_refused_info_gets_spans_without_the_server(exported: Exported) -> None:
+    client = InfoCounted(server=fakeredis.FakeServer())
+    client.info = None
+    service = RedisSessionService(client, config=ON)
+    session = await service.create_session(app_name="shop", user_id="alice")
+    await service.append_event(session, delta(k=1))
+    await service.get_session(app_name="shop", user_id="alice", session_id=session.id)
+    spans = exported.finished()
+    assert [s.name for s in spans] == ["create_session", "append_event", "get_session"]
+    assert all(s.status.status_code == StatusCode.UNSET for s in spans)
+    assert [server_attributes(s) for s in spans] == [{}, {}, {}]
+    assert client.asked == 1  # refused once: not asked again
+
+
+@pytest.mark.real
+async def test_spans_name_a_real_redis_by_its_version(exported: Exported) -> None:
+    from redis.asyncio import Redis
+
+    url = skip_without("REDIS_URL")
+    async with Redis.from_url(url) as admin:
+        version = str((await admin.info("server"))["redis_version"])
+    async with RedisSessionService.from_url(url, config=ON) as service:
+        session = await service.create_session(app_name="shop", user_id="alice")
+        await service.delete_session(app_name="shop", user_id="alice", session_id=session.id)
+    spans = exported.finished()
+    assert [server_attributes(s) for s in spans] == [
+        {},
+        {NS + "server.name": "redis", NS + "server.version": version},
+    ]
+
+
+@pytest.mark.real
+@pytest.mark.acl
+async def test_the_documented_acl_user_gets_spans_without_the_server(exported: Exported) -> None:
+    """The least-privilege user of the deployment docs may not run INFO."""
+    from redis.asyncio import Redis
+
+    from _acl import acl_user
+    from _servers import ACL_DB, on_db
+
+    async with (
+        Redis.from_url(on_db(skip_without("REDIS_URL"), ACL_DB)) as admin,
+        acl_user(admin) as worker,
+    ):
+        service = RedisSessionService(worker, config=ON)
+        session = await service.create_session(app_name="shop", user_id="alice")
+        await service.append_event(session, delta(k=1))
+        await service.delete_session(app_name="shop", user_id="alice", session_id=session.id)
+    spans = exported.finished()
+    assert [s.name for s in spans] == ["create_session", "append_event", "delete_session"]
+    assert all(s.status.status_code == StatusCode.UNSET for s in spans)
+    assert [server_attributes(s) for s in spans] == [{}, {}, {}]
+
+
+async def test_the_server_is_asked_again_after_a_dropped_link_not_after_a_probe(
+    exported: Exported,
+) -> None:
+    """check_ready succeeds with Redis down (it reports, never raises): no reason to ask.
+    A link lost during INFO is no refusal: asked again after the next call, a few times at
+    most, never failing the call."""
+    client = InfoCounted(server=fakeredis.FakeServer())
+    client.drops = 1
+    service = RedisSessionService(client, config=ON)
+    assert await service.check_ready()
+    assert client.asked == 0
+    session = await service.create_session(app_name="shop", user_id="alice")
+    assert client.asked == 1
+    for i in range(3):
+        await service.append_event(session, delta(i=i))
+    assert client.asked == 2
+    spans = exported.finished()
+    valkey = {NS + "server.name": "valkey", NS + "server.version": "9.1.2"}
+    assert [server_attributes(s) for s in spans] == [{}, {}, {}, valkey, valkey]
+
+    client = InfoCounted(server=fakeredis.FakeServer())
+    client.drops = 100
+    service = RedisSessionService(client, config=ON)
+    session = await service.create_session(app_name="shop", user_id="alice")
+    for i in range(5):
+        await service.append_event(session, delta(i=i))
+    assert client.asked == 3

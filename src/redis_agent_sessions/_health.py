@@ -13,10 +13,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
 from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions._redis.identity import UNKNOWN, server_identity
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
@@ -29,6 +31,7 @@ __all__ = [
     "Readiness",
     "memory_probe",
     "probe_app",
+    "redis_probe",
     "run_checks",
 ]
 
@@ -73,6 +76,52 @@ Probe = Callable[[], Awaitable[str]]
 
 class NotReady(RedisSessionsError):
     """A check found what stops the service (its message is the whole detail)."""
+
+
+def redis_probe(topology: Topology) -> Probe:
+    """The first check: every primary answers ``PING`` (a least-privilege user's refusal is
+    an answer too) and names itself by ``INFO server``, in the same round trip. A server
+    that does not say (INFO refused to this user, fakeredis) passes, its version unknown."""
+
+    async def probe() -> str:
+        found = await topology.on_primaries(("PING",), ("INFO", "server"))
+        for _, (pong, _info) in found:
+            # An error reply in a pipeline is returned, not raised, whatever its class
+            # (LOADING is a ConnectionError to redis-py).
+            if isinstance(pong, Exception) and not isinstance(pong, NoPermissionError):
+                raise pong
+        if len(found) == 1:
+            address, (_, info) = found[0]
+            if (named := _named(info)) is not None:
+                return f"{named} answers on {address}"
+            return f"the server answers on {address} ({_unnamed(info)})"
+        servers: dict[str | None, list[str]] = {}
+        for address, (_, info) in found:
+            servers.setdefault(_named(info), []).append(address)
+        answer = f"all {len(found)} primaries answer"
+        if len(servers) == 1:
+            [(named, _)] = servers.items()
+            return f"{answer}: {named}" if named else f"{answer} ({_unnamed(found[0][1][1])})"
+        # A rolling upgrade, or a node that refuses INFO: say which node runs what.
+        return f"{answer}: " + "; ".join(
+            f"{named or 'version unknown'} on {', '.join(addresses)}"
+            for named, addresses in servers.items()
+        )
+
+    return probe
+
+
+def _named(info: Any) -> str | None:
+    """``Valkey 9.1.2``, from a node's ``INFO server`` reply; None when it does not say."""
+    if isinstance(info, Exception):
+        return None
+    name, version = server_identity(info)
+    return None if version == UNKNOWN else f"{name} {version}"
+
+
+def _unnamed(info: Any) -> str:
+    why = "INFO server refused" if isinstance(info, Exception) else "INFO server did not say"
+    return f"version unknown: {why}"
 
 
 def memory_probe(topology: Topology, ttl: str | None) -> Probe:

@@ -8,6 +8,12 @@ agent's spans to ours) and app and user ids in this library's namespace (user id
 the operator opts in: they may be personal data). The ``db.client.operation.duration``
 histogram times every call; counters record what only this library sees.
 
+The conventions name the system ``redis`` whatever server answers (``db.system.name`` is the
+product the client speaks to, as the instrumentation knows it, and lists no ``valkey``), and
+have no attribute for a server's product or version: ``redis_agent_sessions.server.name``
+(``redis`` or ``valkey``) and ``.server.version`` say which, read once by ``INFO server``
+after the first call that succeeds (a user refused INFO gets neither attribute).
+
 The services wrap their operations on the instance when telemetry is on, so with it off
 nothing here is imported and no call pays for it. Providers are OpenTelemetry's global ones:
 an application configures the SDK and its exporters; a library only asks for a tracer.
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from redis_agent_sessions._version import __version__
@@ -50,11 +56,24 @@ COUNTERS = {
 
 R = TypeVar("R")
 
+_NOT_A_CONTACT = frozenset({"check_ready"})
+"""Operations that succeed with Redis unreachable (a probe reports it, never raises): no
+sign that the server can be asked who it is."""
+_IDENTIFY_ATTEMPTS = 3
+
+Identify = Callable[[], Awaitable["tuple[str, str] | None"]]
+"""Reads the server's (name, version) by ``INFO server``; None when INFO is refused."""
+
 
 class Telemetry:
     """The tracer, meter and instruments of one service, and its constant attributes."""
 
-    def __init__(self, config: SessionServiceConfig, endpoint: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        config: SessionServiceConfig,
+        endpoint: Mapping[str, Any],
+        identify: Identify | None = None,
+    ) -> None:
         try:
             from opentelemetry import context, metrics, trace
         except ImportError:
@@ -76,7 +95,12 @@ class Telemetry:
             for name, (unit, description) in COUNTERS.items()
         }
         self._user_ids = config.telemetry_user_ids
-        self._base = {"db.system.name": "redis", **endpoint}
+        self._base: dict[str, Any] = {"db.system.name": "redis", **endpoint}
+        self._identify = identify
+        self._attempts = _IDENTIFY_ATTEMPTS
+        self._attributes: dict[str, dict[str, Any]] = {}
+        """Each operation's attributes, replaced (never changed in place: the SDK may hold
+        them) once the server is known."""
 
     def count(self, name: str, amount: int = 1, **attributes: str) -> None:
         self._counters[name].add(amount, {_NS + k: v for k, v in attributes.items()})
@@ -87,7 +111,9 @@ class Telemetry:
         """``method`` inside a span, timed by the duration histogram."""
         # The same attributes for the span and the measurement (plus the call's ids on the
         # span): the SDK copies what it keeps, and every copy is time on the caller's path.
-        metric_attributes = {**self._base, "db.operation.name": operation}
+        self._attributes[operation] = {**self._base, "db.operation.name": operation}
+        attributes = self._attributes
+        contact = operation not in _NOT_A_CONTACT
         kind = self._trace.SpanKind.CLIENT
         in_context = self._trace.set_span_in_context
         attach, detach = self._context.attach, self._context.detach
@@ -97,6 +123,7 @@ class Telemetry:
         # context manager, a few microseconds more on every call.
         @functools.wraps(method)
         async def call(*args: Any, **kwargs: Any) -> R:
+            metric_attributes = attributes[operation]
             span = self._tracer.start_span(
                 operation, kind=kind, attributes=metric_attributes | self._ids(args, kwargs)
             )
@@ -113,9 +140,35 @@ class Telemetry:
             finally:
                 detach(token)
                 span.end()
+            if contact and self._identify is not None:
+                await self._identified()
             return result
 
         return call
+
+    async def _identified(self) -> None:
+        """Read the server's name and version, once: after a call that succeeded (the
+        server is reached), outside its span and its measurement. Spans and measurements
+        carry them from the next call on."""
+        identify, self._identify = self._identify, None
+        if identify is None:  # another call got there first
+            return
+        try:
+            found = await identify()
+        except Exception:  # telemetry never fails a call that succeeded
+            # A link lost since the call: ask again after another, a few times at most.
+            self._attempts -= 1
+            if self._attempts:
+                self._identify = identify
+            return
+        if found is None:
+            return
+        name, version = found
+        server = {_NS + "server.name": name.lower()}
+        if version != "unknown":
+            server[_NS + "server.version"] = version
+        self._base |= server
+        self._attributes.update({op: a | server for op, a in self._attributes.items()})
 
     def _failed(self, span: Any, exc: Exception) -> str:
         """Mark ``span`` failed by ``exc`` and count what only this library sees; the

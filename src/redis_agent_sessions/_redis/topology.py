@@ -10,10 +10,11 @@ slots uses the cluster layout but is one node to route to.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoPermissionError
+from redis.exceptions import ResponseError
 
 from redis_agent_sessions._redis import lifecycle as _lifecycle
 from redis_agent_sessions.errors import InvalidInputError
@@ -85,17 +86,31 @@ class Topology:
                 await self.client.initialize()
                 self.fresh = False
 
-    async def reach(self) -> str:
-        """PING every node the client writes to (for a readiness probe). A least-privilege
-        user may not run PING: its refusal is an answer too."""
+    @property
+    def address(self) -> str:
+        """Where the client connects, for people to read: ``host:port``, or a socket's path
+        (a cluster's: the first node it was given)."""
+        endpoint = self.endpoint
+        address = str(endpoint.get("server.address", "an unknown address"))
+        return f"{address}:{endpoint['server.port']}" if "server.port" in endpoint else address
+
+    async def on_primaries(self, *commands: tuple[Any, ...]) -> list[tuple[str, list[Any]]]:
+        """Run commands that name no key on every primary, in one round trip to each (a
+        pipeline; on a cluster, concurrently on the node's connections): per primary, its
+        address and its replies in order, an error reply (a refused or unknown command) in
+        place of its reply. A node that cannot be reached raises."""
         if not self._cluster_client:
-            await _answer(self.client.execute_command("PING"))
-            return "the server answers"
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return [(self.address, list(await pipe.execute(raise_on_error=False)))]
         await self.ready()
-        primaries = self.client.get_primaries()
-        pings = (self.client.execute_command("PING", target_nodes=n) for n in primaries)
-        await asyncio.gather(*(_answer(p) for p in pings))
-        return f"all {len(primaries)} primaries answer"
+
+        async def on(node: Any) -> tuple[str, list[Any]]:
+            calls = (self.client.execute_command(*c, target_nodes=node) for c in commands)
+            return str(node.name), list(await asyncio.gather(*map(_or_error, calls)))
+
+        return list(await asyncio.gather(*map(on, self.client.get_primaries())))
 
     async def each_primary(self, *command: Any) -> list[Any]:
         """Run a command that names no key on every primary; their replies."""
@@ -128,8 +143,8 @@ class Topology:
         return list(await asyncio.gather(*calls))
 
 
-async def _answer(reply: Any) -> None:
+async def _or_error(reply: Awaitable[Any]) -> Any:
     try:
-        await reply
-    except NoPermissionError:
-        pass
+        return await reply
+    except ResponseError as exc:
+        return exc

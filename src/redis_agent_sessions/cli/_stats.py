@@ -19,6 +19,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from redis_agent_sessions._messages import plural, size
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.identity import server_identity
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
 from redis_agent_sessions.cli._context import Context, NotFound, first_line
 from redis_agent_sessions.keys import split_app_member, unescape
@@ -216,14 +217,6 @@ async def _server(ctx: Context) -> dict[str, Any]:
         "mode": "cluster" if ctx.cluster else info.get("redis_mode", "standalone"),
         "modules": names,
     }
-
-
-def server_identity(info: dict[str, Any]) -> tuple[str, str]:
-    """(name, version) of a server by its ``INFO server``: Valkey reports ``redis_version``
-    7.2.4 for clients that check it, and its own in ``valkey_version``."""
-    if "valkey_version" in info:
-        return "Valkey", str(info["valkey_version"])
-    return "Redis", str(info.get("redis_version", "unknown"))
 
 
 async def _memory(ctx: Context) -> dict[str, Any]:

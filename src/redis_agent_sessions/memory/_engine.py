@@ -19,8 +19,16 @@ from typing import Any, Literal
 import orjson
 from redis.exceptions import NoPermissionError, ResponseError
 
-from redis_agent_sessions._health import PROBE_ID, Probe, Readiness, memory_probe, run_checks
+from redis_agent_sessions._health import (
+    PROBE_ID,
+    Probe,
+    Readiness,
+    memory_probe,
+    redis_probe,
+    run_checks,
+)
 from redis_agent_sessions._redis.codec import check_id, check_sequence, text
+from redis_agent_sessions._redis.identity import read_identity
 from redis_agent_sessions._redis.pressure import warn_once
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
@@ -105,7 +113,9 @@ class MemoryEngine:
         """Spans for ``service``'s operations (telemetry on)."""
         from redis_agent_sessions._telemetry import Telemetry, instrument  # only when on
 
-        instrument(service, operations, Telemetry(self.config, self._topology.endpoint))
+        topology = self._topology
+        telemetry = Telemetry(self.config, topology.endpoint, lambda: read_identity(topology))
+        instrument(service, operations, telemetry)
 
     async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and
@@ -122,7 +132,7 @@ class MemoryEngine:
             return "a search runs"
 
         probes: list[tuple[str, Probe]] = [
-            ("redis", self._topology.reach),
+            ("redis", redis_probe(self._topology)),
             ("memory backend", backend),
             ("search", search),
         ]

@@ -15,8 +15,16 @@ from __future__ import annotations
 
 from typing import Any, Generic
 
-from redis_agent_sessions._health import PROBE_ID, Probe, Readiness, memory_probe, run_checks
+from redis_agent_sessions._health import (
+    PROBE_ID,
+    Probe,
+    Readiness,
+    memory_probe,
+    redis_probe,
+    run_checks,
+)
 from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions._redis.identity import read_identity
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError
@@ -105,7 +113,8 @@ class SessionEngine(Generic[S, E]):
         """Spans for ``service``'s operations, and this engine's counters (telemetry on)."""
         from redis_agent_sessions._telemetry import Telemetry, instrument  # only when on
 
-        telemetry = Telemetry(self.config, self.layout.topology.endpoint)
+        topology = self.layout.topology
+        telemetry = Telemetry(self.config, topology.endpoint, lambda: read_identity(topology))
         self.ctx.telemetry = telemetry
         self.layout.observe(telemetry)
         instrument(service, operations, telemetry)
@@ -124,7 +133,7 @@ class SessionEngine(Generic[S, E]):
             return await self.writes.probe(app, PROBE_ID, PROBE_ID)
 
         topology = self.layout.topology
-        probes: list[tuple[str, Probe]] = [("redis", topology.reach), ("scripts", scripts)]
+        probes: list[tuple[str, Probe]] = [("redis", redis_probe(topology)), ("scripts", scripts)]
         if self.config.write_concern != "primary":
             probes.append(("write concern", lambda: self.ctx.runner.probe_concern(topology)))
         # Last: at full memory the checks before it still show that reads work.
