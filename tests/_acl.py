@@ -23,9 +23,10 @@ _LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
 
 def readme_rules() -> dict[str, list[str]]:
     """The documented rules: ``base`` (sessions + plain memory), then the extras for the
-    ``search`` backend, the ``replicas`` and ``aof`` write concerns, and a ``cluster``."""
+    ``search`` backend, learned ``facts``, the ``replicas`` and ``aof`` write concerns, and a
+    ``cluster``."""
     lines = _LINE.findall(README.read_text())
-    names = ["base", "search", "replicas", "aof", "cluster"]
+    names = ["base", "search", "facts", "replicas", "aof", "cluster"]
     assert len(lines) == len(names), lines
     return {name: shlex.split(line) for name, line in zip(names, lines, strict=True)}
 
@@ -42,17 +43,19 @@ async def acl_user(
     admin: Any,
     *,
     search: bool = False,
+    facts: bool = False,
     concern: str | None = None,
     without: str | None = None,
     keys: list[str] | None = None,
 ) -> AsyncIterator[Any]:
     """A client logged in as a fresh user with the documented rules (the search ones with
-    ``search``, those of a write ``concern``, the cluster ones when ``admin`` is a
-    RedisCluster: set on every node), minus ``+without``; with ``keys``, those key rules
-    in place of the documented ``~ras:*`` (a tenant's)."""
+    ``search``, the learned facts' with ``facts``, those of a write ``concern``, the
+    cluster ones when ``admin`` is a RedisCluster: set on every node), minus ``+without``;
+    with ``keys``, those key rules in place of the documented ``~ras:*`` (a tenant's)."""
     readme = readme_rules()
     cluster = isinstance(admin, RedisCluster)
     rules = readme["base"] + (readme["search"] if search else []) + readme.get(concern or "", [])
+    rules += readme["facts"] if facts else []
     rules += readme["cluster"] if cluster else []
     name, password = f"ras-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     rules = [f">{password}" if r.startswith(">") else r for r in rules]

@@ -14,6 +14,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from _acl import acl_user, readme_rules
 from _servers import skip_without
 from _slots import flush_cluster
 from redis_agent_sessions import (
@@ -27,6 +28,7 @@ from redis_agent_sessions import (
     InvalidInputError,
     MemoryOperation,
     Part,
+    PermissionDeniedError,
     RedisMemoryService,
     Session,
 )
@@ -411,3 +413,38 @@ def test_settings_are_checked() -> None:
     url = "redis://localhost/0?generator=import:tests_facts_generator:nope"
     with pytest.raises(InvalidInputError, match="cannot be imported"):
         RedisMemoryService.from_url(url)
+
+
+@pytest.mark.acl
+@pytest.mark.parametrize(
+    "variable", ["REDIS_URL", pytest.param("REDIS_SEARCH_URL", marks=pytest.mark.search)]
+)
+async def test_the_documented_user_learns_facts_and_each_command_is_needed(variable: str) -> None:
+    admin = Redis.from_url(skip_without(variable))
+    await admin.flushdb()
+    search = variable == "REDIS_SEARCH_URL"
+    backend = "search" if search else "plain"
+    try:
+        async with acl_user(admin, search=search, facts=True) as worker:
+            await learn_and_forget(worker, backend)
+        for command in readme_rules()["facts"]:
+            await admin.flushdb()
+            async with acl_user(admin, search=search, facts=True, without=command[1:]) as worker:
+                with pytest.raises(PermissionDeniedError) as refused:
+                    await learn_and_forget(worker, backend)
+                assert refused.value.command == command[1:].upper()
+    finally:
+        await admin.flushdb()
+        await admin.aclose()
+
+
+async def learn_and_forget(worker: Any, backend: str) -> None:
+    model = Scripted(add("The user likes tea."), update("tea", "The user likes coffee."))
+    memory = RedisMemoryService(worker, backend=backend, generator=model)  # type: ignore[arg-type]
+    session = Session(id="s1", app_name=APP, user_id=USER, events=[said("I like tea", 1.0)])
+    await memory.add_session_to_memory(session)
+    session.events.append(said("coffee now", 2.0))
+    await memory.add_session_to_memory(session)
+    [fact] = await memory.list_facts(app_name=APP, user_id=USER)
+    assert len(await memory.fact_history(app_name=APP, user_id=USER, fact_id=fact.id)) == 1
+    await memory.delete_memory(app_name=APP, user_id=USER, memory_id=fact.id)

@@ -140,8 +140,14 @@ class FactStore:
         """Facts whose time to live is over (forgotten at the next change or search)."""
         ids = [
             text(m)
-            for m in await self._redis.zrangebyscore(
-                self.keys.memory_fact_expiry(app, user), "-inf", int(now * 1000), start=0, num=limit
+            # ZRANGE BYSCORE: the least-privilege line grants ZRANGE, not ZRANGEBYSCORE.
+            for m in await self._redis.zrange(
+                self.keys.memory_fact_expiry(app, user),
+                "-inf",
+                int(now * 1000),
+                byscore=True,
+                offset=0,
+                num=limit,
             )
         ]
         return [f for f in await self.read(app, user, ids) if f is not None]
