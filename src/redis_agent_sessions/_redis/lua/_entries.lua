@@ -94,7 +94,7 @@ local function drop_entries(K, todo, opt)
   end
   write_counts(K.df, deltas)
   if counted_any and entries <= 0 then
-    redis.call('DEL', K.stats)
+    redis.call('HDEL', K.stats, 'n', 'len')  -- the learned facts' counts stay
   elseif counted_any then
     redis.call('HSET', K.stats, 'n', entries, 'len', total)
   end

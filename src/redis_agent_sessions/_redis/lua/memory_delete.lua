@@ -15,7 +15,7 @@
 --         else {1, entries deleted}
 local postings, spare = ARGV[2] == '1', ARGV[3] == '1'
 local ops = cjson.decode(ARGV[4])
-local refused = denied('ZREM', KEYS[1], 'HMGET', KEYS[5], 'HSET', KEYS[5], 'DEL', KEYS[5],
+local refused = denied('ZREM', KEYS[1], 'HMGET', KEYS[5], 'HSET', KEYS[5], 'HDEL', KEYS[5],
   'HINCRBY', KEYS[6], 'HDEL', KEYS[6])
 for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', KEYS[op.k], 'DEL', KEYS[op.k])

@@ -19,11 +19,12 @@
 --         written; read and generate again),
 --         {-4, command, key} when the ACL user may not run a command it needs (nothing
 --         written),
---         else {1, facts written, facts deleted}
+--         else {1, facts written, facts deleted}; KEYS[3] counts the user's generations
+--         (a watermark moved) and facts added, updated, deleted and expired
 local postings = ARGV[1] == '1'
 local now, keep = tonumber(ARGV[7]), tonumber(ARGV[6])
 local ops = cjson.decode(ARGV[8])
-local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'DEL', KEYS[3], 'HINCRBY', KEYS[4],
+local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'HDEL', KEYS[3], 'HINCRBY', KEYS[3], 'HINCRBY', KEYS[4],
   'HDEL', KEYS[4], 'HSET', KEYS[5], 'HDEL', KEYS[5], 'ZADD', KEYS[1], 'ZREM', KEYS[1],
   'ZADD', KEYS[6], 'ZREM', KEYS[6], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'GET', KEYS[8])
   or (ARGV[5] ~= '' and denied('SET', KEYS[8]))
@@ -74,4 +75,14 @@ for _, op in ipairs(drops) do
   redis.call('DEL', KEYS[op.h])
 end
 if ARGV[5] ~= '' then redis.call('SET', KEYS[8], ARGV[5]) end
+-- What operators see in `stats`: the user's generations and what they changed.
+local counts = {added = 0, updated = 0, deleted = 0, expired = 0}
+for _, op in ipairs(ops) do
+  local name = ({add = 'added', update = 'updated', delete = 'deleted', expire = 'expired'})[op.a]
+  counts[name] = counts[name] + 1
+end
+if ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[3], 'generations', 1) end
+for name, count in pairs(counts) do
+  if count > 0 then redis.call('HINCRBY', KEYS[3], 'facts_' .. name, count) end
+end
 return {1, #puts, #drops}
