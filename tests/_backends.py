@@ -1,7 +1,8 @@
 """The backends of the contract suites (see conftest.py): fakeredis, fakeredis checking
 slots under the cluster layout, fakeredis with every stored event validated on read
 (``validate_reads``; the others rebuild the events this library wrote without validating
-them), real Redis (also on the least-privilege user's database), and a real Redis Cluster."""
+them), real Redis (also on the least-privilege user's database), a real Redis Cluster, and
+Valkey, single node and cluster (``valkey``, ``valkey-cluster``: marked ``valkey``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 
-__all__ = ["BACKENDS", "backend", "every_config", "worker"]
+__all__ = ["BACKENDS", "NOT_ON_VALKEY", "backend", "every_config", "worker"]
 
 
 BACKENDS = [
@@ -30,8 +31,25 @@ BACKENDS = [
     pytest.param("real", marks=pytest.mark.real),
     pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
     pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
+    pytest.param("valkey", marks=[pytest.mark.real, pytest.mark.valkey]),
+    pytest.param(
+        "valkey-cluster", marks=[pytest.mark.real, pytest.mark.cluster, pytest.mark.valkey]
+    ),
 ]
 """The backends of the contract suites, for a fixture's ``params``."""
+
+_VALKEY = frozenset({"valkey", "valkey-cluster"})
+NOT_ON_VALKEY = {
+    # The ADK layers send the server nothing the session and memory suites do not already run
+    # on Valkey; on Valkey they would double the time it adds to CI (three Pythons, two cores).
+    "test_adk_parity": _VALKEY,
+    "test_adk_compacted_reads": _VALKEY,
+    "test_adk_memory": _VALKEY,
+    # What Valkey itself does here is expire keys, the same on one node as on a cluster's
+    # nodes; every test waits seconds for TTLs.
+    "test_expiry": frozenset({"valkey-cluster"}),
+}
+"""Contract suites (module names) and the Valkey backends conftest.py deselects them on."""
 
 
 @asynccontextmanager
@@ -51,14 +69,15 @@ async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[A
         yield client
         await client.aclose()
         return
-    if kind == "cluster":
-        cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+    if kind in ("cluster", "valkey-cluster"):
+        variable = "REDIS_CLUSTER_URL" if kind == "cluster" else "REDIS_VALKEY_CLUSTER_URL"
+        cluster = RedisCluster.from_url(skip_without(variable))
         await flush_cluster(cluster)
         yield cluster
         await flush_cluster(cluster)
         await cluster.aclose()
         return
-    url = skip_without("REDIS_URL")
+    url = skip_without("REDIS_VALKEY_URL" if kind == "valkey" else "REDIS_URL")
     # The least-privilege suites run on another database than 0, which needs SELECT.
     client = Redis.from_url(on_db(url, ACL_DB) if kind == "acl" else url)
     await client.flushdb()

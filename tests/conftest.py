@@ -1,11 +1,12 @@
 """Backends for the contract suites.
 
 Every test taking ``redis_client`` (or ``service``) runs with the read cache off and on
-(``read_cache``), each on four backends: fakeredis; a
-slot-checking fakeredis that the services treat as a cluster (the cluster code path, with
-every script and transaction checked to stay in one slot); the real server named by
-REDIS_URL, once as an admin and once (``acl``) with the services logged in as the documented
-least-privilege ACL user; and the real Redis Cluster named by REDIS_CLUSTER_URL. A real
+(``read_cache``), each on these backends: fakeredis; a slot-checking fakeredis that the
+services treat as a cluster (the cluster code path, with every script and transaction checked
+to stay in one slot); the real server named by REDIS_URL, once as an admin and once (``acl``)
+with the services logged in as the documented least-privilege ACL user; the real Redis
+Cluster named by REDIS_CLUSTER_URL; and Valkey, one node (REDIS_VALKEY_URL) and a cluster
+(REDIS_VALKEY_CLUSTER_URL), except for the suites of ``_backends.NOT_ON_VALKEY``. A real
 variant is skipped when its variable is unset. Real servers are flushed before and after each
 test, so point the variables at throwaway servers.
 
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from _backends import BACKENDS, backend, every_config, worker
+from _backends import BACKENDS, NOT_ON_VALKEY, backend, every_config, worker
 from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._cache import ReadCache
@@ -45,7 +46,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "explore"))
 EXTRAS = {"adk": ("google.adk", "[adk]"), "cli": ("rich", "[cli]")}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _leave_off_valkey(config, items)
     for marker, (module, extra) in EXTRAS.items():
         if _installed(module):
             continue
@@ -54,6 +56,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # A test of the operator commands takes a `cli` fixture, or is marked.
             if item.get_closest_marker(marker) is not None or marker in item.fixturenames:
                 item.add_marker(skip)
+
+
+def _leave_off_valkey(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects the suites of NOT_ON_VALKEY on the backends named there (why: see there)."""
+    kept, left_off = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        kinds = NOT_ON_VALKEY.get(item.path.stem, frozenset())
+        params = callspec.params.values() if callspec is not None else ()
+        off = any(isinstance(p, str) and p in kinds for p in params)
+        (left_off if off else kept).append(item)
+    if left_off:
+        config.hook.pytest_deselected(items=left_off)
+        items[:] = kept
 
 
 def _installed(module: str) -> bool:

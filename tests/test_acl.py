@@ -43,12 +43,17 @@ APP, USER = "acl_app", "ann"
 Step = Callable[[], Awaitable[Any]]
 
 
-@pytest.fixture(params=["REDIS_URL", "REDIS_SEARCH_URL"])
+# Valkey: its scripts' redis.acl_check_cmd and its refusals are what names a missing command.
+VALKEY = pytest.param("REDIS_VALKEY_URL", marks=pytest.mark.valkey)
+
+
+@pytest.fixture(params=["REDIS_URL", "REDIS_SEARCH_URL", VALKEY])
 async def admin(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
     # Not database 0 where the backend allows it: the documented line must work for any (the
     # user needs SELECT). RediSearch indexes only database 0 ("Cannot create index on db != 0").
     url = skip_without(request.param)
-    client = Redis.from_url(on_db(url, ACL_DB) if request.param == "REDIS_URL" else url)
+    search = request.param == "REDIS_SEARCH_URL"
+    client = Redis.from_url(url if search else on_db(url, ACL_DB))
     await client.flushdb()
     yield client
     await client.flushdb()
@@ -214,8 +219,12 @@ async def test_the_readme_user_runs_every_operation(admin: Redis, layout: str) -
 
 
 @pytest.mark.cluster
-async def test_the_readme_user_runs_every_operation_on_a_cluster() -> None:
-    admin = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
+@pytest.mark.parametrize(
+    "variable",
+    ["REDIS_CLUSTER_URL", pytest.param("REDIS_VALKEY_CLUSTER_URL", marks=pytest.mark.valkey)],
+)
+async def test_the_readme_user_runs_every_operation_on_a_cluster(variable: str) -> None:
+    admin = RedisCluster.from_url(skip_without(variable))
     await flush_cluster(admin)
     try:
         async with acl_user(admin) as worker:
@@ -237,8 +246,10 @@ async def _has_search(admin: Redis) -> bool:
 
 # The base line is checked where memory uses the plain backend, the search rules where it
 # uses RediSearch (which needs none of the plain backend's posting commands).
-ONE_MISSING = [("REDIS_URL", c) for c in readme_commands()] + [
-    ("REDIS_SEARCH_URL", c) for c in readme_commands(search=True)[len(readme_commands()) :]
+ONE_MISSING = [
+    *[("REDIS_URL", c) for c in readme_commands()],
+    *[("REDIS_SEARCH_URL", c) for c in readme_commands(search=True)[len(readme_commands()) :]],
+    *[pytest.param("REDIS_VALKEY_URL", c, marks=pytest.mark.valkey) for c in readme_commands()],
 ]
 
 

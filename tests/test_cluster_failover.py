@@ -1,9 +1,9 @@
 """A manual failover of every primary of a Redis Cluster while workers append: nothing
 acknowledged is lost, nothing is stored twice.
 
-The test starts its own cluster (3 primaries, 3 replicas, from the ``redis-server`` on PATH,
-each node in its own temporary directory: ``_local_cluster.py``) because it changes the
-cluster's topology; the shared cluster of REDIS_CLUSTER_URL is left alone. Worker tasks,
+The test starts its own cluster (3 primaries, 3 replicas, of Redis and again of Valkey, each
+node in its own temporary directory: ``_local_cluster.py``) because it changes the cluster's
+topology; the shared clusters are left alone. Worker tasks,
 each with its own ``RedisCluster`` client, append events (session-only, ``user:`` and
 ``app:`` deltas) to sessions of users on every shard, while ``CLUSTER FAILOVER`` promotes
 the replica of each primary in turn. redis-py follows the MOVED replies itself; anything it
@@ -35,7 +35,7 @@ from _cluster_load import (
     spread_users,
     start,
 )
-from _local_cluster import LocalCluster, parse_nodes, settled, throwaway_cluster
+from _local_cluster import SERVERS, LocalCluster, parse_nodes, settled, throwaway_cluster
 
 APP = "failover_app"
 # A manual failover does not wait on it; a node starved for this long on a loaded runner
@@ -55,12 +55,15 @@ WORKERS = 3  # each owns one user on every shard
 LOAD = Load(APP, FAILOVER_ERRORS)
 
 
-@pytest.fixture
-def local_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    """A new 3-primary + 3-replica Redis Cluster on free loopback ports; every node is
-    killed at teardown, whatever happened."""
+@pytest.fixture(params=SERVERS)
+def local_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A new 3-primary + 3-replica cluster (Redis, then Valkey) on free loopback ports; every
+    node is killed at teardown, whatever happened."""
     with throwaway_cluster(
-        tmp_path, node_timeout_ms=NODE_TIMEOUT_MS, setup_seconds=SETUP_SECONDS
+        tmp_path,
+        node_timeout_ms=NODE_TIMEOUT_MS,
+        setup_seconds=SETUP_SECONDS,
+        kind=request.param,
     ) as cluster:
         yield cluster
 

@@ -42,6 +42,7 @@ from _cluster_load import (
     start,
 )
 from _local_cluster import (
+    SERVERS,
     LocalCluster,
     admin,
     cluster_ok,
@@ -84,10 +85,13 @@ LOAD = Load(
 )
 
 
-@pytest.fixture
-def local_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+@pytest.fixture(params=SERVERS)
+def local_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     with throwaway_cluster(
-        tmp_path, node_timeout_ms=NODE_TIMEOUT_MS, setup_seconds=SETUP_SECONDS
+        tmp_path,
+        node_timeout_ms=NODE_TIMEOUT_MS,
+        setup_seconds=SETUP_SECONDS,
+        kind=request.param,
     ) as cluster:
         yield cluster
 

@@ -48,6 +48,11 @@ APP, USER = "memory_app", "user1"
         ),
         pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
         pytest.param("search-acl", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.acl]),
+        # Valkey has no search module: the plain backend's scripts, on one node and a cluster.
+        pytest.param("valkey", marks=[pytest.mark.real, pytest.mark.valkey]),
+        pytest.param(
+            "valkey-cluster", marks=[pytest.mark.real, pytest.mark.cluster, pytest.mark.valkey]
+        ),
     ]
 )
 async def memory_client(
@@ -61,15 +66,16 @@ async def memory_client(
         yield client
         await client.aclose()
         return
-    if request.param in ("cluster", "search-cluster"):
-        variable = "REDIS_CLUSTER_URL" if request.param == "cluster" else "REDIS_SEARCH_CLUSTER_URL"
+    if request.param.endswith("cluster"):
+        variable = f"REDIS_{request.param.upper().replace('-', '_')}_URL"
         cluster = RedisCluster.from_url(skip_without(variable))
         await flush_cluster(cluster)
         yield cluster
         await flush_cluster(cluster)
         await cluster.aclose()
         return
-    url = skip_without("REDIS_URL" if request.param in ("real", "acl") else "REDIS_SEARCH_URL")
+    variable = {"real": "REDIS_URL", "acl": "REDIS_URL", "valkey": "REDIS_VALKEY_URL"}
+    url = skip_without(variable.get(request.param, "REDIS_SEARCH_URL"))
     client = Redis.from_url(url)
     await client.flushdb()
     yield client

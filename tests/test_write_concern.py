@@ -1,8 +1,9 @@
 """Write concern: ``replicas`` (WAIT) and ``aof`` (WAITAOF) against real replicas.
 
-scripts/redis-servers.sh gives REDIS_URL (Redis 7) a replica at REDIS_REPLICA_URL, and
+scripts/redis-servers.sh gives REDIS_URL (Redis 7) a replica at REDIS_REPLICA_URL,
 REDIS_SEARCH_URL (Redis 8.2, appendonly yes) one at REDIS_SEARCH_REPLICA_URL (appendonly
-yes too). What a write returned is then read back from the replica with no waiting: the
+yes too), and REDIS_VALKEY_URL (Valkey 9.1, appendonly yes) one at REDIS_VALKEY_REPLICA_URL.
+What a write returned is then read back from the replica with no waiting: the
 write concern is what makes it already be there.
 """
 
@@ -61,6 +62,26 @@ async def r8() -> AsyncIterator[tuple[Redis, Redis]]:
         yield pair
 
 
+@pytest.fixture
+async def valkey() -> AsyncIterator[tuple[Redis, Redis]]:
+    async with _pair("REDIS_VALKEY_URL", "REDIS_VALKEY_REPLICA_URL") as pair:
+        yield pair
+
+
+PAIRS = {
+    "r7": ("REDIS_URL", "REDIS_REPLICA_URL"),
+    "r8": ("REDIS_SEARCH_URL", "REDIS_SEARCH_REPLICA_URL"),
+    "valkey": ("REDIS_VALKEY_URL", "REDIS_VALKEY_REPLICA_URL"),
+}
+
+
+@pytest.fixture
+async def pair(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Redis, Redis]]:
+    """The primary and replica named by the test's parameter (a key of PAIRS)."""
+    async with _pair(*PAIRS[request.param]) as both:
+        yield both
+
+
 def service(client: Any, **config: Any) -> RedisSessionService:
     # Correctness, not latency: a write that must be confirmed gets 10 s (an fsync on a
     # shared CI disk can take longer than the default 1 s); tests of a shortfall pass theirs.
@@ -102,14 +123,31 @@ async def test_aof_acknowledged_writes_are_on_the_replica(r8: tuple[Redis, Redis
 
 
 @pytest.mark.real
+@pytest.mark.valkey
 @pytest.mark.parametrize("mode", ["replicas", "aof"])
-async def test_too_few_replicas_raise_after_the_write(
-    r7: tuple[Redis, Redis], r8: tuple[Redis, Redis], mode: str
+async def test_valkey_acknowledged_writes_are_on_the_replica(
+    valkey: tuple[Redis, Redis], mode: str
 ) -> None:
+    primary, replica = valkey
+    writer = service(primary, write_concern=mode, min_replicas=1)
+    await check_every_write_is_on_the_replica(writer, replica)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(
+    ("pair", "mode"),
+    [
+        ("r7", "replicas"),
+        ("r8", "aof"),
+        *[pytest.param("valkey", m, marks=pytest.mark.valkey) for m in ("replicas", "aof")],
+    ],
+    indirect=["pair"],
+)
+async def test_too_few_replicas_raise_after_the_write(pair: tuple[Redis, Redis], mode: str) -> None:
     """Two replicas asked for, one there: WriteConcernError once the wait times out, with the
     write on the primary; the caller's copy is left as before, and its retry (a duplicate)
     waits again, then takes the event once enough replicas confirm."""
-    primary, _ = r7 if mode == "replicas" else r8
+    primary, _ = pair
     strict = service(primary, write_concern=mode, min_replicas=2, write_timeout_ms=50)
     s = await service(primary).create_session(app_name=APP, user_id=USER, session_id="s")
     event = delta(k=1, **{"app:a": 1})
