@@ -48,6 +48,10 @@ KEYS = KeySpace()
         pytest.param(
             "search-cluster", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.cluster]
         ),
+        pytest.param("valkey", marks=[pytest.mark.real, pytest.mark.valkey]),
+        pytest.param(
+            "valkey-cluster", marks=[pytest.mark.real, pytest.mark.cluster, pytest.mark.valkey]
+        ),
     ]
 )
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
@@ -58,14 +62,19 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
         await fake.aclose()
         return
     if kind.endswith("cluster"):
-        variable = "REDIS_SEARCH_CLUSTER_URL" if kind.startswith("search") else "REDIS_CLUSTER_URL"
+        variable = {
+            "cluster": "REDIS_CLUSTER_URL",
+            "search-cluster": "REDIS_SEARCH_CLUSTER_URL",
+            "valkey-cluster": "REDIS_VALKEY_CLUSTER_URL",
+        }[kind]
         cluster = RedisCluster.from_url(skip_without(variable))
         await flush_cluster(cluster)
         yield cluster
         await flush_cluster(cluster)
         await cluster.aclose()
         return
-    real = Redis.from_url(skip_without("REDIS_SEARCH_URL" if kind == "search" else "REDIS_URL"))
+    urls = {"real": "REDIS_URL", "search": "REDIS_SEARCH_URL", "valkey": "REDIS_VALKEY_URL"}
+    real = Redis.from_url(skip_without(urls[kind]))
     await real.flushdb()
     yield real
     await real.flushdb()

@@ -44,11 +44,12 @@ def names(readiness: Readiness) -> list[tuple[str, bool]]:
 
 
 async def server_version(client: Any) -> str:
-    """``redis_version`` of the server (on a cluster, of one node)."""
+    """The server's own version, Valkey's or Redis' (on a cluster, of one node)."""
     from redis.asyncio.cluster import RedisCluster
 
     node = {"target_nodes": client.get_default_node()} if isinstance(client, RedisCluster) else {}
-    return str((await client.execute_command("INFO", "server", **node))["redis_version"])
+    info = await client.execute_command("INFO", "server", **node)
+    return str(info.get("valkey_version", info["redis_version"]))
 
 
 async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
@@ -68,14 +69,15 @@ async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
     # documented ACL user is) and fakeredis (no INFO) are ready, the version unknown.
     kind = request.node.callspec.params["redis_client"]
     detail = readiness.checks[0].detail
-    if kind == "real":
+    product = "Valkey" if kind.startswith("valkey") else "Redis"
+    if kind in ("real", "valkey"):
         where = redis_client.connection_pool.connection_kwargs
         version = await server_version(redis_client)
-        assert detail == f"Redis {version} answers on {where['host']}:{where['port']}"
-    elif kind == "cluster":
+        assert detail == f"{product} {version} answers on {where['host']}:{where['port']}"
+    elif kind in ("cluster", "valkey-cluster"):
         primaries = len(redis_client.get_primaries())
         version = await server_version(redis_client)
-        assert detail == f"all {primaries} primaries answer: Redis {version}"
+        assert detail == f"all {primaries} primaries answer: {product} {version}"
     else:
         assert detail.endswith("(version unknown: INFO server refused)"), detail
     assert await stored(redis_client) == before
@@ -336,13 +338,9 @@ async def test_a_reply_without_the_version_is_unknown_and_a_ping_error_fails() -
 
 
 @pytest.mark.real
+@pytest.mark.valkey
 async def test_a_real_valkey_names_itself() -> None:
-    """On a Valkey server when CI provides one (REDIS_VALKEY_URL); never required."""
-    import os
-
-    url = os.environ.get("REDIS_VALKEY_URL")
-    if not url:
-        pytest.skip("REDIS_VALKEY_URL is not set")
+    url = skip_without("REDIS_VALKEY_URL")
     async with RedisSessionService.from_url(url) as service:
         readiness = await service.check_ready()
     assert readiness, readiness
