@@ -3,6 +3,7 @@ counters, read back with the SDK's in-memory exporters; and nothing at all when 
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -23,14 +24,18 @@ from redis.exceptions import NoPermissionError
 from _servers import skip_without
 from _slots import SlotCheckedRedis, cluster_layout
 from redis_agent_sessions import (
+    CallableGenerator,
     Content,
     Event,
     EventActions,
+    GenerationRequest,
     InvalidInputError,
     MemoryEntry,
+    MemoryOperation,
     Part,
     RedisMemoryService,
     RedisSessionService,
+    Session,
     SessionServiceConfig,
     StaleSessionError,
     WriteConcernError,
@@ -329,6 +334,36 @@ async def test_the_memory_service_traces_its_calls(exported: Exported) -> None:
     spans = exported.finished()
     assert [s.name for s in spans] == ["add_memory", "search_memory"]
     assert all(dict(s.attributes or {})[NS + "app_name"] == "shop" for s in spans)
+
+
+async def test_the_generation_has_a_span_of_its_own(exported: Exported) -> None:
+    """Learned facts: the model's time is a child span of add_session_to_memory, whose own
+    span also holds the Redis work; each generation is counted by its outcome."""
+
+    async def slow_model(request: GenerationRequest) -> list[MemoryOperation]:
+        await asyncio.sleep(0.01)
+        return [MemoryOperation(action="add", fact="The user likes trains.")]
+
+    memory = RedisMemoryService(client(), config=ON, generator=CallableGenerator(slow_model))
+    before = exported.total("facts.generations", outcome="applied")
+    event = Event(author="user", content=Content(parts=[Part(text="I like trains")]))
+    await memory.add_session_to_memory(
+        Session(id="s1", app_name="shop", user_id="alice", events=[event])
+    )
+    generate, add = exported.finished()
+    assert (generate.name, add.name) == ("generate_memories", "add_session_to_memory")
+    assert generate.kind == SpanKind.INTERNAL
+    assert generate.parent is not None
+    assert generate.parent.span_id == add.context.span_id
+    assert dict(generate.attributes or {}) == {
+        NS + "generator": "callable",
+        NS + "generator.events": 1,
+        NS + "generator.facts_shown": 0,
+        NS + "generator.operations": 1,
+    }
+    # The model's time is inside the operation's, and the Redis work is outside the model's.
+    assert add.start_time <= generate.start_time <= generate.end_time <= add.end_time
+    assert exported.total("facts.generations", outcome="applied") == before + 1
 
 
 def test_off_nothing_is_imported_and_no_method_is_wrapped() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from redis_agent_sessions._version import __version__
@@ -51,6 +52,7 @@ COUNTERS = {
         "cluster app: outbox entries applied by an operation other than the one that wrote them",
     ),
     "write_concern.shortfalls": ("{write}", "writes the replicas or the AOF did not confirm"),
+    "facts.generations": ("{generation}", "learned facts: generator calls (attribute outcome)"),
 }
 """The counters (``redis_agent_sessions.<name>``): unit and description."""
 
@@ -101,6 +103,15 @@ class Telemetry:
         self._attributes: dict[str, dict[str, Any]] = {}
         """Each operation's attributes, replaced (never changed in place: the SDK may hold
         them) once the server is known."""
+
+    def step(self, name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
+        """A span (kind INTERNAL) inside the current operation's: a part of it with a time of
+        its own, such as a generator's model call apart from the Redis work around it."""
+        return self._tracer.start_as_current_span(
+            name,
+            kind=self._trace.SpanKind.INTERNAL,
+            attributes={_NS + k: v for k, v in attributes.items()},
+        )
 
     def count(self, name: str, amount: int = 1, **attributes: str) -> None:
         self._counters[name].add(amount, {_NS + k: v for k, v in attributes.items()})

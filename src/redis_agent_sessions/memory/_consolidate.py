@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions.errors import (
@@ -60,10 +60,6 @@ class FactSettings:
     """Revisions of a fact kept in its history."""
 
 
-Rank = Callable[[str, str, list[str], int], Awaitable["Ranked"]]
-Embed = Callable[[str, str, list["Doc"]], Awaitable[None]]
-
-
 class Consolidator:
     def __init__(
         self,
@@ -73,13 +69,17 @@ class Consolidator:
         *,
         rank: Callable[..., Awaitable[Ranked]],
         embed: Callable[[str, str, list[Doc]], Awaitable[None]],
-        span: Callable[[str], object] | None = None,
+        telemetry: Any = None,
     ) -> None:
         self.facts = facts
         self.generator = generator
         self.settings = settings
         self._rank = rank
         self._embed = embed
+        self._telemetry = telemetry
+        """With telemetry on: the generator's calls get spans of their own (model time),
+        inside the operation's span (which also holds the Redis time)."""
+        self._name = str(getattr(generator, "name", type(generator).__name__))
 
     async def session(self, app: str, user: str, session: Session) -> int:
         """Read the session's events not read yet, step by step; the generations run."""
@@ -119,17 +119,37 @@ class Consolidator:
                 app_name=app, user_id=user, session_id=sid, events=list(said), facts=shown,
                 topics=None if self.settings.topics is None else list(self.settings.topics),
             )  # fmt: skip
-            try:
-                answer = await self.generator.generate(request)
-            except GenerationError:
-                raise
-            except Exception as exc:  # a model's client fails in its own ways
-                raise GenerationError(f"the generator failed: {type(exc).__name__}: {exc}") from exc
-            ops = checked_operations(answer, request, self.settings.topics)
+            ops = await self._generate(request)
             changes += await self._changes(app, user, sid, ops, request, now)
-        return await self.facts.apply(
+        outcome = await self.facts.apply(
             app, user, changes, session_id=sid, seen_mark=mark, new_mark=new_mark, now=now
         )
+        if self._telemetry is not None and said:
+            self._telemetry.count("facts.generations", outcome=outcome.replace(" ", "_"))
+        return outcome
+
+    async def _generate(self, request: GenerationRequest) -> list[MemoryOperation]:
+        """The generator's checked answer; with telemetry, in a span of its own."""
+        if self._telemetry is None:
+            return await self._answer(request)
+        about = {
+            "generator": self._name,
+            "generator.events": len(request.events),
+            "generator.facts_shown": len(request.facts),
+        }
+        with self._telemetry.step("generate_memories", about) as span:
+            ops = await self._answer(request)
+            span.set_attribute("redis_agent_sessions.generator.operations", len(ops))
+            return ops
+
+    async def _answer(self, request: GenerationRequest) -> list[MemoryOperation]:
+        try:
+            answer = await self.generator.generate(request)
+        except GenerationError:
+            raise
+        except Exception as exc:  # a model's client fails in its own ways
+            raise GenerationError(f"the generator failed: {type(exc).__name__}: {exc}") from exc
+        return checked_operations(answer, request, self.settings.topics)
 
     async def _related(
         self, app: str, user: str, events: Sequence[Event], now: float, skip: set[str]

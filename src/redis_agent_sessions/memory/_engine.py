@@ -96,6 +96,8 @@ class MemoryEngine:
         self.generator = generator
         self.fact_settings = facts or FactSettings()
         self._facts: FactStore | None = None
+        self._telemetry: Any = None
+        """The Telemetry of the instrumented service (telemetry on): the generation's spans."""
 
     @property
     def client(self) -> Any:
@@ -116,6 +118,7 @@ class MemoryEngine:
         topology = self._topology
         telemetry = Telemetry(self.config, topology.endpoint, lambda: read_identity(topology))
         instrument(service, operations, telemetry)
+        self._telemetry = telemetry
 
     async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and
@@ -277,8 +280,9 @@ class MemoryEngine:
             await self._embed_new(store, app, user, docs, keep=False)
 
         await Consolidator(
-            await self.facts(), self.generator, self.fact_settings, rank=ranker.rank, embed=embed
-        ).session(app, user, session)
+            await self.facts(), self.generator, self.fact_settings, rank=ranker.rank, embed=embed,
+            telemetry=self._telemetry,
+        ).session(app, user, session)  # fmt: skip
 
     async def add_events(
         self,
