@@ -190,6 +190,20 @@ async def test_each_event_is_read_once(client: Any) -> None:
     assert [f.text for f in model.requests[1].facts] == ["The user likes tea."]
 
 
+async def test_events_given_one_by_one_are_read_once(client: Any) -> None:
+    model = Scripted(add("The user likes tea."), add("The user likes jazz."), nothing)
+    memory = service(client, model)
+    tea, jazz = said("I like tea", 1.0), said("I like jazz", 2.0)
+    for given in ([tea], [tea, jazz], [jazz, tea]):  # again, and retried: read once each
+        await memory.add_events_to_memory(app_name=APP, user_id=USER, session_id="s1", events=given)
+    await memory.add_events_to_memory(app_name=APP, user_id=USER, events=[said("hi", 3.0)])
+    read = [[e.content.text for e in r.events] for r in model.requests]
+    assert read == [["I like tea"], ["I like jazz"], ["hi"]]
+    facts = sorted(f.text for f in await memory.list_facts(app_name=APP, user_id=USER))
+    assert facts == ["The user likes jazz.", "The user likes tea."]
+    assert model.requests[2].session_id == "__unknown_session_id__"
+
+
 async def test_raw_events_stay_searchable_when_asked(client: Any) -> None:
     memory = service(client, Scripted(add("The user likes green tea.")), keep_events=True)
     events = [said("I like green tea", 1.0)]

@@ -43,6 +43,7 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:<user>}:fact:<id>:history     list   what a fact said before, newest first (JSON)
     ras:mem:{<app>:<user>}:session:<id>:facts    string "<events processed>\t<last event id>": the
                                                         generator's watermark in that session
+    ras:mem:{<app>:<user>}:session:<id>:facts:read  set  ids of events given it one by one
     ras:mem:{<app>:<user>}:texts                 hash   plain backend: entry id -> lowercased text
     ras:mem:stats:{<app>:<user>}                 hash   n (entries indexed by terms), len (their
                                                         total length, in quarter words)
@@ -298,6 +299,11 @@ class KeySpace:
     def memory_watermark(self, app_name: str, user_id: str, session_id: str) -> str:
         """How far the generator has read a session (a string: not a search document)."""
         return f"{self.memory_session(app_name, user_id, session_id)}:facts"
+
+    def memory_read_events(self, app_name: str, user_id: str, session_id: str) -> str:
+        """The events the generator was given one by one (``add_events_to_memory``): a set,
+        so that one given again is not read twice."""
+        return f"{self.memory_session(app_name, user_id, session_id)}:facts:read"
 
     def memory_texts(self, app_name: str, user_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:texts"

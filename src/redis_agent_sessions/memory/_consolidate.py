@@ -104,8 +104,39 @@ class Consolidator:
                     f"{ATTEMPTS} generations from session {sid!r}; nothing was written"
                 )
 
+    async def events(self, app: str, user: str, sid: str, events: Sequence[Event]) -> int:
+        """Events given one by one (``add_events_to_memory``): those not read yet, in steps;
+        each step marks its events read in the session, so one given again is skipped."""
+        pending = list(events)
+        steps = 0
+        while pending:
+            for _ in range(ATTEMPTS):
+                unread = await self.facts.unread(app, user, sid, [e.id for e in pending])
+                pending = [e for e in pending if e.id in unread]
+                step = pending[:EVENTS_PER_STEP]
+                if not step:
+                    return steps
+                read = [e.id for e in step]
+                if await self._step(app, user, sid, step, "*", "", read) == "applied":
+                    steps += 1
+                    pending = pending[len(step) :]
+                    break
+            else:
+                raise ConsolidationConflictError(
+                    f"the facts of user {user!r} (app {app!r}) kept changing during "
+                    f"{ATTEMPTS} generations; nothing of these events was written"
+                )
+        return steps
+
     async def _step(
-        self, app: str, user: str, sid: str, events: Sequence[Event], mark: str, new_mark: str
+        self,
+        app: str,
+        user: str,
+        sid: str,
+        events: Sequence[Event],
+        mark: str,
+        new_mark: str,
+        read: Sequence[str] = (),
     ) -> str:
         now = time.time()
         said = [
@@ -122,8 +153,9 @@ class Consolidator:
             ops = await self._generate(request)
             changes += await self._changes(app, user, sid, ops, request, now)
         outcome = await self.facts.apply(
-            app, user, changes, session_id=sid, seen_mark=mark, new_mark=new_mark, now=now
-        )
+            app, user, changes, session_id=sid, seen_mark=mark, new_mark=new_mark, now=now,
+            read=read,
+        )  # fmt: skip
         if self._telemetry is not None and said:
             self._telemetry.count("facts.generations", outcome=outcome.replace(" ", "_"))
         return outcome

@@ -271,18 +271,20 @@ class MemoryEngine:
     async def _learn(self, app: str, user: str, session: Session) -> None:
         """The session's events not read yet, through the generator into the facts."""
         checked_events(session.events)
+        await (await self._learner(app, user)).session(app, user, session)
+
+    async def _learner(self, app: str, user: str) -> Consolidator:
         store, _ = await self._ready(app, user)
         assert self.generator is not None
         assert self._ranker is not None
-        ranker = self._ranker
 
         async def embed(app: str, user: str, docs: list[Doc]) -> None:
             await self._embed_new(store, app, user, docs, keep=False)
 
-        await Consolidator(
-            await self.facts(), self.generator, self.fact_settings, rank=ranker.rank, embed=embed,
-            telemetry=self._telemetry,
-        ).session(app, user, session)  # fmt: skip
+        return Consolidator(
+            await self.facts(), self.generator, self.fact_settings, rank=self._ranker.rank,
+            embed=embed, telemetry=self._telemetry,
+        )  # fmt: skip
 
     async def add_events(
         self,
@@ -296,6 +298,11 @@ class MemoryEngine:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         sid = UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
         check_sequence("events", events)
+        if self.generator is not None:
+            checked_events(events)
+            await (await self._learner(app, user)).events(app, user, sid, events)
+            if not self.fact_settings.keep_events:
+                return
         docs = event_docs(app, user, sid, events, metadata(custom_metadata))
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=True)

@@ -46,7 +46,7 @@ __all__ = ["Change", "FactStore", "Outcome", "new_fact_id"]
 FACT_PREFIX = "fact-"
 _FIELDS = ("id", "content", "topics", "rev", "created", "ts", "expires", "sources")
 ATTEMPTS = 5
-_FIXED_ARGS = 8
+_FIXED_ARGS = 9
 """memory_facts' fixed ARGV; vectors follow."""
 
 Outcome = Literal["applied", "fact changed", "watermark moved"]
@@ -152,6 +152,15 @@ class FactStore:
         ]
         return [f for f in await self.read(app, user, ids) if f is not None]
 
+    async def unread(self, app: str, user: str, session_id: str, ids: Sequence[str]) -> set[str]:
+        """Those of the events ``ids`` (given one by one) not read in the session yet."""
+        key = self.keys.memory_read_events(app, user, session_id)
+        pipe = self._redis.pipeline(transaction=False)
+        for event_id in ids:  # SISMEMBER each: the least-privilege line has no SMISMEMBER
+            pipe.sismember(key, event_id)
+        found = await pipe.execute() if ids else []
+        return {event_id for event_id, seen in zip(ids, found, strict=True) if not seen}
+
     async def watermark(self, app: str, user: str, session_id: str) -> str:
         raw = await self._redis.get(self.keys.memory_watermark(app, user, session_id))
         return "" if raw is None else text(raw)
@@ -227,19 +236,22 @@ class FactStore:
         seen_mark: str,
         new_mark: str,
         now: float,
+        read: Sequence[str] = (),
     ) -> Outcome:
         """Apply ``changes`` and set the session's watermark from ``seen_mark`` to
-        ``new_mark`` (no session: ``seen_mark`` is not checked), all or nothing."""
+        ``new_mark`` (no session, or ``seen_mark`` ``*``: not checked; ``new_mark`` '': left
+        as it is), and mark the events ``read`` (given one by one, not as a session) read
+        in the session, unless one already is; all or nothing."""
         k = self.keys
         touched = [c.fact_id for c in changes if c.action != "add"]
         rows = await self._store.read(app, user, touched, *_SIG_FIELDS, "rev")
         stored = dict(zip(touched, rows, strict=True))
+        sid = session_id if session_id is not None else ""
         ks = _Keys([
             k.memory_entries(app, user), k.memory_texts(app, user), k.memory_stats(app, user),
             k.memory_df(app, user), k.memory_context(app, user), k.memory_facts(app, user),
-            k.memory_fact_expiry(app, user),
-            k.memory_watermark(app, user, session_id) if session_id is not None
-            else k.memory_facts(app, user),
+            k.memory_fact_expiry(app, user), k.memory_watermark(app, user, sid),
+            k.memory_read_events(app, user, sid),
         ])  # fmt: skip
         ops, vectors = [], []
         for change in changes:
@@ -276,7 +288,8 @@ class FactStore:
             [
                 int(self._store.postings), K1, B,
                 "*" if session_id is None else seen_mark, new_mark,
-                self.history_size, int(now * 1000), orjson.dumps(ops), *vectors,
+                self.history_size, int(now * 1000), orjson.dumps(ops), orjson.dumps(list(read)),
+                *vectors,
             ],
         )  # fmt: skip
         if reply[0] == 1:

@@ -3,7 +3,8 @@
 -- KEYS[1] entries zset   KEYS[2] texts hash   KEYS[3] stats hash   KEYS[4] document
 --   frequencies hash   KEYS[5] context hash   KEYS[6] facts zset (id -> last change, s)
 -- KEYS[7] expiry zset (id -> ms)   KEYS[8] the session's watermark string
--- KEYS[9..] entry hashes, history lists and posting zsets, referenced by index below
+-- KEYS[9] the session's set of events read one by one
+-- KEYS[10..] entry hashes, history lists and posting zsets, referenced by index below
 -- ARGV[1] '1' when the plain backend's postings are kept   ARGV[2] BM25 k1   ARGV[3] b
 -- ARGV[4] the watermark the generator read ('' = none yet; '*' = do not check it)
 -- ARGV[5] the watermark to set ('' = leave it)   ARGV[6] most revisions a history keeps
@@ -13,8 +14,10 @@
 --    o = its posting key indexes (plain), for add and update also memory_put.lua's entry
 --    fields (ts, f, sig, c, dl, p, cx, g, t, vk, v), exp = expiry ms (0 = none),
 --    was = JSON of what it said before, pushed on its history (update)}
--- ARGV[9..] vector bytes
--- returns {3} when the watermark is not ARGV[4] (another worker read these events first),
+-- ARGV[9] JSON list of event ids to mark read in KEYS[9] (given one by one)
+-- ARGV[10..] vector bytes
+-- returns {3} when the watermark is not ARGV[4], or one of ARGV[9]'s events is read
+--         already (another worker read these events first),
 --         {0, id} when a fact is not at the revision seen (or an expiry not due: nothing
 --         written; read and generate again),
 --         {-4, command, key} when the ACL user may not run a command it needs (nothing
@@ -24,12 +27,14 @@
 local postings = ARGV[1] == '1'
 local now, keep = tonumber(ARGV[7]), tonumber(ARGV[6])
 local ops = cjson.decode(ARGV[8])
+local read = cjson.decode(ARGV[9])
 local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'HDEL', KEYS[3], 'HINCRBY', KEYS[3], 'HINCRBY', KEYS[4],
   'HDEL', KEYS[4], 'HSET', KEYS[5], 'HDEL', KEYS[5], 'ZADD', KEYS[1], 'ZREM', KEYS[1],
   'ZADD', KEYS[6], 'ZREM', KEYS[6], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'GET', KEYS[8])
   or (ARGV[5] ~= '' and denied('SET', KEYS[8]))
   or (postings and (denied('HSET', KEYS[2], 'HDEL', KEYS[2])
-    or denied_each('ZADD', KEYS, 9) or denied_each('ZREM', KEYS, 9)))
+    or denied_each('ZADD', KEYS, 10) or denied_each('ZREM', KEYS, 10)))
+  or (#read > 0 and denied('SISMEMBER', KEYS[9], 'SADD', KEYS[9]))
 for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', KEYS[op.k], 'HGET', KEYS[op.k], 'DEL', KEYS[op.k],
     'HSET', KEYS[op.k], 'LPUSH', KEYS[op.h], 'LTRIM', KEYS[op.h], 'DEL', KEYS[op.h])
@@ -37,6 +42,9 @@ end
 if refused then return refused end
 
 if ARGV[4] ~= '*' and (redis.call('GET', KEYS[8]) or '') ~= ARGV[4] then return {3} end
+for _, id in ipairs(read) do
+  if redis.call('SISMEMBER', KEYS[9], id) == 1 then return {3} end
+end
 local puts, drops = {}, {}
 for _, op in ipairs(ops) do
   local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'words', 'vkey',
@@ -75,13 +83,14 @@ for _, op in ipairs(drops) do
   redis.call('DEL', KEYS[op.h])
 end
 if ARGV[5] ~= '' then redis.call('SET', KEYS[8], ARGV[5]) end
+if #read > 0 then redis.call('SADD', KEYS[9], unpack(read)) end
 -- What operators see in `stats`: the user's generations and what they changed.
 local counts = {added = 0, updated = 0, deleted = 0, expired = 0}
 for _, op in ipairs(ops) do
   local name = ({add = 'added', update = 'updated', delete = 'deleted', expire = 'expired'})[op.a]
   counts[name] = counts[name] + 1
 end
-if ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[3], 'generations', 1) end
+if ARGV[5] ~= '' or #read > 0 then redis.call('HINCRBY', KEYS[3], 'generations', 1) end
 for name, count in pairs(counts) do
   if count > 0 then redis.call('HINCRBY', KEYS[3], 'facts_' .. name, count) end
 end
