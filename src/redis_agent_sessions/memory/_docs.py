@@ -14,10 +14,18 @@ from typing import Any
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._analysis import analyse, neighbours, text_terms
-from redis_agent_sessions.memory._store import UNKNOWN_SESSION_ID, Doc, iso_timestamp, make_doc
+from redis_agent_sessions.memory._models import MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._store import (
+    UNKNOWN_SESSION_ID,
+    Doc,
+    StoredEntry,
+    iso_timestamp,
+    make_doc,
+)
+from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 from redis_agent_sessions.models import Content, Event
 
-__all__ = ["Turn", "content_json", "event_docs", "metadata", "turn_docs"]
+__all__ = ["Turn", "content_json", "event_docs", "metadata", "response", "turn_docs"]
 
 
 @dataclass(slots=True)
@@ -111,3 +119,25 @@ def content_json(content: Content) -> bytes:
         return content.__pydantic_serializer__.to_json(content, exclude_none=True)
     except Exception as exc:
         raise InvalidInputError(f"content cannot be encoded as JSON: {exc}") from exc
+
+
+def response(
+    entries: Sequence[StoredEntry], found: Mapping[str, dict[str, Any]]
+) -> SearchMemoryResponse:
+    """Search results: the stored entries, each saying how it was found (``found``) beside
+    what it already says about itself (a learned fact's revision, topics and sources)."""
+    memories = []
+    for e in entries:
+        meta = e.meta
+        if e.id in found:
+            meta = {**meta, RETRIEVAL_KEY: {**meta.get(RETRIEVAL_KEY, {}), **found[e.id]}}
+        memories.append(
+            MemoryEntry(
+                content=Content.model_validate(e.content),
+                custom_metadata=meta,
+                id=e.id,
+                author=e.author,
+                timestamp=e.timestamp,
+            )
+        )
+    return SearchMemoryResponse(memories=memories)

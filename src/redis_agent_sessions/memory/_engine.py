@@ -36,7 +36,7 @@ from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, Mem
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import analyse, text_terms
 from redis_agent_sessions.memory._consolidate import Consolidator, FactSettings, checked_events
-from redis_agent_sessions.memory._docs import content_json, event_docs, metadata
+from redis_agent_sessions.memory._docs import content_json, event_docs, metadata, response
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._facts import FactStore
 from redis_agent_sessions.memory._generators import MemoryGenerator
@@ -57,8 +57,8 @@ from redis_agent_sessions.memory._store import (
     parse_iso,
 )
 from redis_agent_sessions.memory._text import query_words
-from redis_agent_sessions.memory._vectors import FUSION_DEPTH, RETRIEVAL_KEY, Hit, Semantic, fuse
-from redis_agent_sessions.models import Content, Event, Session
+from redis_agent_sessions.memory._vectors import FUSION_DEPTH, Hit, Semantic, fuse
+from redis_agent_sessions.models import Event, Session
 
 __all__ = ["MemoryEngine"]
 
@@ -435,22 +435,7 @@ class MemoryEngine:
                 app_name=app, user_id=user, query=query, limit=limit, vectors=vectors,
                 explain=explain,
             )  # fmt: skip
-        return SearchMemoryResponse(
-            memories=[
-                MemoryEntry(
-                    content=Content.model_validate(e.content),
-                    custom_metadata=(
-                        {**e.meta, RETRIEVAL_KEY: {**e.meta.get(RETRIEVAL_KEY, {}), **found[e.id]}}
-                        if e.id in found
-                        else e.meta
-                    ),
-                    id=e.id,
-                    author=e.author,
-                    timestamp=e.timestamp,
-                )
-                for e in entries
-            ]
-        )
+        return response(entries, found)
 
     # -- vectors --------------------------------------------------------------------------
 
