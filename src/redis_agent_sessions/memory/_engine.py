@@ -377,6 +377,7 @@ class MemoryEngine:
         limit: int = 10,
         vectors: bool = True,
         explain: bool = False,
+        expired: bool = False,
     ) -> SearchMemoryResponse:
         """Ranked entries; with ``explain`` (the CLI), keyword results also say how they were
         found in ``custom_metadata[RETRIEVAL_KEY]`` (hybrid results always do)."""
@@ -428,14 +429,16 @@ class MemoryEngine:
             }
         entries = await store.fetch(app, user, ids)
         now = time.time()
-        if any(e.expires is not None and e.expires <= now for e in entries):
-            # Facts past their time to live are forgotten now, and the search asked again.
+        live = [e for e in entries if e.expires is None or e.expires > now]
+        if len(live) < len(entries) and not expired:
+            # Facts past their time to live are forgotten now, and the search asked again
+            # (once: what another worker keeps changing is left out, never returned).
             await (await self.facts()).expire(app, user, now)
             return await self.search(
                 app_name=app, user_id=user, query=query, limit=limit, vectors=vectors,
-                explain=explain,
+                explain=explain, expired=True,
             )  # fmt: skip
-        return response(entries, found)
+        return response(live, found)
 
     # -- vectors --------------------------------------------------------------------------
 
