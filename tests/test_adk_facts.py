@@ -177,3 +177,13 @@ def test_a_model_is_named_or_given() -> None:
     with pytest.raises(InvalidInputError, match="knows no model"):
         ModelGenerator("no-such-model-family-1")
     assert ModelGenerator("gemini-2.5-flash").name == "gemini-2.5-flash"
+
+
+async def test_the_adk_service_takes_a_generator_by_url() -> None:
+    """As `adk api_server` builds it from services.yaml's URL."""
+    memory = RedisMemoryService(uri="redis://localhost/0?generator=import:facts_generators:likes")
+    assert getattr(memory._memory.generator, "name", None) == "likes"
+    await memory.close()
+    named = RedisMemoryService(uri="redis://localhost/0?generator=adk:gemini-2.5-flash")
+    assert isinstance(named._memory.generator, ModelGenerator)
+    await named.close()

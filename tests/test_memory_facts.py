@@ -471,3 +471,21 @@ async def learn_and_forget(worker: Any, backend: str) -> None:
     [fact] = await memory.list_facts(app_name=APP, user_id=USER)
     assert len(await memory.fact_history(app_name=APP, user_id=USER, fact_id=fact.id)) == 1
     await memory.delete_memory(app_name=APP, user_id=USER, memory_id=fact.id)
+
+
+async def test_the_url_turns_learning_on() -> None:
+    url = (
+        "redis://localhost/0?generator=import:facts_generators:likes"
+        "&fact_topics=likes,plans&fact_ttl_seconds=60&keep_events=true"
+    )
+    memory = RedisMemoryService.from_url(url)
+    engine = memory._memory
+    assert getattr(engine.generator, "name", None) == "likes"
+    assert engine.fact_settings == FactSettings(
+        topics=["likes", "plans"], ttl_seconds=60, keep_events=True
+    )
+    await memory.aclose()
+    with pytest.raises(InvalidInputError, match="in one place"):
+        RedisMemoryService.from_url(url, facts=FactSettings())
+    with pytest.raises(InvalidInputError, match="keep_events must be true or false"):
+        RedisMemoryService.from_url(url.replace("keep_events=true", "keep_events=maybe"))
