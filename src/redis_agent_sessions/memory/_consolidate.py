@@ -20,7 +20,7 @@ from redis_agent_sessions.errors import (
     GenerationError,
     InvalidInputError,
 )
-from redis_agent_sessions.memory._facts import ATTEMPTS, Change, FactStore, new_fact_id
+from redis_agent_sessions.memory._facts import ATTEMPTS, Change, FactStore, backoff, new_fact_id
 from redis_agent_sessions.memory._generators import (
     Fact,
     FactSource,
@@ -86,7 +86,7 @@ class Consolidator:
         sid = session.id
         steps = 0
         while True:
-            for _ in range(ATTEMPTS):
+            for attempt in range(ATTEMPTS):
                 mark = await self.facts.watermark(app, user, sid)
                 start = _position(mark, session.events)
                 events = session.events[start : start + EVENTS_PER_STEP]
@@ -98,6 +98,8 @@ class Consolidator:
                 if outcome == "applied":
                     steps += 1
                     break
+                if outcome == "fact changed":
+                    await backoff(attempt)
             else:
                 raise ConsolidationConflictError(
                     f"the facts of user {user!r} (app {app!r}) kept changing during "
@@ -110,17 +112,20 @@ class Consolidator:
         pending = list(events)
         steps = 0
         while pending:
-            for _ in range(ATTEMPTS):
+            for attempt in range(ATTEMPTS):
                 unread = await self.facts.unread(app, user, sid, [e.id for e in pending])
                 pending = [e for e in pending if e.id in unread]
                 step = pending[:EVENTS_PER_STEP]
                 if not step:
                     return steps
                 read = [e.id for e in step]
-                if await self._step(app, user, sid, step, "*", "", read) == "applied":
+                outcome = await self._step(app, user, sid, step, "*", "", read)
+                if outcome == "applied":
                     steps += 1
                     pending = pending[len(step) :]
                     break
+                if outcome == "fact changed":
+                    await backoff(attempt)
             else:
                 raise ConsolidationConflictError(
                     f"the facts of user {user!r} (app {app!r}) kept changing during "

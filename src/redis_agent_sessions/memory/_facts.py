@@ -9,6 +9,8 @@ same step, so two workers never lose an update or apply one twice.
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 import uuid
 from collections.abc import Sequence
@@ -46,10 +48,18 @@ __all__ = ["Change", "FactStore", "Outcome", "new_fact_id"]
 FACT_PREFIX = "fact-"
 _FIELDS = ("id", "content", "topics", "rev", "created", "ts", "expires", "sources")
 ATTEMPTS = 5
+_BACKOFF, _BACKOFF_CAP = 0.05, 1.0
+"""Seconds: the first pause after a conflict at most, and the longest."""
 _FIXED_ARGS = 9
 """memory_facts' fixed ARGV; vectors follow."""
 
 Outcome = Literal["applied", "fact changed", "watermark moved"]
+
+
+async def backoff(attempt: int) -> None:
+    """A random pause after the ``attempt``-th conflict (0 first), growing: workers that
+    keep meeting on one user's facts stop starting their generations together."""
+    await asyncio.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF * 2**attempt)))
 
 
 def new_fact_id() -> str:
@@ -298,7 +308,7 @@ class FactStore:
 
     async def delete(self, app: str, user: str, fact_id: str) -> bool:
         """Forget one fact and its history (``delete_memory``); False when it is gone."""
-        for _ in range(ATTEMPTS):
+        for attempt in range(ATTEMPTS):
             [fact] = await self.read(app, user, [fact_id])
             if fact is None:
                 return False
@@ -308,6 +318,7 @@ class FactStore:
             )
             if outcome == "applied":
                 return True
+            await backoff(attempt)
         raise ConsolidationConflictError(f"fact {fact_id!r} kept changing; it was not deleted")
 
     async def expire(self, app: str, user: str, now: float) -> None:
