@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user, readme_rules
+from _embedders import SynonymEmbedder
 from _servers import skip_without
 from _slots import flush_cluster
 from redis_agent_sessions import (
@@ -188,6 +189,21 @@ async def test_each_event_is_read_once(client: Any) -> None:
     # Events without text are counted as read but not shown.
     assert [e.content.text for e in model.requests[1].events] == ["Hello"]
     assert [f.text for f in model.requests[1].facts] == ["The user likes tea."]
+
+
+async def test_facts_are_found_by_meaning_with_an_embedder(client: Any) -> None:
+    """A fact gets a vector as any entry does (and a new one when its text changes)."""
+    model = Scripted(add("The user drives a Skoda."), update("Skoda", "The user drives a sedan."))
+    memory = RedisMemoryService(client, generator=model, embedder=SynonymEmbedder())
+    session = Session(id="s1", app_name=APP, user_id=USER, events=[said("my Skoda", 1.0)])
+    await memory.add_session_to_memory(session)
+    session.events.append(said("sold it, got a sedan", 2.0))
+    await memory.add_session_to_memory(session)
+    [found] = (await memory.search_memory(app_name=APP, user_id=USER, query="automobile")).memories
+    assert found.content.text == "The user drives a sedan."
+    how = found.custom_metadata["redis_agent_sessions"]
+    assert how["found_by"] == ["vector"]
+    assert how["fact"]["revision"] == 2
 
 
 async def test_events_given_one_by_one_are_read_once(client: Any) -> None:
