@@ -13,6 +13,8 @@ lists its flags; ``--quick`` is a smoke run, ``--json PATH`` keeps the result):
 - ``memory``: memory search latency and ingestion, plain and RediSearch backends;
 - ``semantic``: semantic memory: vector recall, hybrid search latency, ingestion with vectors;
 - ``recall``: memory recall@5/@10 on LoCoMo conversations, ADK's memory services beside ours;
+- ``facts``: learned facts on LoCoMo (an oracle generator of its annotated observations):
+  recall through facts against raw events, and a consolidation step's cost against an append;
 - ``footprint``: what a session, an event and a memory entry take of Redis' memory;
 - ``plots``: the documentation's plots (append and read latency against session length, ours
   beside ADK's DatabaseSessionService), as SVG in ``docs/img``;

@@ -49,7 +49,6 @@ import asyncio
 import contextlib
 import hashlib
 import importlib
-import json
 import os
 import re
 import sys
@@ -57,7 +56,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -65,109 +63,25 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from benchmarks.harness import report, servers, svg, timing
+from benchmarks.harness.locomo import (
+    APP,
+    CATEGORIES,
+    Conversation,
+    Question,
+    data_summary,
+    load_locomo,
+    recall,
+    session,
+)
 from benchmarks.harness.workloads import unique_prefix
 from redis_agent_sessions import RedisMemoryService, SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory import Backend, CallableEmbedder, Embedder
 from redis_agent_sessions.memory._url import embedder_from_spec
-from redis_agent_sessions.models import Content, Event, Part, Session
 
-APP = "locomo"
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 WARMUP = 5
 progress = report.Progress("recall")
-
-
-@dataclass
-class Turn:
-    event_id: str
-    dia_id: str
-    speaker: str
-    text: str
-    timestamp: float
-
-
-@dataclass
-class Question:
-    user: str
-    text: str
-    category: int
-    evidence: tuple[str, ...]
-
-
-@dataclass
-class Conversation:
-    user: str
-    sessions: dict[str, list[Turn]]
-    questions: list[Question]
-    skipped: int  # questions of categories 1-4 naming no evidence
-    dia_ids: dict[str, str] = field(default_factory=dict)  # event id -> dia_id
-
-
-def conversation(name: str, raw: dict[str, Any]) -> Conversation:
-    """One LoCoMo sample: the flat per-conversation file, or ``locomo10.json``'s entry."""
-    conv = raw.get("conversation", raw)
-    sample = str(raw.get("sample_id", name))  # locomo10.json: "conv-26"; its files: "26"
-    user = sample if sample.startswith("conv-") else f"conv-{sample}"
-    keys = [k for k, v in conv.items() if re.fullmatch(r"session_\d+", k) and isinstance(v, list)]
-    sessions: dict[str, list[Turn]] = {}
-    for n in sorted(int(k.removeprefix("session_")) for k in keys):
-        when = conv.get(f"session_{n}_date_time")
-        try:
-            start = datetime.strptime(str(when), DATE_FORMAT).replace(tzinfo=timezone.utc)
-        except ValueError:
-            message = f"{name}: session_{n}_date_time {when!r} is not like {DATE_FORMAT!r}"
-            raise SystemExit(message) from None
-        turns = sessions[f"session_{n}"] = []
-        for i, turn in enumerate(conv[f"session_{n}"]):
-            text = str(turn["text"])
-            if turn.get("blip_caption"):
-                text += f" [shares {turn['blip_caption']}]"
-            event_id, dia_id, speaker = f"s{n}t{i}", str(turn["dia_id"]), str(turn["speaker"])
-            turns.append(Turn(event_id, dia_id, speaker, text, start.timestamp() + i))
-    questions, skipped = [], 0
-    for qa in (qa for qa in raw.get("qa", []) if qa.get("category") in CATEGORIES):
-        evidence = tuple(dict.fromkeys(str(e) for e in qa.get("evidence") or ()))
-        if evidence:
-            questions.append(Question(user, str(qa["question"]), int(qa["category"]), evidence))
-        skipped += not evidence
-    found = Conversation(user, sessions, questions, skipped)
-    found.dia_ids = {t.event_id: t.dia_id for turns in sessions.values() for t in turns}
-    return found
-
-
-def load_locomo(path: Path) -> list[Conversation]:
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise SystemExit(f"--locomo {path}: no *.json conversation files there")
-    out = []
-    for file in files:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-        samples = raw if isinstance(raw, list) else [raw]
-        for i, sample in enumerate(samples):
-            name = file.stem if len(samples) == 1 else f"{file.stem}-{i}"
-            out.append(conversation(name, sample))
-    return out
-
-
-def session(conv: Conversation, sid: str, adk: bool) -> Any:
-    """``session_N`` as an ADK session (``adk``) or this library's: one event per turn."""
-    models: tuple[Any, ...] = (Session, Event, Content, Part)
-    if adk:
-        from google.adk.events import Event as AdkEvent
-        from google.adk.sessions import Session as AdkSession
-        from google.genai import types
-
-        models = (AdkSession, AdkEvent, types.Content, types.Part)
-    session_class, event_class, content_class, part_class = models
-    events = [
-        event_class(id=t.event_id, author=t.speaker, timestamp=t.timestamp,
-                    content=content_class(role="user", parts=[part_class(text=t.text)]))
-        for t in conv.sessions[sid]
-    ]  # fmt: skip
-    return session_class(id=sid, app_name=APP, user_id=conv.user, events=events)
 
 
 HASH_DIMENSIONS = 256
@@ -313,10 +227,6 @@ async def search_all(
                 progress(f"{i + 1} of {len(questions)} questions")
 
 
-def recall(found: list[str], evidence: tuple[str, ...], k: int) -> float:
-    return sum(e in found[:k] for e in evidence) / len(evidence)
-
-
 def summary(c: Candidate, questions: list[Question]) -> dict[str, Any]:
     def mean_recall(rows: list[int], k: int) -> float | None:
         if not rows:
@@ -379,21 +289,6 @@ async def measure(
         "notes": notes,
         "agreement": agreement(candidates),
     }
-
-
-def data_summary(path: Path, convs: list[Conversation], questions: list[Question]) -> Any:
-    known = {c.user: set(c.dia_ids.values()) for c in convs}
-    evidence = [(q.user, e) for q in questions for e in q.evidence]
-    missing = [{"conversation": u, "evidence": e} for u, e in evidence if e not in known[u]]
-    return {
-        "path": str(path), "conversations": [c.user for c in convs],
-        "sessions": sum(len(c.sessions) for c in convs),
-        "turns": sum(len(c.dia_ids) for c in convs), "questions": len(questions),
-        "questions_by_category": {str(k): sum(q.category == k for q in questions)
-                                  for k in CATEGORIES},
-        "skipped_no_evidence": sum(c.skipped for c in convs), "evidence_ids": len(evidence),
-        "evidence_not_found": len(missing), "missing_evidence": missing,
-    }  # fmt: skip
 
 
 def text(result: dict[str, Any]) -> str:

@@ -8,5 +8,7 @@
 - :mod:`.workloads`: event builders (core and ADK models), seeding sessions, names.
 - :mod:`.report`: tables, the environment header, ``--json PATH``, progress lines.
 - :mod:`.internals`: every reach into the library's private modules, in one place.
+- :mod:`.locomo`: LoCoMo conversations, questions and observations as the memory
+  benchmarks read them (``recall``, ``facts``), and recall@k.
 - :mod:`.svg`: a small line-chart writer for the documentation's plots (no plotting library).
 """

@@ -14,7 +14,8 @@ service's ``_engine`` (``_engine.SessionEngine``) with ``keys``, ``ctx`` (``_con
 the names ``split_state_delta`` / ``encode_fields`` as ``_writes`` imported them and
 ``decode_hash`` / ``merge_state`` / ``stored_session`` as ``_listing`` did;
 ``ScriptRunner.run``; ``_redis.scripts.call`` / ``execute`` / ``lua_source``;
-``_redis.prebuilt._pack``; ``_cache.ReadCache`` / ``Cached``; ``_types.StoredSession``.
+``_redis.prebuilt._pack``; ``_cache.ReadCache`` / ``Cached``; ``_types.StoredSession``; the
+learned facts' ``memory._consolidate.EVENTS_PER_STEP`` (events one generation reads).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from redis_agent_sessions._redis import codec as _codec_module
 from redis_agent_sessions._redis import prebuilt as _prebuilt
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._consolidate import EVENTS_PER_STEP as FACT_EVENTS_PER_STEP
 from redis_agent_sessions.sessions import _listing as _listing_module
 from redis_agent_sessions.sessions import _writes as _writes_module
 from redis_agent_sessions.sessions._cache import Cached, ReadCache
@@ -39,6 +41,7 @@ from redis_agent_sessions.state import split_state_delta
 __all__ = [
     "AFTER_REPLY_LABEL",
     "APPEND_OK_REPLY",
+    "FACT_EVENTS_PER_STEP",
     "Point",
     "append_call_work",
     "append_lua_calls",
