@@ -220,6 +220,22 @@ async def test_events_given_one_by_one_are_read_once(client: Any) -> None:
     assert model.requests[2].session_id == "__unknown_session_id__"
 
 
+async def test_a_turn_without_words_is_shown_the_newest_facts(client: Any) -> None:
+    """More facts than a generation is shown: they are ranked by the turn's words; a turn
+    with none (";)") is shown the newest instead, on every backend."""
+    many = [add(f"The user visited city number {i}.") for i in range(35)]
+    memory = service(client, Scripted(*many, nothing))
+    session = Session(id="s1", app_name=APP, user_id=USER, events=[])
+    for i in range(35):
+        session.events.append(said(f"I went to city {i}", float(i)))
+        await memory.add_session_to_memory(session)
+    session.events.append(said(";)", 99.0))
+    await memory.add_session_to_memory(session)
+    shown = memory._memory.generator.requests[-1].facts  # type: ignore[union-attr]
+    assert len(shown) == 30
+    assert shown[0].text == "The user visited city number 34."
+
+
 async def test_raw_events_stay_searchable_when_asked(client: Any) -> None:
     memory = service(client, Scripted(add("The user likes green tea.")), keep_events=True)
     events = [said("I like green tea", 1.0)]

@@ -95,6 +95,8 @@ class Consolidator:
                 end = start + len(events)
                 new_mark = f"{end}\t{events[-1].id}"
                 outcome = await self._step(app, user, sid, events, mark, new_mark)
+                if outcome == "applied" and end >= len(session.events):
+                    return steps + 1  # all read: no need to ask the watermark again
                 if outcome == "applied":
                     steps += 1
                     break
@@ -197,8 +199,10 @@ class Consolidator:
             ids = await self.facts.ids(app, user)
         else:
             query = " ".join(e.content.text for e in events if e.content is not None)
-            ranked = await self._rank(app, user, prepare(query[:_QUERY_CHARS]), RELATED * 4)
-            found = await self.facts.which(app, user, [i for i, _ in ranked.hits])
+            terms = prepare(query[:_QUERY_CHARS])
+            ranked = await self._rank(app, user, terms, RELATED * 4) if terms else None
+            found = await self.facts.which(app, user, [i for i, _ in ranked.hits]) if ranked else []
+            # Turns with no word to rank by (";)") are shown the newest facts.
             ids = found[:RELATED] or await self.facts.ids(app, user, RELATED)
         facts = await self.facts.read(app, user, [i for i in ids if i not in skip])
         return [f for f in facts if f is not None and (f.expires is None or f.expires > now)]
