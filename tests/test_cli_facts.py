@@ -1,10 +1,11 @@
 """The operator CLI on learned facts (issue 43): `facts` lists a user's facts with their
-history and deletes one; each command run as a subprocess
+history, deletes one, and `stats` shows the generations; each command run as a subprocess
 on real Redis 7 and the real cluster, the facts made by the core service driven by a scripted
 fake model (no network), as tests/test_memory_facts.py makes them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -190,3 +191,40 @@ async def test_facts_refuses_what_is_no_fact(cli: Cli) -> None:
     assert usage.returncode == 2
     both = cli.run("facts", APP, "alice", "--delete", "x", "--history")
     assert both.returncode == 2
+
+
+async def test_stats_counts_generations_and_facts_per_app(cli: Cli) -> None:
+    await seed(cli)
+    report = cli.json("stats")
+    [booking] = report["apps"]
+    assert booking["learned_facts"] == {
+        "facts_stored": 3,
+        "generations": 5,
+        "facts_added": 4,
+        "facts_updated": 1,
+        "facts_deleted": 1,
+        "facts_expired": 0,
+    }
+    human = cli.run("stats", APP)
+    assert human.returncode == 0, human.stderr
+    assert (
+        "booking: learned facts: 3 stored, 5 generations (4 added, 1 updated, 1 deleted, 0 expired)"
+    ) in human.stdout.splitlines()
+    # A deletion by an operator is counted, and is no generation.
+    tea = next(f for f in cli.json("facts", APP, "alice") if "tea" in f["text"])
+    assert cli.run("facts", APP, "alice", "--delete", tea["id"]).returncode == 0
+    [booking] = cli.json("stats", APP)["apps"]
+    assert (booking["learned_facts"]["facts_stored"], booking["learned_facts"]["generations"]) == (
+        2,
+        5,
+    )
+    assert booking["learned_facts"]["facts_deleted"] == 2
+
+
+async def test_stats_without_learned_facts_says_nothing_of_them(cli: Cli) -> None:
+    async with cli.service() as sessions:
+        await sessions.create_session(app_name="plain", user_id="u", session_id="s")
+    report = cli.json("stats")
+    assert [a["learned_facts"] for a in report["apps"]] == [None]
+    assert "learned facts" not in cli.run("stats").stdout
+    assert json.loads(cli.run("stats", "plain", "--json").stdout)["apps"][0]["sessions"] == 1
