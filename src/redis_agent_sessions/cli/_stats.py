@@ -56,6 +56,8 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         "memory": await _memory(ctx),
         "memory_backend": text(await ctx.client.get(ctx.keys.memory_backend()) or "not chosen"),
         "memory_vectors": _vectors(await ctx.client.get(ctx.keys.memory_vectors())),
+        # Why the apps' learned_facts are null when the walk was refused; null otherwise.
+        "learned_facts_unknown": learned if isinstance(learned, str) else None,
         "apps": rows,
     }
     if ctx.json:
