@@ -432,15 +432,15 @@ def test_stats_names_valkey_by_its_own_version() -> None:
 
 async def test_stats_shows_what_a_restricted_user_may_see(cli: Cli) -> None:
     """Managed services refuse some commands to their users (MODULE LIST, MEMORY USAGE,
-    CONFIG, INFO in part: issue 44 names them): stats says so where it would show them, and
-    shows the rest."""
+    CONFIG, INFO in part: issue 44 names them; and SCAN, for a stricter user): stats says so
+    where it would show them, and shows the rest."""
     import uuid
 
     await seed(cli)
     admin = cli.client()
     name, password = f"ras-restricted-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     rules = ["on", f">{password}", f"~{cli.prefix}:*", "+@all", "-module", "-memory", "-config"]
-    rules.append("-info")
+    rules += ["-info", "-scan"]
     try:
         if cli.cluster:
             await admin.initialize()
@@ -467,3 +467,6 @@ async def test_stats_shows_what_a_restricted_user_may_see(cli: Cli) -> None:
     assert report["memory"]["text"].startswith("unknown (INFO memory")
     booking = next(a for a in report["apps"] if a["app_name"] == "booking")
     assert (booking["sessions"], booking["bytes"]) == (3, None)
+    # The memory users' learned facts are found by SCAN: refused, they are unknown.
+    assert booking["learned_facts"] is None
+    assert report["learned_facts_unknown"].startswith("unknown (")

@@ -22,10 +22,12 @@ from redis.asyncio.cluster import RedisCluster
 from _managed import managed_user, user_url
 from _servers import skip_without
 from redis_agent_sessions import (
+    CallableGenerator,
     Content,
     Event,
     EventActions,
     MemoryEntry,
+    MemoryOperation,
     Part,
     RedisMemoryService,
     RedisSessionService,
@@ -93,6 +95,22 @@ async def seed(managed: Managed) -> None:
             await memory.add_session_to_memory(s)
 
 
+async def learn(managed: Managed) -> None:
+    """As the managed user: a fact about alice, learned from a1 by a scripted model."""
+
+    def model(request: object) -> list[MemoryOperation]:
+        return [MemoryOperation(action="add", fact="The user prefers Paris hotels.")]
+
+    generator = CallableGenerator(model)
+    async with (
+        RedisSessionService.from_url(managed.url) as sessions,
+        RedisMemoryService.from_url(managed.url, generator=generator) as memory,
+    ):
+        session = await sessions.get_session(app_name="booking", user_id="alice", session_id="a1")
+        assert session is not None
+        await memory.add_session_to_memory(session)
+
+
 async def test_the_services_and_their_readiness_work(managed: Managed) -> None:
     await seed(managed)
     async with (
@@ -131,6 +149,10 @@ RUNS: dict[str, list[tuple[tuple[str, ...], int, str]]] = {
     "show": [(("booking", "alice", "a1"), 0, "Paris hotel")],
     "tail": [(("booking", "alice", "a1", "-n", "1"), 0, "Rome")],
     "search": [(("booking", "alice", "paris"), 0, "Paris")],
+    "facts": [
+        (("booking", "alice", "--history"), 0, "The user prefers Paris hotels."),
+        (("booking", "bob"), 1, "no learned facts of user 'bob'"),
+    ],
     # MEMORY USAGE and MODULE LIST refused: those figures are "unknown", the rest shown.
     "stats": [((), 0, "unknown"), (("--json",), 0, "MODULE LIST refused")],
     "export": [(("booking", "-o", "{tmp}/out.jsonl"), 0, "")],
@@ -164,6 +186,8 @@ async def test_every_command_works(managed: Managed, command: str, tmp_path: Pat
     await seed(managed)
     if command == "migrate":
         await adk_database(tmp_path / "adk.db")
+    if command == "facts":
+        await learn(managed)
     if command == "import":
         setup = run(managed, "export", "booking", "-o", f"{tmp_path}/out.jsonl")
         assert setup.returncode == 0, setup.stderr

@@ -27,6 +27,7 @@ _COMMANDS = {
     "show": ("_browse", "a session's state by scope and its events as a transcript"),
     "tail": ("_browse", "a session's newest events; -f follows new ones as workers append"),
     "search": ("_browse", "memory search over a user's past sessions"),
+    "facts": ("_facts", "a user's learned facts (--history: with earlier revisions; --delete)"),
     "stats": ("_stats", "sessions, users, events, memory entries and bytes, per app"),
     "export": ("_transfer", "write sessions as JSON Lines, one session per line"),
     "import": ("_transfer", "write sessions from an export file"),

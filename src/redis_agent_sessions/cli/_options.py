@@ -74,6 +74,19 @@ def _search(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _facts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    p.add_argument("user", metavar="USER")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument(
+        "--history", action="store_true", help="each fact's earlier revisions under it"
+    )
+    what.add_argument(
+        "--delete", metavar="FACT_ID", help="forget this fact and its history (no question asked)"
+    )
+    _json(p)
+
+
 def _stats(p: argparse.ArgumentParser) -> None:
     p.add_argument("app", metavar="APP", nargs="?", help="one app (default: every app)")
     p.add_argument(
@@ -217,6 +230,7 @@ _ADD = {
     "show": _show,
     "tail": _tail,
     "search": _search,
+    "facts": _facts,
     "stats": _stats,
     "export": _export,
     "import": _import,

@@ -1,11 +1,14 @@
 """``stats``: per app, sessions, users, events, index entries of sessions that no longer
-exist, memory entries and (sampled) bytes; on a cluster, the users whose app-scope writes a
-sweep is due to look at; the memory backend; the server's version and modules.
+exist, memory entries and (sampled) bytes, learned facts and their generations; on a
+cluster, the users whose app-scope writes a sweep is due to look at; the memory backend;
+the server's version and modules.
 
 Counts walk the app's session index a page at a time with pipelined XLEN/EXISTS/ZCARD, so
 they cost O(sessions) round-trip-free work on the server but never a keyspace scan. Bytes are
 MEMORY USAGE of a bounded, evenly spread sample of sessions, scaled to all of them. The
-sweep's counts are a dry run of it (at most 10,000 users).
+sweep's counts are a dry run of it (at most 10,000 users). Learned facts are counted in the
+stats hashes of the memory users, which only a SCAN MATCH of their names finds (memory keeps no
+registry of its users): one walk for the whole report, the counts summed per app.
 """
 
 from __future__ import annotations
@@ -16,18 +19,21 @@ from typing import Any
 import orjson
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
+from rich.text import Text
 
 from redis_agent_sessions._messages import plural, size
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.identity import server_identity
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
 from redis_agent_sessions.cli._context import Context, NotFound, first_line
-from redis_agent_sessions.keys import split_app_member, unescape
+from redis_agent_sessions.keys import glob_escape, split_app_member, unescape
 from redis_agent_sessions.sessions._sweep import DEFAULT_OLDER_THAN, MAX_SWEEP_LIMIT
 
 __all__ = ["run"]
 
 _PAGE = 1000
+_LEARNED = ("generations", "facts_added", "facts_updated", "facts_deleted", "facts_expired")
+"""The counters memory_facts.lua keeps in a user's memory stats hash."""
 
 
 async def run(ctx: Context, args: argparse.Namespace) -> int:
@@ -39,14 +45,19 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     if not apps:
         raise NotFound("no apps: no session was created under this key prefix")
     rows = [await _app(ctx, app, args.sample) for app in apps]
-    found = ("sessions", "app_state_keys", "app_writes_unapplied_users")
+    learned = await _learned(ctx, args.app)
+    for row in rows:
+        row["learned_facts"] = None if isinstance(learned, str) else learned.get(row["app_name"])
+    found = ("sessions", "app_state_keys", "app_writes_unapplied_users", "learned_facts")
     if args.app is not None and not any(rows[0][name] for name in found):
-        raise NotFound(f"no sessions or app state for app {args.app!r}")
+        raise NotFound(f"no sessions, app state or learned facts for app {args.app!r}")
     report: dict[str, Any] = {
         "server": await _server(ctx),
         "memory": await _memory(ctx),
         "memory_backend": text(await ctx.client.get(ctx.keys.memory_backend()) or "not chosen"),
         "memory_vectors": _vectors(await ctx.client.get(ctx.keys.memory_vectors())),
+        # Why the apps' learned_facts are null when the walk was refused; null otherwise.
+        "learned_facts_unknown": learned if isinstance(learned, str) else None,
         "apps": rows,
     }
     if ctx.json:
@@ -81,6 +92,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             ]
         table.add_row(*cells)
     ctx.out.print(table)
+    _print_learned(ctx, rows, learned)  # data, before the legends of the table's columns
     ctx.out.print(
         "EXPIRED: sessions of the app's index that no longer exist (each leaves an entry in "
         "the app's and its user's indexes until a write or `redis-agent-sessions expired "
@@ -151,6 +163,67 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
         "app_writes_unapplied_entries": swept.entries_pending,
         "app_writes_more": swept.more,
     }
+
+
+async def _learned(ctx: Context, app: str | None) -> dict[str, dict[str, int]] | str:
+    """Per app, its facts stored and its users' generation counts (apps with none left
+    out); what refused the walk when it was refused (a managed service may refuse SCAN)."""
+    head = ctx.keys.memory_stats(app or "", "")[:-1]  # "<prefix>:mem:stats:{<app>:"
+    if app is None:
+        head = head[:-1]  # "<prefix>:mem:stats:{": every app's users
+    owners: list[tuple[str, str]] = []
+    try:
+        async for key in ctx.client.scan_iter(
+            match=glob_escape(head) + "*}", count=1000, _type="hash"
+        ):
+            owner = _stats_owner(ctx, text(key))
+            if owner is not None:
+                owners.append(owner)
+        counted: dict[str, dict[str, int]] = {}
+        for start in range(0, len(owners), _PAGE):
+            page = owners[start : start + _PAGE]
+            pipe = ctx.client.pipeline(transaction=False)
+            for owner in page:
+                pipe.hmget(ctx.keys.memory_stats(*owner), *_LEARNED)
+                pipe.zcard(ctx.keys.memory_facts(*owner))
+            replies = await pipe.execute()
+            for (owner_app, _), counts, stored in zip(
+                page, replies[::2], replies[1::2], strict=True
+            ):
+                sums = counted.setdefault(owner_app, dict.fromkeys(("facts_stored", *_LEARNED), 0))
+                sums["facts_stored"] += stored
+                for name, count in zip(_LEARNED, counts, strict=True):
+                    sums[name] += int(count or 0)
+    except RedisError as exc:
+        return f"unknown ({first_line(exc)})"
+    return {a: sums for a, sums in counted.items() if any(sums.values())}
+
+
+def _stats_owner(ctx: Context, key: str) -> tuple[str, str] | None:
+    """(app, user) of a memory stats hash's key (the SCAN's MATCH is a glob: checked)."""
+    head = ctx.keys.memory_stats("", "")[:-2]  # "<prefix>:mem:stats:{"
+    if not (key.startswith(head) and key.endswith("}")):
+        return None
+    app, sep, user = key[len(head) : -1].partition(":")
+    return (unescape(app), unescape(user)) if sep and user and ":" not in user else None
+
+
+def _print_learned(
+    ctx: Context, rows: list[dict[str, Any]], learned: dict[str, dict[str, int]] | str
+) -> None:
+    if isinstance(learned, str):
+        ctx.out.print(f"learned facts: {learned}")
+        return
+    for row in rows:
+        if (n := row["learned_facts"]) is not None:
+            ctx.out.print(
+                Text(
+                    f"{row['app_name']}: learned facts: {n['facts_stored']:,} stored, "
+                    f"{plural(n['generations'], 'generation')} ({n['facts_added']:,} added, "
+                    f"{n['facts_updated']:,} updated, {n['facts_deleted']:,} deleted, "
+                    f"{n['facts_expired']:,} expired)"
+                )
+            )
 
 
 async def _bytes(
