@@ -154,12 +154,24 @@ async def test_one_acl_line_per_app_keeps_tenants_apart(admin: tuple[Any, str]) 
         assert await one.get(KEYS.memory_backend()) == backend.encode()
         if search:
             await raw_searches(client, one)
-        if not isinstance(client, RedisCluster):
+
+
+@pytest.mark.search
+async def test_a_tenants_ping_probes_its_app() -> None:
+    """The CLI's readiness probe with a tenant's URL: ready in its app, refused elsewhere."""
+    pytest.importorskip("rich", reason="needs the [cli] extra (rich is not installed)")
+    admin = Redis.from_url(skip_without("REDIS_SEARCH_URL"))
+    await admin.flushdb()
+    try:
+        assert await RedisMemoryService(admin, config=CONFIG, backend="search").backend()
+        async with acl_user(admin, search=True, keys=KEYS.app_acl_keys("app1")) as one:
             await ping_as(one)
+    finally:
+        await admin.flushdb()
+        await admin.aclose()
 
 
 async def ping_as(worker: Redis) -> None:
-    """The CLI's readiness probe with a tenant's URL: ready in its app, refused elsewhere."""
     kwargs = worker.connection_pool.connection_kwargs
     url = (
         f"redis://{kwargs['username']}:{kwargs['password']}@{kwargs['host']}:{kwargs['port']}"
