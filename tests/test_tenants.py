@@ -19,6 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError
 
 from _acl import README, acl_user
+from _embedders import SynonymEmbedder
 from _servers import skip_without
 from _slots import flush_cluster
 from redis_agent_sessions import (
@@ -96,7 +97,7 @@ def said(text: str, *, state: dict[str, Any] | None = None) -> Event:
 async def work_as(worker: Any, app: str) -> None:
     """What one app's worker does: readiness, a session with every state scope, memory."""
     sessions = RedisSessionService(worker, config=CONFIG)
-    memory = RedisMemoryService(worker, config=CONFIG)
+    memory = RedisMemoryService(worker, config=CONFIG, embedder=SynonymEmbedder())
     for readiness in (
         await sessions.check_ready(app_name=app),
         await memory.check_ready(app_name=app),
@@ -124,8 +125,9 @@ async def work_as(worker: Any, app: str) -> None:
 async def test_one_acl_line_per_app_keeps_tenants_apart(admin: tuple[Any, str]) -> None:
     client, backend = admin
     search = backend == "search"
-    # The operator's first worker records the backend (the tenants may only read it).
-    opened = RedisMemoryService(client, config=CONFIG, backend=backend)
+    # The operator's first worker records the backend and the vectors' model (the tenants
+    # may only read them).
+    opened = RedisMemoryService(client, config=CONFIG, backend=backend, embedder=SynonymEmbedder())
     assert await opened.backend() == backend
     async with (
         acl_user(client, search=search, keys=KEYS.app_acl_keys("app1")) as one,
@@ -199,7 +201,10 @@ async def raw_searches(admin: Any, one: Any) -> None:
         own, other = KEYS.memory_app_index("app1"), KEYS.memory_app_index("app2")
         # No index spans the apps: none was made, and none could be searched.
         indexes = {i.decode() for i in await admin.execute_command("FT._LIST")}
-        assert indexes == {own, other}
+        vectors = {KEYS.memory_app_vector_index(a) for a in APPS}
+        assert indexes == {own, other} | vectors
+        with pytest.raises(NoPermissionError):
+            await ft_search(one, KEYS.memory_app_vector_index("app2"), "*")
         with pytest.raises(NoPermissionError):
             await ft_search(one, KEYS.memory_index(), "password")
     with pytest.raises(NoPermissionError):

@@ -34,8 +34,10 @@ async def check_vectors(client: Any, keys: KeySpace, mine: dict[str, Any]) -> No
     """Record the vectors' dimension and model (``mine``) for every later worker, or check
     them against the record: vectors of another dimension cannot be compared."""
     key = keys.memory_vectors()
-    await client.set(key, orjson.dumps(mine), nx=True)
     recorded = await recorded_vectors(client, keys)
+    if recorded is None:  # read first: a tenant may read the record, not write it
+        await client.set(key, orjson.dumps(mine), nx=True)
+        recorded = await recorded_vectors(client, keys)
     if recorded is None:  # deleted at once by someone else: do not guess
         raise MemoryIndexError(f"could not record the memory vectors in {key!r}")
     dimensions, model = recorded["dimensions"], recorded["model"]
