@@ -39,8 +39,11 @@ def test_ci_runs_the_oldest_and_the_newest_promised_version() -> None:
     for major, minor in (oldest, newest):
         assert f"find_python {major}.{minor}" in ci
     # The oldest runs the core alone; the newest every extra.
-    assert re.search(rf'"{oldest[0]}\.{oldest[1]} \S+ \$py\S+ test yes"', ci)
-    assert re.search(rf'"{newest[0]}\.{newest[1]} \S+ \$py\S+ dev,adk,demo no"', ci)
+    # (The last field: whether that run also runs the Valkey backends.)
+    assert re.search(rf'"{oldest[0]}\.{oldest[1]} \S+ \$py\S+ test yes (yes|no)"', ci)
+    assert re.search(rf'"{newest[0]}\.{newest[1]} \S+ \$py\S+ dev,adk,demo no (yes|no)"', ci)
+    # One run, with every extra, also runs the Valkey backends.
+    assert re.search(r'" \S+ \S+ dev,adk,demo no yes"|"\$py3 \S+ \S+ dev,adk,demo no yes"', ci)
 
 
 def test_the_readme_says_which_python_each_extra_needs() -> None:
