@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from _processes import start
 from _servers import skip_without
 from _slots import flush_cluster
 from facts_worker import ADD_EVERY, COUNTER, counter_text, own_text
@@ -97,28 +97,8 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, Any
     await client.aclose()
 
 
-@pytest.fixture
-async def processes() -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    """Processes this test started; any still running at the end is killed (by handle)."""
-    started: list[asyncio.subprocess.Process] = []
-    yield started
-    for proc in started:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
 async def spawn(started: list[asyncio.subprocess.Process], *args: Any) -> Any:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(WORKER),
-        *map(str, args),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    started.append(proc)
-    return proc
+    return await start(started, WORKER, *args)
 
 
 async def signalled(proc: asyncio.subprocess.Process, line: str) -> None:

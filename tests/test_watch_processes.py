@@ -16,7 +16,6 @@ import asyncio
 import inspect
 import itertools
 import json
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from _processes import start
 from _servers import skip_without
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions._redis import scripts as _scripts
@@ -48,29 +48,8 @@ DEADLINE = 20.0  # the most any wait in this module may take
 # -- processes -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def processes() -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    """Processes this test started; any still running at the end is killed (by handle)."""
-    started: list[asyncio.subprocess.Process] = []
-    yield started
-    for proc in started:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
 async def spawn(started: list[asyncio.subprocess.Process], *args: Any) -> Any:
-    """tests/watch_writer.py with ``args``, in a new OS process (the venv's python)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(WRITER),
-        *map(str, args),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    started.append(proc)
-    return proc
+    return await start(started, WRITER, *args)
 
 
 async def finished(proc: asyncio.subprocess.Process) -> dict[str, Any]:
