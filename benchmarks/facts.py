@@ -56,7 +56,9 @@ from benchmarks.harness.locomo import (
     Question,
     data_summary,
     load_locomo,
+    recall_summary,
     session,
+    timed_searches,
 )
 from benchmarks.harness.workloads import unique_prefix
 from redis_agent_sessions import (
@@ -76,7 +78,6 @@ from redis_agent_sessions.memory import Backend
 
 MODES = ("events", "facts", "both")
 RETRIEVAL_KEY = "redis_agent_sessions"  # a search result's custom_metadata key (documented)
-WARMUP = 5
 SEED = 50  # facts a cost user holds before the timed steps
 USERS = 10  # users of each kind of call, in turn
 TURNS = 20  # turns of a cost session before the next one starts
@@ -173,11 +174,6 @@ def named_turns(entry: Any, dia_ids: dict[str, str]) -> set[str]:
     return {dia_ids.get(str((entry.custom_metadata or {}).get("event_id") or entry.id), "?")}
 
 
-def recall_at(found: list[set[str]], evidence: tuple[str, ...], k: int) -> float:
-    named = set().union(*found[:k])
-    return sum(e in named for e in evidence) / len(evidence)
-
-
 async def ingest(s: Store, convs: Sequence[Conversation]) -> None:
     started = time.perf_counter()
     for conv in convs:
@@ -198,37 +194,19 @@ async def search_all(
     async def search(s: Store, q: Question) -> Any:
         return await s.memory.search_memory(app_name=APP, user_id=q.user, query=q.text)
 
-    for s, q in ((s, q) for s in every for q in questions[:WARMUP]):
-        await search(s, q)
-    clock = time.perf_counter_ns
-    with timing.settled_gc():
-        for i, q in enumerate(questions):
-            for s in timing.rotate(every, i):
-                start = clock()
-                response = await search(s, q)
-                s.samples_ns.append(clock() - start)
-                dia_ids = convs[q.user].dia_ids
-                s.found.append([named_turns(m, dia_ids) for m in response.memories])
-                s.fact_results += sum(fact_of(m) is not None for m in response.memories)
+    def record(s: Store, q: Question, response: Any) -> None:
+        dia_ids = convs[q.user].dia_ids
+        s.found.append([named_turns(m, dia_ids) for m in response.memories])
+        s.fact_results += sum(fact_of(m) is not None for m in response.memories)
+
+    await timed_searches(every, questions, search, record)
 
 
 def summary(s: Store, questions: list[Question]) -> dict[str, Any]:
-    def mean_recall(rows: list[int], k: int) -> float | None:
-        found = [recall_at(s.found[i], questions[i].evidence, k) for i in rows]
-        return sum(found) / len(found) if found else None
-
-    every = list(range(len(questions)))
-    by_category = {}
-    for cat, name in CATEGORIES.items():
-        rows = [i for i in every if questions[i].category == cat]
-        by_category[str(cat)] = {"name": name, "questions": len(rows),
-                                 "recall_at_5": mean_recall(rows, 5),
-                                 "recall_at_10": mean_recall(rows, 10)}  # fmt: skip
     stats = timing.summarize(s.samples_ns)
     return {
         "mode": s.mode, "backend": s.backend, "facts": s.facts, "raw_entries": s.entries - s.facts,
-        "recall_at_5": mean_recall(every, 5), "recall_at_10": mean_recall(every, 10),
-        "by_category": by_category, "ingest_s": s.ingest_s,
+        **recall_summary(s.found, questions), "ingest_s": s.ingest_s,
         "fact_results_per_search": s.fact_results / max(len(questions), 1),
         "search_ms": {"n": stats.n, "p50": stats.p50_us / 1e3, "p99": stats.p99_us / 1e3},
     }  # fmt: skip

@@ -70,8 +70,9 @@ from benchmarks.harness.locomo import (
     Question,
     data_summary,
     load_locomo,
-    recall,
+    recall_summary,
     session,
+    timed_searches,
 )
 from benchmarks.harness.workloads import unique_prefix
 from redis_agent_sessions import RedisMemoryService, SessionServiceConfig
@@ -80,7 +81,6 @@ from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory import Backend, CallableEmbedder, Embedder
 from redis_agent_sessions.memory._url import embedder_from_spec
 
-WARMUP = 5
 progress = report.Progress("recall")
 
 
@@ -147,7 +147,7 @@ class Candidate:
     prefix: str | None = None
     ingest_s: float = 0.0
     samples_ns: list[int] = field(default_factory=list)
-    found: list[list[str]] = field(default_factory=list)  # per question: dia_ids, in order
+    found: list[list[frozenset[str]]] = field(default_factory=list)  # per question, per result
 
 
 def adk_candidates(tmp: str) -> tuple[list[Candidate], list[str]]:
@@ -191,10 +191,11 @@ async def cleanup(candidate: Candidate) -> None:
     await servers.delete_prefix(client, f"{prefix}:")
 
 
-def result_ids(response: Any, dia_ids: dict[str, str]) -> list[str]:
-    """The results' dia_ids (``?``: no turn's); ADK's sqlite has the event id in the metadata."""
+def result_ids(response: Any, dia_ids: dict[str, str]) -> list[frozenset[str]]:
+    """Each result's dia_id (``?``: no turn's); ADK's sqlite has the event id in the
+    metadata."""
     metas = ((e.custom_metadata or {}, e.id) for e in response.memories)
-    return [dia_ids.get(str(meta.get("event_id") or id_), "?") for meta, id_ in metas]
+    return [frozenset({dia_ids.get(str(meta.get("event_id") or id_), "?")}) for meta, id_ in metas]
 
 
 async def ingest(c: Candidate, convs: Sequence[Conversation]) -> None:
@@ -212,40 +213,17 @@ async def search_all(
     async def search(c: Candidate, q: Question) -> Any:
         return await c.memory.search_memory(app_name=APP, user_id=q.user, query=q.text)
 
-    for c in candidates:
-        for q in questions[:WARMUP]:
-            await search(c, q)
-    clock = time.perf_counter_ns
-    with timing.settled_gc():
-        for i, q in enumerate(questions):
-            for c in timing.rotate(candidates, i):
-                start = clock()
-                response = await search(c, q)
-                c.samples_ns.append(clock() - start)
-                c.found.append(result_ids(response, convs[q.user].dia_ids))
-            if (i + 1) % 100 == 0:
-                progress(f"{i + 1} of {len(questions)} questions")
+    def record(c: Candidate, q: Question, response: Any) -> None:
+        c.found.append(result_ids(response, convs[q.user].dia_ids))
+
+    await timed_searches(candidates, questions, search, record, progress)
 
 
 def summary(c: Candidate, questions: list[Question]) -> dict[str, Any]:
-    def mean_recall(rows: list[int], k: int) -> float | None:
-        if not rows:
-            return None
-        return sum(recall(c.found[i], questions[i].evidence, k) for i in rows) / len(rows)
-
-    every = list(range(len(questions)))
     stats = timing.summarize(c.samples_ns)
-    by_category = {}
-    for cat, name in CATEGORIES.items():
-        rows = [i for i in every if questions[i].category == cat]
-        by_category[str(cat)] = {"name": name, "questions": len(rows),
-                                 "recall_at_5": mean_recall(rows, 5),
-                                 "recall_at_10": mean_recall(rows, 10)}  # fmt: skip
     return {
         "service": c.service, "backend": c.backend, "mode": c.mode,
-        "recall_at_5": mean_recall(every, 5), "recall_at_10": mean_recall(every, 10),
-        "recall_at_k": [mean_recall(every, k) for k in range(1, 11)],
-        "by_category": by_category, "ingest_s": c.ingest_s,
+        **recall_summary(c.found, questions), "ingest_s": c.ingest_s,
         "search_ms": {"n": stats.n, "p50": stats.p50_us / 1e3, "p99": stats.p99_us / 1e3,
                       "mean": stats.mean_us / 1e3},
         "mean_results": sum(len(f) for f in c.found) / max(len(c.found), 1),

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from benchmarks.harness import timing
 from redis_agent_sessions.models import Content, Event, Part, Session
 
 __all__ = [
@@ -35,10 +38,21 @@ __all__ = [
     "data_summary",
     "load_locomo",
     "recall",
+    "recall_summary",
     "session",
+    "timed_searches",
 ]
 
 APP = "locomo"
+WARMUP = 5
+"""Questions each service is asked, untimed, before the timed searches."""
+
+
+class Timed(Protocol):
+    samples_ns: list[int]
+
+
+T = TypeVar("T", bound=Timed)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 
@@ -164,9 +178,60 @@ def session(conv: Conversation, sid: str, adk: bool) -> Any:
     return session_class(id=sid, app_name=APP, user_id=conv.user, events=events)
 
 
-def recall(found: list[str], evidence: tuple[str, ...], k: int) -> float:
-    """The share of ``evidence`` among the first ``k`` of ``found``."""
-    return sum(e in found[:k] for e in evidence) / len(evidence)
+def recall(found: Sequence[Collection[str]], evidence: tuple[str, ...], k: int) -> float:
+    """The share of ``evidence`` named by the first ``k`` results of ``found``, each result
+    naming the turns it stands for (an event its own; a learned fact those it comes from)."""
+    named: set[str] = set().union(*found[:k])
+    return sum(e in named for e in evidence) / len(evidence)
+
+
+def recall_summary(
+    found: Sequence[Sequence[Collection[str]]], questions: Sequence[Question]
+) -> dict[str, Any]:
+    """Recall@5, @10 and @1..10 over every question (``found``: each one's results), and
+    @5 and @10 by category."""
+
+    def mean_recall(rows: list[int], k: int) -> float | None:
+        if not rows:
+            return None
+        return sum(recall(found[i], questions[i].evidence, k) for i in rows) / len(rows)
+
+    every = list(range(len(questions)))
+    by_category = {}
+    for cat, name in CATEGORIES.items():
+        rows = [i for i in every if questions[i].category == cat]
+        by_category[str(cat)] = {"name": name, "questions": len(rows),
+                                 "recall_at_5": mean_recall(rows, 5),
+                                 "recall_at_10": mean_recall(rows, 10)}  # fmt: skip
+    return {
+        "recall_at_5": mean_recall(every, 5), "recall_at_10": mean_recall(every, 10),
+        "recall_at_k": [mean_recall(every, k) for k in range(1, 11)], "by_category": by_category,
+    }  # fmt: skip
+
+
+async def timed_searches(
+    services: Sequence[T],
+    questions: Sequence[Question],
+    search: Callable[[T, Question], Awaitable[Any]],
+    record: Callable[[T, Question, Any], None],
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Every question asked of every service, the services taking turns question by
+    question (after ``WARMUP`` questions each, untimed): each search's time appended to the
+    service's ``samples_ns``, its response given to ``record``."""
+    for service in services:
+        for q in questions[:WARMUP]:
+            await search(service, q)
+    clock = time.perf_counter_ns
+    with timing.settled_gc():
+        for i, q in enumerate(questions):
+            for service in timing.rotate(list(services), i):
+                start = clock()
+                response = await search(service, q)
+                service.samples_ns.append(clock() - start)
+                record(service, q, response)
+            if progress is not None and (i + 1) % 100 == 0:
+                progress(f"{i + 1} of {len(questions)} questions")
 
 
 def data_summary(path: Path, convs: list[Conversation], questions: list[Question]) -> Any:
