@@ -39,14 +39,7 @@ def embedder_from_spec(spec: str, dimensions: int | None = None) -> Embedder:
 
         return GoogleEmbedder(rest, dimensions=dimensions)
     if kind == "import" and rest.count(":") == 1:
-        module_name, name = rest.split(":")
-        try:
-            found: Any = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidInputError(f"embedder {spec!r} cannot be imported: {exc}") from exc
-        if not isinstance(found, Embedder) and callable(found):
-            found = found()
-        embedder = check_embedder(found)
+        embedder = check_embedder(_imported("embedder", spec, rest, Embedder))
         if dimensions is not None and embedder.dimensions != dimensions:
             raise InvalidInputError(
                 f"embedder {spec!r} makes {embedder.dimensions}-dimensional vectors, "
@@ -56,6 +49,17 @@ def embedder_from_spec(spec: str, dimensions: int | None = None) -> Embedder:
     raise InvalidInputError(
         f"embedder must be 'google:<model>' or 'import:<module>:<name>', got {spec!r}"
     )
+
+
+def _imported(what: str, spec: str, path: str, kind: type) -> Any:
+    """The object ``<module>:<name>`` names: one of ``kind``, or what a callable returns
+    when called without arguments (where a user plugs a model of their own)."""
+    module_name, name = path.split(":")
+    try:
+        found: Any = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInputError(f"{what} {spec!r} cannot be imported: {exc}") from exc
+    return found() if not isinstance(found, kind) and callable(found) else found
 
 
 def generator_from_spec(spec: str) -> MemoryGenerator:
@@ -71,13 +75,7 @@ def generator_from_spec(spec: str) -> MemoryGenerator:
         except ImportError as exc:  # google-adk is the [adk] extra
             raise InvalidInputError(f"generator {spec!r} needs the [adk] extra: {exc}") from exc
     if kind == "import" and rest.count(":") == 1:
-        module_name, name = rest.split(":")
-        try:
-            found: Any = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidInputError(f"generator {spec!r} cannot be imported: {exc}") from exc
-        if not isinstance(found, MemoryGenerator) and callable(found):
-            found = found()
+        found = _imported("generator", spec, rest, MemoryGenerator)
         if not isinstance(found, MemoryGenerator):
             raise InvalidInputError(f"generator {spec!r} has no async generate(request)")
         generator: MemoryGenerator = found
