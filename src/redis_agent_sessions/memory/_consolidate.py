@@ -195,15 +195,15 @@ class Consolidator:
     ) -> list[Fact]:
         """The user's facts most related to ``events``: all when they are few, else the
         best ranked for the events' words (the generator may only change these)."""
-        if await self.facts.count(app, user) <= RELATED:
-            ids = await self.facts.ids(app, user)
-        else:
+        # One more than are shown: whether there are more than that, in the same read.
+        ids = await self.facts.ids(app, user, RELATED + 1)
+        if len(ids) > RELATED:
             query = " ".join(e.content.text for e in events if e.content is not None)
             terms = prepare(query[:_QUERY_CHARS])
             ranked = await self._rank(app, user, terms, RELATED * 4) if terms else None
             found = await self.facts.which(app, user, [i for i, _ in ranked.hits]) if ranked else []
             # Turns with no word to rank by (";)") are shown the newest facts.
-            ids = found[:RELATED] or await self.facts.ids(app, user, RELATED)
+            ids = found[:RELATED] or ids[:RELATED]
         facts = await self.facts.read(app, user, [i for i in ids if i not in skip])
         return [f for f in facts if f is not None and (f.expires is None or f.expires > now)]
 

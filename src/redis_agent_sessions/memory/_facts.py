@@ -132,9 +132,6 @@ class FactStore:
             text(m) for m in await self._redis.zrevrange(self.keys.memory_facts(app, user), 0, stop)
         ]
 
-    async def count(self, app: str, user: str) -> int:
-        return int(await self._redis.zcard(self.keys.memory_facts(app, user)))
-
     async def which(self, app: str, user: str, ids: Sequence[str]) -> list[str]:
         """Those of ``ids`` that are facts."""
         if not ids:
