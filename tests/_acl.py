@@ -1,7 +1,9 @@
-"""The documentation's least-privilege ACL user (docs/deployment.md), made on a real server
+"""The documentation's least-privilege ACL user (docs/security.md), made on a real server
 for the contract suites.
 
-The rules are read from the page itself, so the published line is the one tested.
+The rules are read from the page itself, so the published lines are the ones tested: each
+fenced block of ``ACL SETUSER ras-worker`` lines is one set of rules (a block's lines add up,
+as ``ACL SETUSER`` does).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-README = Path(__file__).resolve().parents[1] / "docs" / "deployment.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "security.md"
+_BLOCK = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
 _LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
 
 
@@ -25,10 +28,11 @@ def readme_rules() -> dict[str, list[str]]:
     """The documented rules: ``base`` (sessions + plain memory), then the extras for the
     ``search`` backend, learned ``facts``, the ``replicas`` and ``aof`` write concerns, and a
     ``cluster``."""
-    lines = _LINE.findall(README.read_text())
+    blocks = [_LINE.findall(block) for block in _BLOCK.findall(PAGE.read_text())]
+    sets = [[rule for line in lines for rule in shlex.split(line)] for lines in blocks if lines]
     names = ["base", "search", "facts", "replicas", "aof", "cluster"]
-    assert len(lines) == len(names), lines
-    return {name: shlex.split(line) for name, line in zip(names, lines, strict=True)}
+    assert len(sets) == len(names), sets
+    return dict(zip(names, sets, strict=True))
 
 
 def readme_commands(*, search: bool = False) -> list[str]:

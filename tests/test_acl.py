@@ -1,4 +1,4 @@
-"""The documented least-privilege ACL (docs/deployment.md), command by command, on real servers.
+"""The documented least-privilege ACL (docs/security.md), command by command, on real servers.
 
 The contract suites run as the documented user (the ``acl`` backends in conftest.py and
 test_memory.py), which shows the line grants enough. Here, for each command of the line, a

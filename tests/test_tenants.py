@@ -1,5 +1,5 @@
 """Tenants kept apart by Redis itself: one Redis user per app, with the documented key rules
-(docs/deployment.md, "Tenants") and the least-privilege commands, on both memory backends,
+(docs/security.md, "Tenants") and the least-privilege commands, on both memory backends,
 a single node and a cluster. Each app's worker runs its own sessions, state and memory;
 another app's data is refused, through the library and with raw commands, the search
 module's included (RediSearch checks a user's key patterns against the index name only)."""
@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError
 
-from _acl import README, acl_user
+from _acl import PAGE, acl_user
 from _embedders import SynonymEmbedder
 from _servers import skip_without
 from _slots import flush_cluster
@@ -44,9 +44,11 @@ _TENANT_LINE = re.compile(r"^ACL SETUSER ras-app1 (.+)$", re.M)
 
 
 def documented_rules(app: str) -> list[str]:
-    """The page's tenant line, for ``app`` (the page shows it for app1)."""
-    [line] = _TENANT_LINE.findall(README.read_text())
-    return [rule.replace("app1", app) for rule in shlex.split(line) if rule != "resetkeys"]
+    """The page's tenant lines, for ``app`` (the page shows them for app1)."""
+    lines = _TENANT_LINE.findall(PAGE.read_text())
+    rules = [rule for line in lines for rule in shlex.split(line)]
+    assert rules[0] == "resetkeys", rules  # first: it drops the worker line's ~ras:*
+    return [rule.replace("app1", app) for rule in rules[1:]]
 
 
 def test_the_documented_tenant_line_is_what_the_key_space_builds() -> None:
