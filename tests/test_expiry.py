@@ -334,7 +334,7 @@ async def test_an_expiry_index_of_foreign_type_is_named_and_nothing_written(
     await admin.set(key, "not a zset")
     pattern = key.replace("{", r"\{").replace("}", r"\}")
     if cluster_path(svc):
-        # The app's slot is the second step, as for every app key (docs/deployment.md).
+        # The app's slot is the second step, as for every app key (docs/cluster.md).
         with pytest.raises(CorruptDataError, match=pattern):
             await svc.create_session(app_name=APP, user_id="ann", session_id="t")
         return
