@@ -144,7 +144,7 @@ def test_an_unknown_parameter_lists_the_settings_and_points_to_the_docs() -> Non
     message = str(raised.value)
     for setting in ("key_prefix", "ttl_seconds", "cluster", "memory_backend", "embedder"):
         assert setting in message
-    assert "docs/deployment.md#connection-urls" in message
+    assert "docs/settings.md#connection-urls" in message
     for internal in ("maintenance_notification_hash", "orig_host_address", "socket_timeout"):
         assert internal not in message
     # A near miss is named, whoever's it is.
@@ -156,7 +156,7 @@ def test_an_unknown_parameter_lists_the_settings_and_points_to_the_docs() -> Non
         RedisSessionService.from_url("redis://h/0?ssl_ca_certs=/x")
     assert "rediss://" in str(other.value)
     assert "orig_host_address" not in str(other.value)
-    assert "docs/deployment.md#connection-urls" in str(other.value)
+    assert "docs/settings.md#connection-urls" in str(other.value)
 
 
 def test_the_url_and_a_config_must_agree() -> None:

@@ -31,7 +31,7 @@ from redis_agent_sessions.errors import InvalidInputError
 
 __all__ = ["BOOLEANS", "DOCS", "accepted", "convert"]
 
-DOCS = "docs/deployment.md#connection-urls"
+DOCS = "docs/settings.md#connection-urls"
 """Where the connection parameters are described: errors point there rather than list
 redis-py's ~60 constructor parameters, internals among them."""
 

@@ -13,7 +13,7 @@ Both backends index and query the terms computed here, so they see the same word
   the author's rarity (how few entries that author wrote) to the entries already found.
 
 Weights are kept as integers in quarters (own words 4, one turn away 2, two away 1), so
-Redis adds and removes them exactly. The figures that chose these are in docs/memory.md
+Redis adds and removes them exactly. The figures that chose these are in docs/memory-ranking.md
 (``python -m benchmarks.recall``).
 
 Only an entry's own terms are indexed (postings, the search module's ``terms`` field); its

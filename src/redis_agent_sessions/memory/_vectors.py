@@ -44,7 +44,8 @@ AGREEMENT = 20
 VECTOR_WEIGHT = 1.2
 MARGIN_SD = 2.0
 """Agreement beyond chance needed before the vectors count, in standard deviations of the
-chance overlap: these constants were chosen on LoCoMo's dev conversations (docs/memory.md)."""
+chance overlap: these constants were chosen on LoCoMo's dev conversations
+(docs/memory-ranking.md)."""
 HNSW_EF_RUNTIME = 100
 """Candidates an HNSW query keeps: RediSearch's default (10) misses true neighbours
 among many entries; see benchmarks/semantic.py for the recall this buys."""

@@ -1,0 +1,121 @@
+"""The reference pages name everything the code defines, so they fail here when they drift.
+
+- docs/errors.md has a section for every exported ``RedisSessionsError`` subclass;
+- docs/cli.md has a section for every command of the CLI's parser, naming its options;
+- docs/settings.md names every ``SessionServiceConfig`` field, every argument of the memory
+  service and field of ``FactSettings``, and every URL parameter the URI parser accepts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import redis
+
+import redis_agent_sessions
+from redis_agent_sessions import FactSettings, RedisMemoryService, SessionServiceConfig, errors
+from redis_agent_sessions._redis import params, uri
+from redis_agent_sessions.cli import _parser
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def section(page: str, heading: str) -> str:
+    """The text of ``page`` under ``heading`` (a whole heading line), up to the next heading
+    of the same or a higher level."""
+    text = (DOCS / page).read_text()
+    level = heading.split(" ", 1)[0]
+    start = text.find(f"\n{heading}\n")
+    assert start >= 0, f"{page} has no heading {heading!r}"
+    body = text[start + len(heading) + 2 :]
+    ends = re.compile(rf"^#{{1,{len(level)}}} ", re.M).search(body)
+    return body[: ends.start()] if ends else body
+
+
+def test_errors_page_has_a_section_for_every_error() -> None:
+    exported = {
+        name
+        for name in (*errors.__all__, *redis_agent_sessions.__all__)
+        if isinstance(obj := getattr(errors, name, None), type)
+        and issubclass(obj, errors.RedisSessionsError)
+    }
+    assert len(exported) >= 15
+    page = (DOCS / "errors.md").read_text()
+    for name in exported - {"RedisSessionsError"}:
+        body = section("errors.md", f"### `{name}`")
+        for part in ("**When.**", "**Data after.**", "**What to do.**"):
+            assert part in body, f"errors.md: {name} says nothing under {part}"
+    family = section("errors.md", "## The family")
+    missing = [n for n in sorted(exported) if f"| `{n}` |" not in family]
+    assert not missing, f"errors.md's table lacks {missing}"
+    assert "RedisSessionsError" in page
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = _parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+CONNECTION = {"--url", "--key-prefix", "--cluster"}
+
+
+def test_cli_page_has_a_section_for_every_command_naming_its_options() -> None:
+    commands = _commands()
+    assert {"demo", "ls", "ping", "sweep"} <= commands.keys()
+    glance = section("cli.md", "## Commands at a glance")
+    for name, parser in commands.items():
+        assert f"[`{name}`](#{name})" in glance, f"cli.md's table lacks {name}"
+        body = section("cli.md", f"## `{name}`")
+        assert "```console" in body, f"cli.md: {name} has no example"
+        for action in parser._actions:
+            flags = [f for f in action.option_strings if f.startswith("--")]
+            if not flags or flags[0] == "--help" or flags[0] in CONNECTION:
+                continue
+            assert any(f in body for f in flags), f"cli.md: {name} does not name {flags[0]}"
+    shared = section("cli.md", "### Connection options")
+    for flag in CONNECTION:
+        assert f"`{flag}" in shared, f"cli.md's connection options lack {flag}"
+
+
+def test_settings_page_names_every_setting() -> None:
+    config = section("settings.md", "## Session service: `SessionServiceConfig`")
+    for field in SessionServiceConfig.model_fields:
+        assert f"| `{field}` |" in config, f"settings.md lacks SessionServiceConfig.{field}"
+    memory = section("settings.md", "## Memory service")
+    arguments = inspect.signature(RedisMemoryService.__init__).parameters
+    for argument in arguments:
+        if argument not in ("self", "client"):
+            assert f"| `{argument}` |" in memory, f"settings.md lacks the argument {argument}"
+    for field in dataclasses.fields(FactSettings):
+        assert f"| `{field.name}` |" in memory, f"settings.md lacks FactSettings.{field.name}"
+
+
+def test_settings_page_names_every_url_parameter_of_the_library() -> None:
+    urls = section("settings.md", "## Connection URLs")
+    ours = [*uri._CONFIG_FIELDS, *uri._MEMORY]
+    assert "memory_backend" in ours
+    assert "key_prefix" in ours
+    missing = [name for name in ours if f"| `{name}` |" not in urls]
+    assert not missing, f"settings.md#connection-urls lacks {missing}"
+
+
+def test_settings_page_names_every_url_parameter_of_redis_py() -> None:
+    urls = section("settings.md", "## Connection URLs")
+    documented = re.search(r"With redis-py (\d+\.\d+)", urls)
+    assert documented, "settings.md#connection-urls does not say which redis-py it lists"
+    if not redis.__version__.startswith(f"{documented[1]}."):
+        pytest.skip(f"the page lists redis-py {documented[1]}'s, this is {redis.__version__}")
+    accepted = {
+        name
+        for scheme in uri.SCHEMES
+        for cluster in (False, True)
+        for name in params.accepted(scheme, cluster)
+    }
+    missing = sorted(name for name in accepted if f"`{name}`" not in urls)
+    assert not missing, f"settings.md#connection-urls lacks redis-py's {missing}"
