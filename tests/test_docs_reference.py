@@ -119,3 +119,29 @@ def test_settings_page_names_every_url_parameter_of_redis_py() -> None:
     }
     missing = sorted(name for name in accepted if f"`{name}`" not in urls)
     assert not missing, f"settings.md#connection-urls lacks redis-py's {missing}"
+
+
+def _slugs(page: Path) -> set[str]:
+    """The anchors MkDocs gives the page's headings (its toc slugify, ASCII)."""
+    headings = re.findall(r"^#{1,6} (.+)$", page.read_text(), re.M)
+
+    def slug(heading: str) -> str:
+        return re.sub(r"[\s-]+", "-", re.sub(r"[^\w\s-]", "", heading.strip().lower()))
+
+    return {slug(h) for h in headings}
+
+
+def test_every_docs_pointer_in_the_code_names_a_page_and_heading_that_exist() -> None:
+    """Error messages and docstrings send users to ``docs/<page>.md#<anchor>``: a page
+    renamed or a heading reworded must not leave them pointing at nothing."""
+    src = Path(redis_agent_sessions.__file__).parent
+    pointers = {
+        (m[1], m[2] or "")
+        for path in src.rglob("*.py")
+        for m in re.finditer(r"docs/([\w-]+\.md)(?:#([\w-]+))?", path.read_text())
+    }
+    assert ("settings.md", "connection-urls") in pointers  # the pattern reads the code
+    for page, anchor in sorted(pointers):
+        assert (DOCS / page).is_file(), f"the code points at docs/{page}, which does not exist"
+        if anchor:
+            assert anchor in _slugs(DOCS / page), f"docs/{page} has no heading #{anchor}"

@@ -56,7 +56,7 @@ def test_grams_select_every_substring_match(sample: str) -> None:
 
 
 def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> list[str]:
-    """BM25 as docs/memory.md states it, computed from scratch: docs (one session, in
+    """BM25 as docs/memory-ranking.md states it, computed from scratch: docs (one session, in
     order), each with the words of the turns up to two away at half and quarter weight,
     scored against the final counts and average length; equal scores newest first, then
     larger id."""

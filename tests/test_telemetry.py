@@ -513,7 +513,7 @@ async def test_spans_name_a_real_redis_by_its_version(exported: Exported) -> Non
 @pytest.mark.real
 @pytest.mark.acl
 async def test_the_documented_acl_user_gets_spans_without_the_server(exported: Exported) -> None:
-    """The least-privilege user of the deployment docs may not run INFO."""
+    """The least-privilege user of docs/security.md may not run INFO."""
     from redis.asyncio import Redis
 
     from _acl import acl_user

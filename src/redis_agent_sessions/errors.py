@@ -149,7 +149,7 @@ class PermissionDeniedError(RedisSessionsError):
         on = f" on key {key!r}" if key else ""
         super().__init__(
             f"the Redis user may not {what}{on}{': ' + detail if detail else ''}. Grant it "
-            "(see the least-privilege ACL in the deployment docs) or connect as a user that has it"
+            "(docs/security.md#least-privilege-acl) or connect as a user that has it"
         )
         self.command = command.upper() if command else None
         self.key = key

@@ -55,7 +55,7 @@ class MemoryPolicy:
         return (
             f"maxmemory-policy {self.policy} lets Redis evict {which} once used memory "
             f"reaches maxmemory ({size(self.maxmemory)}): sessions would lose parts. "
-            "Set maxmemory-policy noeviction (see the deployment docs)"
+            "Set maxmemory-policy noeviction (docs/operations.md#memory-limits-and-eviction)"
         )
 
     def describe(self) -> str:

@@ -264,8 +264,8 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         concern, that the replicas confirm in time. Never raises for what it finds: the
         result is falsy, and each :class:`Check` says what failed and why. ``timeout``
         bounds the whole probe (seconds). The probe's session is in an app of its own,
-        unless ``app_name`` names one: a Redis user limited to one app's keys (see the
-        deployment docs, "Tenants") passes its app."""
+        unless ``app_name`` names one: a Redis user limited to one app's keys (see
+        docs/security.md, "Tenants") passes its app."""
         return await self._engine.check_ready(timeout, probe_app(app_name))
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
