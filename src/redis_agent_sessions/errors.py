@@ -133,7 +133,14 @@ class ConsolidationConflictError(RedisSessionsError):
 
 
 class MemoryIndexError(RedisSessionsError):
-    """The RediSearch index name is taken by an index with another definition."""
+    """Memory cannot use its index or backend as configured.
+
+    Raised when a RediSearch index name is taken by an index of another definition, when
+    the ``search`` backend is asked for but the server (or cluster) has no usable search
+    module, when this service's backend or embedder disagrees with the one the store
+    records (``redis-agent-sessions reindex`` / ``reembed`` move a store), or when that
+    record cannot be written. Nothing is written to the memory entries.
+    """
 
 
 class PermissionDeniedError(RedisSessionsError):

@@ -40,10 +40,11 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
     """Memory entries in Redis, searchable by keyword (and by meaning, with an embedder),
     shared by every worker.
 
-    ASCII words match whole words, results rank by distinct query words matched then newest
-    first, at most ``limit`` (10) entries, scoped to one (app, user). With an ``embedder``,
-    each entry also keeps a vector, and a search fuses the keyword ranking with the nearest
-    vectors' (reciprocal rank fusion).
+    Results rank by relevance (BM25 over stemmed words, each turn also found by the turns
+    around it), at most ``limit`` (10) entries, scoped to one (app, user). With an
+    ``embedder``, each entry also keeps a vector, and a search fuses the keyword ranking
+    with the nearest vectors', weighting the vectors by how far the two rankings agree
+    (docs/memory-ranking.md).
 
     Args:
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
@@ -249,7 +250,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str, limit: int = 10
     ) -> ResponseT:
-        """Entries containing query words: most distinct words matched first, then newest.
+        """Entries ranked by relevance to the query (BM25 over stemmed words; fused with
+        the nearest vectors when the service has an embedder).
 
         ASCII words match whole words; other words (e.g. CJK) also match inside longer
         runs of text. An empty or all-punctuation query finds nothing. ``limit`` is ours
