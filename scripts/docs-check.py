@@ -139,6 +139,7 @@ class Browser:
             "--hide-scrollbars",
             "--no-sandbox",  # root in CI; the browser only opens this site
             "--disable-gpu",
+            "--disable-dev-shm-usage",  # containers often have a small /dev/shm
             "--no-first-run",
             "--no-default-browser-check",
             "--disable-extensions",

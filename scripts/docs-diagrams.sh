@@ -42,7 +42,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat >"$work/puppeteer.json" <<JSON
 {"executablePath": "$chromium", "headless": true,
- "args": ["--no-sandbox", "--disable-gpu", "--host-resolver-rules=MAP * ~NOTFOUND"]}
+ "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+          "--host-resolver-rules=MAP * ~NOTFOUND"]}
 JSON
 font='Arial, Helvetica, \"Liberation Sans\", sans-serif'
 cat >"$work/mermaid.json" <<JSON
@@ -51,7 +52,8 @@ cat >"$work/mermaid.json" <<JSON
    "primaryColor": "#fdecea", "primaryBorderColor": "#c62828", "primaryTextColor": "#212121",
    "lineColor": "#555555", "secondaryColor": "#f5f5f5", "tertiaryColor": "#fafafa",
    "clusterBkg": "#fafafa", "clusterBorder": "#9e9e9e",
-   "actorBkg": "#fdecea", "actorBorder": "#c62828", "actorLineColor": "#9e9e9e", "signalColor": "#424242",
+   "actorBkg": "#fdecea", "actorBorder": "#c62828", "actorLineColor": "#9e9e9e",
+   "signalColor": "#424242",
    "noteBkgColor": "#fff8e1", "noteBorderColor": "#bfa14a", "labelBoxBkgColor": "#f5f5f5",
    "edgeLabelBackground": "#ffffff"},
  "flowchart": {"htmlLabels": false, "useMaxWidth": false, "padding": 12, "diagramPadding": 8},
