@@ -9,7 +9,9 @@ with every request that would leave loopback blocked, and fails if on any page:
 - raw diagram source shows (an element of class ``mermaid``, or visible text that starts
   like Mermaid source: ``flowchart``, ``sequenceDiagram``, ``graph LR``, ...);
 - a code block scrolls sideways (a ``pre > code`` whose scrollWidth exceeds its clientWidth:
-  the page and the lines that do not fit are listed);
+  the page and the lines that do not fit are listed); a program's output quoted verbatim
+  (a ``text`` block, or the lines of a ``console`` block other than its ``$ `` commands)
+  may scroll rather than be misquoted;
 - the page asked for anything outside loopback (fonts, scripts, images from a CDN).
 
 It saves a full-page screenshot of each page (PNG) in the directory given (default
@@ -93,9 +95,17 @@ PAGE_PROBE = r"""
     const inner = code.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     const fits = Math.floor(inner / charWidth);
     const lines = code.innerText.replace(/\n$/, '').split('\n');
+    // A program's output shown verbatim (```text, and the lines of ```console that are not
+    // the typed `$ ` command) may scroll: cutting it would misquote the program.
+    const box = code.closest('[class*="language-"]');
+    const lang = box ? [...box.classList].find((c) => c.startsWith('language-')) : '';
+    const typed = (text) => lang === 'language-console' ? text.startsWith('$ ')
+      : lang !== 'language-text';
     let long = lines.map((text, i) => ({line: i + 1, text, length: [...text].length}))
       .filter((l) => l.length > fits);
-    if (!long.length) {
+    if (long.length && !long.some((l) => typed(l.text))) return;
+    long = long.filter((l) => typed(l.text));
+    if (!lines.some((text) => [...text].length > fits)) {
       long = [lines.reduce((a, b, i) => ([...b].length > a.length
         ? {line: i + 1, text: b, length: [...b].length} : a), {line: 0, text: '', length: -1})];
     }

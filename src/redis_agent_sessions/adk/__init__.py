@@ -12,8 +12,8 @@ Swap them into a Runner::
 
     session_service = RedisSessionService.from_url("redis://localhost:6379/0")
     memory_service = RedisMemoryService.from_url("redis://localhost:6379/0")
-    runner = Runner(agent=agent, app_name="booking_app", session_service=session_service,
-                    memory_service=memory_service)
+    runner = Runner(agent=agent, app_name="booking_app",
+                    session_service=session_service, memory_service=memory_service)
 """
 
 from __future__ import annotations
