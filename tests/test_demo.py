@@ -100,6 +100,10 @@ def _assert_readable(out: str) -> None:
             after = line[found.end() :]
             assert re.match(rf"\s+{MOMENT}", after), line
     assert re.search(r"user:last_login = \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", out), out
+    # The stored events summed up: who said what, which state each sets (temp: never).
+    assert '-0  event by user: "Find flights from NYC to Paris"\n' in out
+    system = "event by system: state task_status, user:login_count, user:last_login, app:"
+    assert f"{system}maintenance_mode\n" in out
 
 
 def _pasted(command: str) -> subprocess.CompletedProcess[str]:

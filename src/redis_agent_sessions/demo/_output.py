@@ -195,7 +195,10 @@ async def print_inspection(ctl: Any, cli: RedisCli, keys: KeySpace, *, own_serve
         ["ZRANGE", sk.app_sessions, "0", "-1", "WITHSCORES"],
     ]  # fmt: skip
     missing = "" if shutil.which("redis-cli") else "; redis-cli is not installed here"
-    print(f"\n== Look at it with redis-cli{cli.note} (user1's keys; output now{missing})")
+    print(
+        f"\n== Look at it with redis-cli{cli.note} (user1's keys; output now, each event "
+        f"summed up{missing})"
+    )
     for cmd in commands:
         print("  $ " + shlex.join(cli.any_key + cmd))
         for line in await cli_lines(ctl, cmd[0], cmd[1]):
@@ -217,12 +220,32 @@ async def cli_lines(ctl: Any, command: str, key: str) -> list[str]:
     client: Any = ctl  # redis-py's reply types are unions of every protocol's shape
     if command == "XRANGE":
         entries = await client.xrange(key)
-        return [f"{text(i)}  {clip(text(f[b'event']))}" for i, f in entries]
+        return [f"{text(i)}  {_event(text(f[b'event']))}" for i, f in entries]
     if command == "HGETALL":
         pairs = [(text(k), text(v)) for k, v in (await client.hgetall(key)).items()]
         return [f"{k} -> {clip(v)}{_moment(k, v)}" for k, v in pairs]
     scored = await client.zrange(key, 0, -1, withscores=True)
     return [f"{text(k)} -> {_score(v)}{_moment('score', _score(v))}" for k, v in scored]
+
+
+def _event(stored: str) -> str:
+    """An event's JSON summed up: its author, what it says or answers, the state it sets."""
+    try:
+        event = json.loads(stored)
+        said: list[str] = []
+        for part in (event.get("content") or {}).get("parts") or []:
+            if part.get("text"):
+                said.append(clip(json.dumps(part["text"]), 60))
+            elif part.get("function_response"):
+                said.append(f"result of {part['function_response'].get('name')}")
+            elif part.get("function_call"):
+                said.append(f"call of {part['function_call'].get('name')}")
+        delta = (event.get("actions") or {}).get("state_delta") or {}
+        if delta:
+            said.append("state " + ", ".join(delta))
+        return f"event by {event.get('author')}: " + "; ".join(said)
+    except (ValueError, AttributeError, TypeError):
+        return clip(stored)
 
 
 def _score(value: float) -> str:
