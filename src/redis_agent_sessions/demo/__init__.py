@@ -6,8 +6,11 @@ that no worker serves two turns of one conversation. Each turn is pushed only wh
 previous turn of that conversation reported back, so turns of different users run
 concurrently while each conversation stays in order. Then two workers race on one
 session to show a stale writer being rejected. Finally everything is read back fresh,
-checked, and the redis-cli commands to inspect it are printed; with REDIS_URL the data stays,
-and the demo ends with the ``redis-agent-sessions ls`` command that lists it.
+checked, and shown as redis-cli and the operator CLI (``redis-agent-sessions ls``) show it.
+With REDIS_URL the data stays, and the demo ends with the operator commands that browse it;
+with ``keep_server`` the throwaway server stays up for them, and the demo ends with them and
+the command that stops it. Every command printed works when pasted into the shell that ran
+the demo, at the moment it is printed.
 
 Errors are one line on stderr in the operator commands' style, ``redis-agent-sessions: ...``.
 """
@@ -21,21 +24,25 @@ import os
 import secrets
 import shlex
 import sys
+import tempfile
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 import redis
 from redis.exceptions import NoPermissionError, RedisClusterException
 
-from redis_agent_sessions._messages import PROG, plural, say_error
+from redis_agent_sessions._messages import plural, say_error
 from redis_agent_sessions._redis.lifecycle import AnyRedis, is_cluster_client
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.demo._output import (
     RedisCli,
-    browse_command,
+    browse_commands,
+    missing_cli_extra,
     needs_cli_extra,
+    print_cli_listing,
     print_inspection,
     redact,
     removal_commands,
@@ -67,8 +74,11 @@ class DemoError(Exception):
     """The demo could not run to the end."""
 
 
-def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
-    """Run the demo; returns the process exit code (0 ok, 1 failed check, 2 no Redis)."""
+def run_demo(workers: int = 3, key_prefix: str | None = None, keep_server: bool = False) -> int:
+    """Run the demo; returns the process exit code (0 ok, 1 failed check, 2 no Redis).
+
+    ``keep_server``: leave the throwaway server running (with REDIS_URL the data stays on that
+    server anyway)."""
     url = os.environ.get("REDIS_URL")
     if url:
         return _run(url, key_prefix, workers, own_server=False)
@@ -85,20 +95,49 @@ def run_demo(workers: int = 3, key_prefix: str | None = None) -> int:
     except RuntimeError as exc:
         say_error(str(exc))
         return 2
+    kept = False
     try:
+        end = "stays running after the demo" if keep_server else "is stopped when the demo ends"
         print(
             f"Started a throwaway redis-server (pid {server.pid}) on 127.0.0.1:{server.port}, "
-            f"binary {binary}.\nIt keeps nothing on disk and is stopped when the demo ends."
+            f"binary {binary}.\nIt keeps nothing on disk and {end}."
         )
-        return _run(server.url, key_prefix, workers, own_server=True)
+        code = _run(server.url, key_prefix, workers, own_server=True)
+        kept = keep_server and code != 2
+        return code
     finally:
-        server.stop()
-        # No listing command here: it would name a server that no longer exists.
-        print(
-            f"\nStopped the throwaway redis-server (pid {server.pid}); its data is gone.\n"
-            f"To browse a run with `{PROG} ls {APP}`, run the demo with REDIS_URL set: its "
-            "keys then stay on that server."
-        )
+        if kept:
+            _say_kept(server, key_prefix or "ras-demo")
+        else:
+            server.stop()
+            print(
+                f"\nStopped the throwaway redis-server (pid {server.pid}); its data is gone.\n"
+                "To look at the data with the operator CLI after the demo, run it with "
+                "--keep-server (or with REDIS_URL set)."
+            )
+
+
+def _say_kept(server: LocalRedis, prefix: str) -> None:
+    """How to browse the kept server, and the one command that stops it (and removes the
+    temporary directory it runs in, holding only its log)."""
+    stop = f"kill {server.pid}"
+    try:
+        with redis.Redis.from_url(server.url, socket_timeout=5) as client:
+            found = client.config_get("dir").get("dir")
+    except (redis.RedisError, OSError):
+        found = None  # the stop command then leaves its directory behind
+    where = Path(str(found or ""))
+    if where.name.startswith("ras-redis-") and where.parent == Path(tempfile.gettempdir()):
+        stop += f" && rm -r {shlex.quote(str(where))}"
+    look = "\n  ".join(browse_commands(server.url, prefix))
+    if needs_cli_extra():
+        look = f"({missing_cli_extra()})\n  {look}"
+    print(
+        f"\nThe throwaway redis-server (pid {server.pid}) is still running on {server.url}; "
+        "it keeps nothing on disk.\n"
+        f"Look at the demo's sessions with the operator CLI:\n  {look}\n"
+        f"Stop it when you are done (its data goes with it):\n  {stop}"
+    )
 
 
 def _run(url: str, key_prefix: str | None, n_workers: int, *, own_server: bool) -> int:
@@ -197,7 +236,8 @@ async def _with_workers(
             f"Started {plural(n_workers, 'worker process', 'worker processes')}: "
             + ", ".join(f"{p.name} (pid {p.pid})" for p in procs)
         )
-        return await _main(client, config, cli, _Workers(prefix, procs, client), own_server)
+        workers = _Workers(prefix, procs, client)
+        return await _main(client, url, config, cli, workers, own_server)
     except (DemoError, redis.RedisError, RedisClusterException) as exc:
         print(file=sys.stderr)  # apart from the story on stdout, in a terminal
         say_error(f"demo failed: {exc}")
@@ -208,16 +248,19 @@ async def _with_workers(
             # The data stays for inspection rather than expiring: a TTL could only cover a
             # session's own keys (user: and app: state and the indexes never expire), and
             # would pull the data away while someone is reading it.
-            extra = ""
-            if needs_cli_extra():
-                extra = f" (needs the [cli] extra: pip install '{PROG}[cli]')"
-            where = ", on each primary" if cli.cluster else ""
-            removal = "\n  ".join(removal_commands(cli, prefix))
-            print(
-                f"\nThe demo's keys stay on that server. Remove them all (only keys under "
-                f"{prefix}:) with{where}:\n  {removal}\n"
-                f"List its sessions with the operator CLI{extra}:\n  {browse_command(url, prefix)}"
-            )
+            _say_stays(url, prefix, cli)
+
+
+def _say_stays(url: str, prefix: str, cli: RedisCli) -> None:
+    look = "\n  ".join(browse_commands(url, prefix))
+    if needs_cli_extra():
+        look = f"({missing_cli_extra()})\n  {look}"
+    where = ", on each primary" if cli.cluster else ""
+    removal = "\n  ".join(removal_commands(cli, prefix))
+    print(
+        f"\nThe demo's keys stay on that server. Look at its sessions with the operator CLI:"
+        f"\n  {look}\nRemove them all (only keys under {prefix}:) with{where}:\n  {removal}"
+    )
 
 
 async def _stop_workers(client: AnyRedis, prefix: str, procs: list[BaseProcess]) -> None:
@@ -276,7 +319,12 @@ class _Workers:
 
 
 async def _main(
-    ctl: AnyRedis, config: SessionServiceConfig, cli: RedisCli, workers: _Workers, own_server: bool
+    ctl: AnyRedis,
+    url: str,
+    config: SessionServiceConfig,
+    cli: RedisCli,
+    workers: _Workers,
+    own_server: bool,
 ) -> int:
     svc = RedisSessionService(ctl, config=config)
     print(f'\n== Sessions (app "{APP}", instruction "Current booking step: {{booking_step?}}")')
@@ -296,6 +344,7 @@ async def _main(
     races = await _race(workers)
     checks = await _verify(svc, ctl, config, reports, races)
     await print_inspection(ctl, cli, KeySpace(config.key_prefix), own_server=own_server)
+    await print_cli_listing(url, config.key_prefix)
     failed = [c for c, ok in checks if not ok]
     print(f"\n== Checks: {len(checks) - len(failed)}/{len(checks)} passed")
     for name, ok in checks:
@@ -326,19 +375,28 @@ async def _conversations(workers: _Workers) -> list[dict[str, Any]]:
         r = await workers.report()
         outstanding -= 1
         reports.append(r)
-        total = f"{show(r['total_before'])} -> {show(r['total_after'])}"
-        print(f"  {r['worker']} (pid {r['pid']}) {r['user']} turn {r['turn']}: {r['text']!r}")
-        print(f"      saw instruction {r['instruction']!r}; {r['summary']}")
-        print(
-            f"      booking_step {show(r['step_before'])} -> {show(r['step_after'])}, "
-            f"user:total_bookings {total}, temp: keys in its session object: "
-            f"{', '.join(r['temp_seen']) or 'none'}"
-            + (f", stale retries {r['stale']}" if r["stale"] else "")
-        )
+        print(f'  {r["worker"]} (pid {r["pid"]}) {r["user"]} turn {r["turn"]}: "{r["text"]}"')
+        print(f'      saw instruction "{r["instruction"]}"; {r["summary"]}')
+        print(f"      {_changes(r)}")
         if r["turn"] < len(CONVERSATIONS[r["user"]].turns):
             await send(r["user"], r["turn"] + 1)
             outstanding += 1
     return reports
+
+
+def _changes(report: dict[str, Any]) -> str:
+    """What a turn changed of the keys the story follows, and the temp: keys its worker saw."""
+    changed = [
+        f"{name} {show(report[f'{field}_before'])} -> {show(report[f'{field}_after'])}"
+        for name, field in (("booking_step", "step"), ("user:total_bookings", "total"))
+        if report[f"{field}_before"] != report[f"{field}_after"]
+    ]
+    said = ", ".join(changed) or f"booking_step stays {show(report['step_after'])}"
+    if report["temp_seen"]:
+        said += f"; {', '.join(report['temp_seen'])} in its session object only (not stored)"
+    if report["stale"]:
+        said += f"; stale retries {report['stale']}"
+    return said
 
 
 async def _race(workers: _Workers) -> list[dict[str, Any]]:
@@ -408,8 +466,9 @@ async def _verify(
     landed = races[1]["stale"] and both == ("14A", "sent")
     check("stale writer rejected, its retry landed, no update lost", landed)
     second = await svc.create_session(app_name=APP, user_id="user1", session_id="user1-trip-2")
-    shared = ", ".join(f"{k}={show(v)}" for k, v in sorted(second.state.items()))
-    print(f"  user1/{second.id} (a new, second session of user1) starts with: {shared}")
+    print(f"  user1/{second.id}, a new session of user1, starts with user: and app: state:")
+    for k, v in sorted(second.state.items()):
+        print(f"      {k} = {show(v)}")
     seen = (second.state.get("user:login_count"), second.state.get("user:total_bookings"))
     check("user1's second session sees user:login_count and user:total_bookings", seen == (5, 1))
     return checks

@@ -9,6 +9,7 @@ dispatcher and the workers share nothing but Redis.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import multiprocessing
 import os
@@ -164,7 +165,8 @@ async def _play(svc: RedisSessionService, session: Session, prefix: str, turn_no
         delta = {
             "task_status": "active",
             "user:login_count": 5,
-            "user:last_login": time.time(),
+            # A time as people and JSON read it (an epoch float reads as noise in state).
+            "user:last_login": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "app:maintenance_mode": False,
             "temp:validation_result": {"valid": True},
         }
@@ -261,7 +263,8 @@ async def _race_job(svc: RedisSessionService, ctl: AnyRedis, job: dict[str, Any]
             log.append("append went through: expected StaleSessionError!")
         except StaleSessionError as exc:
             stale = True
-            log.append(f"append rejected: StaleSessionError({str(exc)[:58]}...)")
+            # The message's first sentence: the session changed since it was loaded.
+            log.append(f"append rejected: StaleSessionError: {str(exc).split('. ')[0]}")
             had = len(session.events)
             # Only what the copy lacks is read, however long the conversation.
             await svc.refresh(session)
