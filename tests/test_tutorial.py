@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from _servers import skip_without
+from _servers import REQUIRE_SERVERS, skip_without
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "tutorial.md"
@@ -104,7 +104,9 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     venv = Path(sys.executable).parent
     if not (venv / "redis-agent-sessions").exists():
         pytest.skip("the venv has no redis-agent-sessions command (the [cli] extra)")
-    if shutil.which("redis-cli") is None:
+    if shutil.which("redis-cli") is None:  # installed with the servers
+        if REQUIRE_SERVERS:
+            pytest.fail("redis-cli is not installed but RAS_REQUIRE_SERVERS=1")
         pytest.skip("redis-cli is not installed")
     with Redis.from_url(url) as client:
         client.flushdb()
