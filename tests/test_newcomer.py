@@ -1,16 +1,15 @@
 """A newcomer follows the README from a fresh clone: its install line, run as written in a
-new directory holding only the repository's tracked files, then its examples with the
-interpreter that line installed, against a real Redis (REDIS_URL).
+new directory holding only the repository's tracked files, then each of its Python examples
+saved as a script and run as pasted (``python example.py``) with the interpreter that line
+installed, against a real Redis (``REDIS_URL``, which the examples read), then the command
+line on what they wrote.
 
-The examples are the README's Python blocks with their invisible setup blocks, as
-tests/test_docs_examples.py's ``examples`` reads them, run in the new interpreter, where
-``fake_redis()`` gives a client of the real server instead. Slow (a pip install); where
-google-adk cannot be installed the README's line cannot be followed, and the test says so.
+Slow (a pip install); where google-adk cannot be installed the README's line cannot be
+followed, and the test says so.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -26,27 +25,12 @@ from test_docs_examples import examples, installed
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-RUNNER = """
-import ast, asyncio, json, sys
-from redis.asyncio import Redis
 
-async def main(blocks, url):
-    namespace = {"fake_redis": lambda: Redis.from_url(url), "__name__": "readme"}
-    for i, source in enumerate(json.loads(open(blocks).read()), 1):
-        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        result = eval(compile(source, f"README.md block {i}", "exec", flags=flags), namespace)
-        if result is not None:
-            await result
-    print("README examples ran")
-
-asyncio.run(main(sys.argv[1], sys.argv[2]))
-"""
-
-
-def install_line(readme: str) -> str:
+def install_lines(readme: str) -> list[str]:
+    """The lines of the first bash block of the README's Install section."""
     section = readme.split("## Install", 1)[1]
-    [line] = re.findall(r"```bash\n(.*?)\n```", section, re.S)[:1]
-    return line
+    [block] = re.findall(r"```bash\n(.*?)\n```", section, re.S)[:1]
+    return block.splitlines()
 
 
 def test_the_readme_install_line_and_examples_work_from_a_fresh_clone(tmp_path: Path) -> None:
@@ -63,31 +47,44 @@ def test_the_readme_install_line_and_examples_work_from_a_fresh_clone(tmp_path: 
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, clone / name)
     readme = (clone / "README.md").read_text()
-    line = install_line(readme)
+    clone_line, line = install_lines(readme)
+    # The copy above is the clone; the install line runs as written.
+    assert clone_line == "git clone <this repository> && cd redis-agent-sessions", clone_line
     assert line == "python3 -m venv .venv && .venv/bin/pip install -e '.[adk,cli]'", line
     # python3 here is the interpreter running the tests, as it is for a newcomer's shell.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("VIRTUAL_ENV", None)
+    env.pop("PYTHONPATH", None)  # the clone's own install runs, not the tests' sources
+    env["REDIS_URL"] = url
     setup = subprocess.run(
         ["bash", "-c", f"{line} -q"], cwd=clone, env=env, capture_output=True, text=True,
         timeout=900,
     )  # fmt: skip
     assert setup.returncode == 0, setup.stderr[-3000:]
     python = clone / ".venv" / "bin" / "python"
-    (clone / "run_readme.py").write_text(RUNNER)
-    blocks = [source for _, source in examples(clone / "README.md")]
-    (clone / "readme_blocks.json").write_text(json.dumps(blocks))
-    # The README's ADK setup block builds its agent from the tests' scripted app (no LLM).
-    env["PYTHONPATH"] = str(clone / "tests")
-    ran = subprocess.run(
-        [str(python), "run_readme.py", "readme_blocks.json", url], cwd=clone, env=env,
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert "README examples ran" in ran.stdout
+    blocks = examples(clone / "README.md")
+    assert [kind for kind, _ in blocks] == ["example"] * 3, "pasteable: no setup blocks"
+    printed = []
+    for i, (_, source) in enumerate(blocks, 1):
+        script = clone / f"readme_example_{i}.py"
+        script.write_text(source)
+        ran = subprocess.run(
+            [str(python), script.name], cwd=clone, env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert ran.returncode == 0, f"README example {i}:\n{source}\n{ran.stderr[-3000:]}"
+        printed.append(ran.stdout.strip())
+    # What the README says they print: the quickstart's stored state (no temp: key), the
+    # ADK runner nothing, the memory search the remembered sentence.
+    quickstart, runner, memory = printed
+    for key in ("booking_step", "user:name", "user:total_bookings", "app:maintenance_mode"):
+        assert f"'{key}'" in quickstart, quickstart
+    assert "temp:" not in quickstart, quickstart
+    assert runner == ""
+    assert memory == "My favorite color is blue"
     cli = subprocess.run(
-        [str(clone / ".venv" / "bin" / "redis-agent-sessions"), "ls", "--url", url],
-        capture_output=True, text=True, timeout=120,
+        [str(clone / ".venv" / "bin" / "redis-agent-sessions"), "ls", "booking_app"],
+        env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
-    assert "booking_app" in cli.stdout  # what the quickstart wrote
+    assert "user1" in cli.stdout  # what the quickstart and the memory example wrote
