@@ -1,17 +1,19 @@
 """A python process with the operator CLI imported, forking one child per command (``_cli.py``).
 
-Started once per test session: ``python -m redis_agent_sessions`` spends most of its time
-importing (about a second of CPU per command, hundreds of commands per run). Each command
+Started once per test session (and startup environment): ``python -m redis_agent_sessions``
+spends most of its time importing (about a second of CPU per command, hundreds of commands
+per run). Each command
 still runs in an OS process of its own, as ``python -m redis_agent_sessions ARGS`` runs:
 stdin, stdout and stderr are its own files, ``sys.argv``, ``sys.path``, the environment and
 the working directory are the caller's, ``__main__`` runs through runpy, and the exit code
 is the process's (an uncaught exception prints its traceback and exits 1, as Python does).
 
 Protocol, one JSON line each way per command: the request ``{"argv", "env", "cwd", "stdin",
-"stdout", "stderr"}`` (``stdin`` a file path, or null for the caller's stdin, passed as fd 3;
+"stdout", "stderr"}`` (``stdin`` a file path, or null for the caller's stdin, passed open;
 ``stdout`` and ``stderr`` the paths to write), then ``{"pid"}`` once forked and
-``{"status"}`` (the exit code; minus the signal if one ended it) once it ended. Its one
-argument is the number of the file descriptor of the caller's stdin.
+``{"status"}`` (the exit code; minus the signal if one ended it) once it ended. Its first
+argument is the number of the file descriptor of the caller's stdin, the next ones modules
+to import beforehand (those some commands import on their own, when worth it).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import threading
 _BASE_PATH: list[str] = []
 
 
-def _prepare() -> None:
-    """Import what every command imports, and note the ``sys.path`` a child extends."""
+def _prepare(preload: list[str]) -> None:
+    """Import what every command imports (and ``preload``), and note the ``sys.path`` a
+    child extends."""
     # Started with `-c`: sys.path[0] is '' (the cwd), then PYTHONPATH's entries.
     given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     assert sys.path[0] == "", sys.path
@@ -42,6 +45,8 @@ def _prepare() -> None:
         importlib.import_module("redis_agent_sessions.cli._context")
     except ImportError:
         pass
+    for module in preload:
+        importlib.import_module(module)
     # Forking copies one thread: the imports must not have started others.
     assert threading.active_count() == 1, threading.enumerate()
 
@@ -88,8 +93,8 @@ def _child(request: dict[str, object], callers_stdin: int) -> None:
     sys.exit(0)
 
 
-def serve(callers_stdin: int) -> None:
-    _prepare()
+def serve(callers_stdin: int, preload: list[str]) -> None:
+    _prepare(preload)
     control_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
     control_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     for line in control_in:
@@ -109,4 +114,4 @@ def serve(callers_stdin: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), sys.argv[2:])
