@@ -1,15 +1,27 @@
-"""The operator CLI as the tests run it: a subprocess per command under a fresh key prefix,
+"""The operator CLI as the tests run it: an OS process per command under a fresh key prefix,
 and the ``cli`` fixture (conftest.py gives it to every module), on real Redis 7 and on the
-real cluster."""
+real cluster.
+
+Each command is ``python -m redis_agent_sessions ARGS`` in a process of its own, forked from
+one that imported the CLI once per test session (``cli_forker.py``: the imports were most of
+each command's time). The entry point itself, a fresh interpreter, is run by the tests that
+start it with ``subprocess`` (``test_cli.py``'s ``_bare``, the closed pipe, ``tail -f``).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +31,136 @@ from redis.asyncio.cluster import RedisCluster
 from _servers import skip_without
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 
-__all__ = ["Cli", "cli", "drop"]
+__all__ = ["Cli", "Forkers", "cli", "cli_forker", "drop"]
+
+TIMEOUT = 120  # seconds a command may take
+
+
+class Forker:
+    """``cli_forker.py`` running, started with ``env`` (and so its startup settings), with
+    ``preload`` imported too: :meth:`run` is ``subprocess.run`` of ``python -m
+    redis_agent_sessions ARGS`` with its output captured as text, without the imports."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
+        # The caller's stdin, for commands run without one of their own (as subprocess.run).
+        stdin = os.dup(0) if _is_open(0) else os.open(os.devnull, os.O_RDONLY)
+        script = str(Path(__file__).with_name("cli_forker.py"))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _START, script, str(stdin), *preload],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                pass_fds=(stdin,),
+                env=env,
+            )
+        finally:
+            os.close(stdin)
+        self.lock = threading.Lock()  # one command at a time (tests run some in a thread)
+
+    def run(
+        self, argv: list[str], stdin: str | None, env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        with self.lock, tempfile.TemporaryDirectory(prefix="ras-cli-") as tmp:
+            paths = {name: Path(tmp, name) for name in ("stdin", "stdout", "stderr")}
+            if stdin is not None:
+                paths["stdin"].write_text(stdin)
+            request = {
+                "argv": argv,
+                "env": env,
+                "cwd": os.getcwd(),
+                "stdin": None if stdin is None else str(paths["stdin"]),
+                "stdout": str(paths["stdout"]),
+                "stderr": str(paths["stderr"]),
+            }
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            pid = self._reply(timeout)["pid"]
+            try:
+                status = self._reply(timeout)["status"]
+            except subprocess.TimeoutExpired:
+                os.kill(pid, signal.SIGKILL)  # the command's own process, forked for it
+                self._reply(timeout)
+                raise
+            # Read as subprocess.run(text=True) reads a pipe: locale encoding, universal newlines.
+            out, err = (paths[name].read_text() for name in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(["python", "-m", *argv], status, out, err)
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired(["cli_forker.py"], timeout)
+        line = self.proc.stdout.readline()
+        assert line, f"cli_forker.py ended (exit {self.proc.wait()})"
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # it ends at the end of its input
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+_START = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+
+
+class Forkers:
+    """The forkers of a test session, one per startup environment: a command runs in a
+    child of the one started with the same ``PYTHON*`` settings as the command's (other
+    than PYTHONPATH, which the child applies), as if started afresh with them."""
+
+    def __init__(self) -> None:
+        self._by_startup: dict[tuple[tuple[str, str], ...], Forker] = {}
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+        preload: tuple[str, ...] = (),
+        timeout: float = TIMEOUT,
+    ) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run([python, "-m", "redis_agent_sessions", *argv], input=stdin,
+        env=env, capture_output=True, text=True, timeout=timeout)``; ``preload``: modules
+        the command imports that are worth importing once (its forker's, when it starts)."""
+        env = dict(os.environ if env is None else env)
+        startup = tuple(sorted((k, v) for k, v in env.items() if _at_startup(k)))
+        forker = self._by_startup.get(startup)
+        if forker is None or forker.proc.poll() is not None:
+            forker = self._by_startup[startup] = Forker(env, preload)
+        return forker.run(argv, stdin, env, timeout)
+
+    def close(self) -> None:
+        for forker in self._by_startup.values():
+            forker.close()
+
+
+def _at_startup(variable: str) -> bool:
+    return variable.startswith("PYTHON") and variable != "PYTHONPATH"
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def cli_forker() -> Iterator[Forkers]:
+    forkers = Forkers()
+    yield forkers
+    forkers.close()
 
 
 @dataclass
@@ -27,6 +168,7 @@ class Cli:
     url: str
     cluster: bool
     prefix: str = field(default_factory=lambda: f"cli-{uuid.uuid4().hex[:8]}")
+    forker: Forkers | None = None
 
     def argv(self, *args: str, prefix: str | None = None) -> list[str]:
         """The command line of ``args`` on this server, under ``prefix`` (default: the test's)."""
@@ -35,13 +177,13 @@ class Cli:
         return [sys.executable, "-m", "redis_agent_sessions", *args, *flags, *cluster]
 
     def run(self, *args: str, stdin: str | None = None, prefix: str | None = None) -> Any:
-        result = subprocess.run(
-            self.argv(*args, prefix=prefix),
-            capture_output=True,
-            text=True,
-            input=stdin,
-            timeout=120,
-        )
+        argv = self.argv(*args, prefix=prefix)
+        if self.forker is not None:
+            result = self.forker.run(argv[3:], stdin=stdin)
+        else:
+            result = subprocess.run(
+                argv, capture_output=True, text=True, input=stdin, timeout=TIMEOUT
+            )
         assert "Traceback" not in result.stderr, result.stderr
         if result.returncode:
             # Every failure is one clear line on stderr.
@@ -67,8 +209,9 @@ class Cli:
         pytest.param("REDIS_CLUSTER_URL", marks=[pytest.mark.real, pytest.mark.cluster]),
     ]
 )
-async def cli(request: pytest.FixtureRequest) -> AsyncIterator[Cli]:
-    found = Cli(skip_without(request.param), cluster=request.param == "REDIS_CLUSTER_URL")
+async def cli(request: pytest.FixtureRequest, cli_forker: Forkers) -> AsyncIterator[Cli]:
+    url = skip_without(request.param)
+    found = Cli(url, cluster=request.param == "REDIS_CLUSTER_URL", forker=cli_forker)
     yield found
     await drop(found, found.prefix)
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import settings
 
 from _backends import BACKENDS, NOT_ON_VALKEY, backend, every_config, worker
-from _cli import cli  # noqa: F401 - the operator CLI fixture, for every module
+from _cli import cli, cli_forker  # noqa: F401 - the operator CLI fixtures, for every module
 from _processes import processes  # noqa: F401 - helper processes killed at the end, for every module
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._cache import ReadCache

@@ -1,7 +1,8 @@
 """``redis-agent-sessions migrate``: an ADK DatabaseSessionService file, copied into Redis.
 
-The source is built by ADK itself and the CLI runs as a user would (a subprocess); every
-copied session must then read back through our ADK drop-in exactly as ADK reads it.
+The source is built by ADK itself and the CLI runs as a user would (a process of its own,
+forked from one that imported it: ``_cli.Forkers``); every copied session must then read
+back through our ADK drop-in exactly as ADK reads it.
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from google.adk.sessions import DatabaseSessionService, Session
 from google.genai import types
 from redis.asyncio import Redis
 
+from _cli import Forkers
 from _servers import skip_without
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.adk import RedisSessionService
@@ -43,17 +44,23 @@ class Source:
     events: int
 
 
+# What a migration imports beyond the other commands: once, in the forker.
+PRELOAD = ("google.adk.sessions", "sqlalchemy.ext.asyncio", "aiosqlite")
+FORKERS: list[Forkers] = []
+
+
+@pytest.fixture(autouse=True)
+def _forkers(cli_forker: Forkers) -> Iterator[None]:
+    FORKERS.append(cli_forker)
+    yield
+    FORKERS.clear()
+
+
 def migrate(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONWARNINGS": "always::ResourceWarning"}
     env.pop("RAS_PROGRESS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "redis_agent_sessions", "migrate", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
+    argv = ["migrate", *args]
+    return FORKERS[0].run(argv, env=env, preload=PRELOAD, timeout=300)
 
 
 async def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -126,12 +126,37 @@ async def others_write(client: Any, prefix: str, count: int, tag: str) -> None:
         await svc.append_event(s, event(i, "x" * 800))
 
 
+async def expired(admin: Any, prefix: str, sessions: list[tuple[str, str]]) -> None:
+    """Returns once none of ``sessions`` (user, session id) of APP exists any more, their
+    TTLs being a second: polled, where a fixed wait would have to guess how long a loaded
+    runner takes (a TTL runs from the write that set it; the index entries that name the
+    session are due by then, their time taken before that write)."""
+    keys = KeySpace(prefix)
+    alive = [keys.session(APP, user, sid).meta for user, sid in reversed(sessions)]
+    deadline = time.monotonic() + EXPIRY_SECONDS
+    while True:
+        alive = [key for key in alive if await admin.exists(key)]
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"{len(alive)} sessions of a 1 s TTL still exist"
+        await asyncio.sleep(0.02)
+
+
+EXPIRY_SECONDS = 15.0  # the most expired() waits for sessions of a 1 s TTL to be gone
+
+
+def made(users: list[str], count: int, prefix: str = "s") -> list[tuple[str, str]]:
+    """The (user, session id) of sessions ``prefix0..`` made round-robin over ``users``."""
+    return [(users[i % len(users)], f"{prefix}{i}") for i in range(count)]
+
+
 async def they_leave(admin: Any, worker: Any, users: list[str], cluster: bool) -> None:
-    """The proof, once 300 sessions of ``users`` were written to store ``ras:a`` with TTLs of
-    a second, their own writes not cleaning up: when they have expired, every index member
-    of theirs is left; 300 ordinary writes of other users later (to ``ras:a``, and to
-    ``ras:b``, which never had them) <= 1% is, and ``ras:a`` holds about what ``ras:b`` does."""
-    await asyncio.sleep(1.5)
+    """The proof, once 300 sessions of ``users`` (s0..s299, round-robin) were written to
+    store ``ras:a`` with TTLs of a second, their own writes not cleaning up: when they have
+    expired, every index member of theirs is left; 300 ordinary writes of other users later
+    (to ``ras:a``, and to ``ras:b``, which never had them) <= 1% is, and ``ras:a`` holds
+    about what ``ras:b`` does."""
+    await expired(admin, "ras:a", made(users, 300))
     left = await stale(admin, "ras:a", users)
     assert len(left) == 300 * (3 if cluster else 4)
 
@@ -307,7 +332,7 @@ async def test_the_sweep_checks_what_appends_cannot_reach(admin: Any, worker: An
     for i in range(20):
         await svc.create_session(app_name=APP, user_id=users[i % 5], session_id=f"s{i}")
     keeper = await svc.create_session(app_name=APP, user_id="keeper", ttl=0)
-    await asyncio.sleep(1.5)
+    await expired(admin, "ras", made(users, 20))
     for i in range(20):
         await svc.append_event(keeper, event(i))
     assert len(await stale(admin, "ras", users)) == 60
@@ -364,7 +389,7 @@ async def test_the_readme_user_cleans_up_and_nothing_new_is_refused(layout: str)
             for i in range(8):
                 s = await svc.create_session(app_name=APP, user_id=users[i % 2], session_id=f"s{i}")
                 await svc.append_event(s, event(i))
-            await asyncio.sleep(1.5)
+            await expired(admin, "ras", made(users, 8))
             keep = RedisSessionService(
                 worker, config=SessionServiceConfig(ttl_seconds=600, cluster=cluster)
             )
@@ -401,7 +426,7 @@ async def test_the_cli_drops_a_backlog_and_stats_counts_it(cli: Cli) -> None:
     async with client:
         # Data written before the expiry index existed: none of it is in there.
         await client.delete(KeySpace(cli.prefix).app_expiry(APP))
-        await asyncio.sleep(1.5)
+        await expired(client, cli.prefix, made(users, 12))
         row = cli.json("stats", APP)["apps"][0]
         assert (row["sessions"], row["expired_sessions"]) == (15, 12)
         human = cli.run("stats", APP)

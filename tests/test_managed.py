@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from _cli import Forkers
 from _managed import managed_user, user_url
 from _servers import skip_without
 from redis_agent_sessions import (
@@ -216,13 +216,21 @@ async def test_without_a_memory_backend_in_the_url_memory_says_what_is_refused(
     assert run(detect, "ping").returncode == 0
 
 
+FORKERS: list[Forkers] = []
+
+
+@pytest.fixture(autouse=True)
+def _forkers(cli_forker: Forkers) -> Iterator[None]:
+    FORKERS.append(cli_forker)
+    yield
+    FORKERS.clear()
+
+
 def run(managed: Managed, *args: str) -> subprocess.CompletedProcess[str]:
-    """The command as an operator runs it: every setting in the URL, no other flag."""
-    result = subprocess.run(
-        [sys.executable, "-m", "redis_agent_sessions", *args, "--url", managed.url],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    """The command as an operator runs it: every setting in the URL, no other flag (in a
+    process of its own, forked from one that imported the CLI: ``_cli.Forkers``)."""
+    result = FORKERS[0].run(
+        [*args, "--url", managed.url],
         env={**os.environ, "PYTHONPATH": str(TESTS)},  # where the reembed test model is
     )
     assert "Traceback" not in result.stderr, result.stderr
