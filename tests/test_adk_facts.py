@@ -8,11 +8,10 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-import fakeredis
 import pytest
 from pydantic import Field
 
-from _servers import skip_without
+from _backends import backend
 
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
@@ -23,7 +22,6 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types
-from redis.asyncio import Redis
 
 from redis_agent_sessions import GenerationError, GenerationRequest, InvalidInputError
 from redis_agent_sessions.adk import ModelGenerator, RedisMemoryService, RedisSessionService
@@ -86,15 +84,11 @@ def lives(facts: list[dict[str, Any]], turns: list[dict[str, Any]]) -> str:
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    if request.param == "fake":
-        redis: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    else:
-        redis = Redis.from_url(skip_without("REDIS_URL"))
-        await redis.flushdb()
-    yield redis
-    await redis.flushdb()
-    await redis.aclose()
+async def client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    async with backend(request.param, monkeypatch) as redis:
+        yield redis
 
 
 async def turn(runner: Runner, sessions: RedisSessionService, text: str) -> Any:

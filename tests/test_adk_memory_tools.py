@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-import fakeredis
 import pytest
 from pydantic import BaseModel, Field
 
+from _backends import backend
 from _embedders import SynonymEmbedder
-from _servers import skip_without
 
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
@@ -26,7 +25,6 @@ from google.adk.sessions import Session
 from google.adk.tools import load_memory
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types
-from redis.asyncio import Redis
 
 from redis_agent_sessions.adk import RedisMemoryService, RedisSessionService
 
@@ -76,15 +74,11 @@ class Scripted(BaseLlm):
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    if request.param == "fake":
-        redis: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    else:
-        redis = Redis.from_url(skip_without("REDIS_URL"))
-        await redis.flushdb()
-    yield redis
-    await redis.flushdb()
-    await redis.aclose()
+async def client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    async with backend(request.param, monkeypatch) as redis:
+        yield redis
 
 
 async def remembered(memory: RedisMemoryService) -> None:
