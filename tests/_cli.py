@@ -31,7 +31,7 @@ from redis.asyncio.cluster import RedisCluster
 from _servers import skip_without
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 
-__all__ = ["Cli", "Forkers", "cli", "cli_forker", "drop"]
+__all__ = ["FORKERS", "Cli", "Forkers", "cli", "cli_forker", "drop"]
 
 TIMEOUT = 120  # seconds a command may take
 
@@ -156,11 +156,15 @@ def _is_open(fd: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
+FORKERS = Forkers()
+"""The test session's forkers, for helpers that are no fixture (each starts on first use);
+``cli_forker`` closes them when the session ends."""
+
+
+@pytest.fixture(scope="session", autouse=True)
 def cli_forker() -> Iterator[Forkers]:
-    forkers = Forkers()
-    yield forkers
-    forkers.close()
+    yield FORKERS
+    FORKERS.close()
 
 
 @dataclass

@@ -11,7 +11,7 @@ import asyncio
 import os
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from google.adk.sessions import DatabaseSessionService, Session
 from google.genai import types
 from redis.asyncio import Redis
 
-from _cli import Forkers
+from _cli import FORKERS
 from _servers import skip_without
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.adk import RedisSessionService
@@ -46,21 +46,13 @@ class Source:
 
 # What a migration imports beyond the other commands: once, in the forker.
 PRELOAD = ("google.adk.sessions", "sqlalchemy.ext.asyncio", "aiosqlite")
-FORKERS: list[Forkers] = []
-
-
-@pytest.fixture(autouse=True)
-def _forkers(cli_forker: Forkers) -> Iterator[None]:
-    FORKERS.append(cli_forker)
-    yield
-    FORKERS.clear()
 
 
 def migrate(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONWARNINGS": "always::ResourceWarning"}
     env.pop("RAS_PROGRESS", None)
     argv = ["migrate", *args]
-    return FORKERS[0].run(argv, env=env, preload=PRELOAD, timeout=300)
+    return FORKERS.run(argv, env=env, preload=PRELOAD, timeout=300)
 
 
 async def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from _cli import Forkers
+from _cli import FORKERS
 from _managed import managed_user, user_url
 from _servers import skip_without
 from redis_agent_sessions import (
@@ -216,20 +216,10 @@ async def test_without_a_memory_backend_in_the_url_memory_says_what_is_refused(
     assert run(detect, "ping").returncode == 0
 
 
-FORKERS: list[Forkers] = []
-
-
-@pytest.fixture(autouse=True)
-def _forkers(cli_forker: Forkers) -> Iterator[None]:
-    FORKERS.append(cli_forker)
-    yield
-    FORKERS.clear()
-
-
 def run(managed: Managed, *args: str) -> subprocess.CompletedProcess[str]:
     """The command as an operator runs it: every setting in the URL, no other flag (in a
     process of its own, forked from one that imported the CLI: ``_cli.Forkers``)."""
-    result = FORKERS[0].run(
+    result = FORKERS.run(
         [*args, "--url", managed.url],
         env={**os.environ, "PYTHONPATH": str(TESTS)},  # where the reembed test model is
     )
