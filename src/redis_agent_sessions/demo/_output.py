@@ -123,10 +123,9 @@ def cli_program() -> str:
     to the current directory when under it: ``.venv/bin/redis-agent-sessions``), else this
     interpreter running the package."""
     script = Path(os.path.abspath(sys.executable)).parent / PROG
-    if not (script.is_file() and os.access(script, os.X_OK)):
-        on_path = shutil.which(PROG)
-        return PROG if on_path else f"{shlex.quote(sys.executable)} -m redis_agent_sessions"
     on_path = shutil.which(PROG)
+    if not (script.is_file() and os.access(script, os.X_OK)):
+        return PROG if on_path else f"{shlex.quote(sys.executable)} -m redis_agent_sessions"
     if on_path and os.path.samefile(on_path, script):
         return PROG
     try:
