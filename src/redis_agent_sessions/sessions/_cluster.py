@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
-from redis_agent_sessions.keys import KeySpace, SessionKeys, escape, split_app_member
+from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
+from redis_agent_sessions.sessions._apps import AppListing
 from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._outbox import AppOutbox
 from redis_agent_sessions.sessions._replies import pairs
@@ -42,7 +43,8 @@ class ClusterLayout(Layout):
     def __init__(self, topology: Topology, keys: KeySpace, runner: ScriptRunner) -> None:
         super().__init__(topology, keys, runner)
         self.outbox = AppOutbox(topology.client)
-        self.registry = AppRegistry(runner, keys, self.outbox)
+        self.apps = AppListing(topology.client, keys)
+        self.registry = AppRegistry(runner, keys, self.outbox, self.apps)
 
     def observe(self, telemetry: Telemetry) -> None:
         self.outbox.telemetry = telemetry
@@ -72,11 +74,8 @@ class ClusterLayout(Layout):
     async def created(
         self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
     ) -> Any:
-        # The apps index lives in no app's slot: a separate, idempotent step, which a
-        # retried create (finding the session) finishes too. Run alongside the app step: it
-        # needs no order, and so the round trip of registering the user for the sweep
-        # (before the user-slot step, :mod:`._sweep`) is partly paid back.
-        listed = self.client.zadd(self.keys.apps(), {escape(app_name): now}, nx=True)
+        # Alongside the app step: it needs no order (a retried create lists it too).
+        listed = self.apps.list(app_name, now)
         if reply[0] == 0:
             if reply[1]:
                 await asyncio.gather(listed, self._apply(keys, reply[1], want_state=False))
@@ -88,6 +87,12 @@ class ClusterLayout(Layout):
         app_raw = (await asyncio.gather(listed, applied))[1]
         await self.drop_expired(app_name, due)
         return app_raw
+
+    async def listing(self, app_name: str, now: float) -> None:
+        """The registry of app names lives in no app's slot: checked before the user-slot
+        step (until this process finds the app listed), so that a registry this user may
+        not write or of a foreign type fails the create with nothing written."""
+        await self.apps.check(app_name)
 
     async def settle(
         self,

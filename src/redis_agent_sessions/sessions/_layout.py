@@ -156,6 +156,10 @@ class Layout(ABC):
         (``app_writes``): what it takes for a sweep to find them if the worker dies before
         the app step (nothing on a single node)."""
 
+    @abstractmethod
+    async def listing(self, app_name: str, now: float) -> None:
+        """Before a create: what it takes to list the app in the registry of app names."""
+
     # -- after a write ----------------------------------------------------------------------
 
     @abstractmethod

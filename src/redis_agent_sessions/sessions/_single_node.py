@@ -57,6 +57,9 @@ class SingleNode(Layout):
         """Nothing: the script writes the app's keys itself, so nothing is ever pending."""
         return _NOTHING
 
+    async def listing(self, app_name: str, now: float) -> None:
+        """Nothing: the create script lists the app, in the same step."""
+
     async def created(
         self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
     ) -> Any:

@@ -41,7 +41,8 @@ from redis.exceptions import RedisError
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
-from redis_agent_sessions.keys import KeySpace, SessionKeys, escape, unescape
+from redis_agent_sessions.keys import KeySpace, SessionKeys, unescape
+from redis_agent_sessions.sessions._apps import AppListing
 from redis_agent_sessions.sessions._outbox import AppOutbox, Entry
 from redis_agent_sessions.sessions._replies import typed
 from redis_agent_sessions.sessions._runner import ScriptRunner
@@ -132,8 +133,11 @@ class _Tally:
 class AppRegistry:
     """One engine's registrations, and the sweep of one app's registry."""
 
-    def __init__(self, runner: ScriptRunner, keys: KeySpace, outbox: AppOutbox) -> None:
+    def __init__(
+        self, runner: ScriptRunner, keys: KeySpace, outbox: AppOutbox, apps: AppListing
+    ) -> None:
         self._runner = runner
+        self._apps = apps
         self._client = runner.client
         self._keys = keys
         self._outbox = outbox
@@ -247,9 +251,9 @@ class AppRegistry:
         if dry_run:
             return
         if created:
-            # The apps index (no app's slot) is written after a create's user-slot step, so
-            # a create whose worker died misses it too.
-            await self._client.zadd(self._keys.apps(), {escape(app_name): min(created)}, nx=True)
+            # Creates list their app before their user-slot step; this is for sessions
+            # written before that rule (idempotent: a listed app is not written again).
+            await self._apps.list(app_name, min(created))
         scored = [x for member, score in batch for x in (member, score)]
         tally.cleared += int(await self._call(registry, "clear", *scored))
 

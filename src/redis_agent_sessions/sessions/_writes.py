@@ -21,7 +21,12 @@ from redis_agent_sessions._redis.codec import (
     session_ttl,
     text,
 )
-from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, StaleSessionError
+from redis_agent_sessions.errors import (
+    CorruptDataError,
+    InvalidInputError,
+    PermissionDeniedError,
+    StaleSessionError,
+)
 from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.sessions._catch_up import Position
 from redis_agent_sessions.sessions._context import Context
@@ -83,26 +88,32 @@ class Writes(Generic[S, E]):
         layout = self._ctx.layout
         script_keys, tail = layout.create_keys(keys, app_name)
         shortfalls: list[str] = []
-        async with layout.recording(keys):
-            reply = await self._runner.run(
-                self._runner.create,
-                script_keys,
-                [
-                    sid,
-                    app_name,
-                    user_id,
-                    repr(now),
-                    (self._ctx.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
-                    keys.app_member,
-                    layout.mode(keys),
-                    "" if own_ttl is None else "1",
-                    int(time.time() * 1000),
-                    layout.expired_per_write,
-                ],
-                fields,
-                shortfalls,
-                tail=tail,
-            )
+        try:
+            await layout.listing(app_name, now)
+            async with layout.recording(keys):
+                reply = await self._runner.run(
+                    self._runner.create,
+                    script_keys,
+                    [
+                        sid,
+                        app_name,
+                        user_id,
+                        repr(now),
+                        (self._ctx.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
+                        keys.app_member,
+                        layout.mode(keys),
+                        "" if own_ttl is None else "1",
+                        int(time.time() * 1000),
+                        layout.expired_per_write,
+                    ],
+                    fields,
+                    shortfalls,
+                    tail=tail,
+                )
+        except PermissionDeniedError as exc:
+            if exc.key != self._ctx.keys.apps():
+                raise
+            raise PermissionDeniedError(exc.command, exc.key, _unlisted(app_name)) from exc
         app_raw = await layout.created(keys, app_name, now, reply, shortfalls)
         if reply[0] == 0:
             raise self._codec.errors.already_exists(f"Session with id {sid} already exists.")
@@ -353,6 +364,14 @@ class Writes(Generic[S, E]):
         await layout.settle(keys, reply[1], shortfalls)
         if reply[0] == 1:  # a retry that finds nothing to delete has nothing to confirm
             self._runner.confirmed("delete_session", shortfalls)
+
+
+def _unlisted(app_name: str) -> str:
+    return (
+        f"the app {app_name!r} is not in the registry of apps, and this user may not list "
+        f"it (a tenant's may only read it): an operator registers the app with "
+        f"`redis-agent-sessions tenant create {app_name} --url ADMIN_URL`"
+    )
 
 
 def _encoded(scoped: Sequence[Mapping[str, Any]]) -> list[list[bytes | str]]:
