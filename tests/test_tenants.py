@@ -1,31 +1,38 @@
-"""Tenants kept apart by Redis itself: one Redis user per app, with the documented key rules
-(docs/security.md, "Tenants") and the least-privilege commands, on both memory backends,
-a single node and a cluster. Each app's worker runs its own sessions, state and memory;
-another app's data is refused, through the library and with raw commands, the search
-module's included (RediSearch checks a user's key patterns against the index name only)."""
+"""Tenants kept apart by Redis itself, played as an attacker would (docs/security.md,
+"Tenants"): each app provisioned by an operator (``provision_tenant``, what ``tenant
+create`` runs), its Redis user made with exactly the rules the page shows, on plain Redis 7,
+RediSearch (single node and cluster) and Valkey. As app1's user, every command that could
+reach app2's keys, the shared records or an index is refused, raw and through the library;
+after every attack app2's keys are byte-identical and its own work still succeeds; each
+tenant's whole feature set (sessions, every scope, keyword and hybrid memory, learned
+facts) works."""
 
 from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, ResponseError
 
-from _acl import PAGE, acl_user
+from _acl import PAGE
 from _embedders import SynonymEmbedder
 from _servers import skip_without
 from _slots import flush_cluster
+from facts_generators import likes
 from redis_agent_sessions import (
     Content,
+    CorruptDataError,
     Event,
     EventActions,
+    MemoryEntry,
+    MemoryIndexError,
     Part,
     PermissionDeniedError,
     RedisMemoryService,
@@ -33,7 +40,13 @@ from redis_agent_sessions import (
     SessionServiceConfig,
 )
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.memory._search import search_docs
+from redis_agent_sessions.tenants import (
+    acl_setuser_lines,
+    check_tenant,
+    drop_tenant,
+    provision_tenant,
+    tenant_acl_rules,
+)
 
 pytestmark = [pytest.mark.real, pytest.mark.acl]
 
@@ -43,16 +56,18 @@ APPS = ("app1", "app2")
 _TENANT_LINE = re.compile(r"^ACL SETUSER ras-app1 (.+)$", re.M)
 
 
-def documented_rules(app: str) -> list[str]:
-    """The page's tenant lines, for ``app`` (the page shows them for app1)."""
-    lines = _TENANT_LINE.findall(PAGE.read_text())
-    rules = [rule for line in lines for rule in shlex.split(line)]
-    assert rules[0] == "resetkeys", rules  # first: it drops the worker line's ~ras:*
-    return [rule.replace("app1", app) for rule in rules[1:]]
+def documented_lines() -> list[str]:
+    """The page's tenant lines (shown for app1 on one node with the search backend)."""
+    return [f"ACL SETUSER ras-app1 {line}" for line in _TENANT_LINE.findall(PAGE.read_text())]
 
 
-def test_the_documented_tenant_line_is_what_the_key_space_builds() -> None:
-    assert documented_rules("app1") == KEYS.app_acl_keys("app1")
+def test_the_documented_tenant_lines_are_what_tenant_create_prints() -> None:
+    rules = tenant_acl_rules(KEYS, "app1", search=True, cluster=False)
+    assert documented_lines() == acl_setuser_lines("ras-app1", [">CHANGE-ME", *rules])
+    # No command that makes, alters, drops or aliases an index; the shared records read-only.
+    assert not [r for r in rules if r.startswith("+ft.") and r[4:] not in (
+        "info", "search", "aggregate")]  # fmt: skip
+    assert "%R~ras:apps" in rules and "~ras:apps" not in rules
     # An app name is escaped, then made literal for the glob.
     assert KEYS.app_acl_keys("a*:b")[0] == "~ras:{a\\*%3Ab}:*"
 
@@ -60,12 +75,12 @@ def test_the_documented_tenant_line_is_what_the_key_space_builds() -> None:
 SERVERS = [
     pytest.param(("REDIS_URL", "plain"), id="plain"),
     pytest.param(("REDIS_SEARCH_URL", "search"), marks=pytest.mark.search, id="search"),
-    pytest.param(("REDIS_CLUSTER_URL", "plain"), marks=pytest.mark.cluster, id="plain-cluster"),
     pytest.param(
         ("REDIS_SEARCH_CLUSTER_URL", "search"),
         marks=[pytest.mark.search, pytest.mark.cluster],
         id="search-cluster",
     ),
+    pytest.param(("REDIS_VALKEY_URL", "plain"), marks=pytest.mark.valkey, id="valkey"),
 ]
 
 
@@ -73,19 +88,56 @@ SERVERS = [
 async def admin(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, str]]:
     variable, backend = request.param
     url = skip_without(variable)
-    client: Any
-    if "CLUSTER" in variable:
-        client = RedisCluster.from_url(url)
-        await flush_cluster(client)
-    else:
-        client = Redis.from_url(url)  # db 0: the search module indexes nothing else
-        await client.flushdb()
+    client: Any = RedisCluster.from_url(url) if "CLUSTER" in variable else Redis.from_url(url)
+    await flush(client)
     yield client, backend
+    await flush(client)
+    await client.aclose()
+
+
+async def flush(client: Any) -> None:
     if isinstance(client, RedisCluster):
         await flush_cluster(client)
+        nodes = client.get_primaries()
     else:
         await client.flushdb()
-    await client.aclose()
+        nodes = [None]
+    for node in nodes:  # indexes outlive FLUSHDB
+        options = {} if node is None else {"target_nodes": node}
+        try:
+            indexes = await client.execute_command("FT._LIST", **options)
+        except ResponseError:
+            return  # no search module
+        for index in indexes:
+            await client.execute_command("FT.DROPINDEX", index, **options)
+
+
+@asynccontextmanager
+async def tenant(admin: Any, app: str) -> AsyncIterator[Any]:
+    """The app provisioned, and a client logged in as its user made from the rules
+    ``tenant create`` prints (on every node of a cluster)."""
+    report = await provision_tenant(admin, app, config=CONFIG)
+    name, password = f"ras-test-{app}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    lines = acl_setuser_lines(name, [f">{password}", *report.rules])
+    nodes = admin.get_nodes() if isinstance(admin, RedisCluster) else [None]
+    for node in nodes:
+        options = {} if node is None else {"target_nodes": node}
+        for line in lines:
+            await admin.execute_command(*shlex.split(line), **options)
+    client: Any
+    if isinstance(admin, RedisCluster):
+        node = admin.get_default_node()
+        client = RedisCluster(host=node.host, port=node.port, username=name, password=password)
+    else:
+        kwargs = admin.connection_pool.connection_kwargs
+        client = Redis(host=kwargs["host"], port=kwargs["port"], username=name, password=password)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        for node in nodes:
+            options = {} if node is None else {"target_nodes": node}
+            await admin.execute_command("ACL", "DELUSER", name, **options)
 
 
 def said(text: str, *, state: dict[str, Any] | None = None) -> Event:
@@ -96,129 +148,211 @@ def said(text: str, *, state: dict[str, Any] | None = None) -> Event:
     )
 
 
-async def work_as(worker: Any, app: str) -> None:
-    """What one app's worker does: readiness, a session with every state scope, memory."""
+async def work_as(worker: Any, app: str, user: str = "u1") -> None:
+    """One app's whole feature set: readiness, a session with every state scope, keyword and
+    hybrid memory, learned facts."""
     sessions = RedisSessionService(worker, config=CONFIG)
     memory = RedisMemoryService(worker, config=CONFIG, embedder=SynonymEmbedder())
+    learner = RedisMemoryService(worker, config=CONFIG, generator=likes())
     for readiness in (
         await sessions.check_ready(app_name=app),
         await memory.check_ready(app_name=app),
     ):
         assert readiness, readiness.checks
-    session = await sessions.create_session(app_name=app, user_id="u1", session_id="s1")
+    sid = f"s-{uuid.uuid4().hex[:6]}"
+    session = await sessions.create_session(app_name=app, user_id=user, session_id=sid)
     await sessions.append_event(
         session,
-        said(f"my {app} password is {app}-secret", state={"user:plan": app, "app:tier": app}),
+        said(f"my {app} car password is {app}-secret", state={"user:plan": app, "app:tier": app}),
     )
-    await memory.add_session_to_memory(
-        await sessions.get_session(app_name=app, user_id="u1", session_id="s1")
-    )
-    found = await memory.search_memory(app_name=app, user_id="u1", query="password")
-    assert [m.content.parts[0].text for m in found.memories] == [
-        f"my {app} password is {app}-secret"
-    ]
-    again = await sessions.get_session(app_name=app, user_id="u1", session_id="s1")
-    assert again is not None
-    assert again.state == {"user:plan": app, "app:tier": app}
-    listed = await sessions.list_sessions(app_name=app, user_id="u1")
-    assert [s.id for s in listed.sessions] == ["s1"]
+    await sessions.append_event(session, said(f"I like {app} trains"))
+    stored = await sessions.get_session(app_name=app, user_id=user, session_id=sid)
+    assert stored is not None
+    assert stored.state == {"user:plan": app, "app:tier": app}
+    await memory.add_session_to_memory(stored)
+    keyword = await memory.search_memory(app_name=app, user_id=user, query="password")
+    assert f"{app}-secret" in keyword.memories[0].content.parts[0].text
+    hybrid = await memory.search_memory(app_name=app, user_id=user, query="automobile")
+    assert f"{app}-secret" in hybrid.memories[0].content.parts[0].text
+    await learner.add_session_to_memory(stored)
+    facts = await learner.list_facts(app_name=app, user_id=user)
+    assert [f.text for f in facts] == [f"The user said: I like {app} trains"]
+    listed = await sessions.list_sessions(app_name=app, user_id=user)
+    assert sid in [s.id for s in listed.sessions]
 
 
-async def test_one_acl_line_per_app_keeps_tenants_apart(admin: tuple[Any, str]) -> None:
+async def app_keys(admin: Any, app: str) -> dict[bytes, tuple[bytes, bytes]]:
+    """Every key of one app (its tenant's key patterns), as TYPE and DUMP."""
+    patterns = [rule[1:] for rule in KEYS.app_acl_keys(app) if rule.startswith("~")]
+    nodes = admin.get_primaries() if isinstance(admin, RedisCluster) else [None]
+    found: dict[bytes, tuple[bytes, bytes]] = {}
+    for node in nodes:
+        options = {} if node is None else {"target_nodes": node}
+        for pattern in patterns:
+            cursor: Any = 0
+            while True:
+                reply = await admin.execute_command(
+                    "SCAN", cursor, "MATCH", pattern, "COUNT", 1000, **options
+                )
+                cursor, keys = reply
+                if isinstance(cursor, dict):  # a cluster client's, by node
+                    cursor = next(iter(cursor.values()))
+                for key in keys:
+                    kind = await admin.type(key)
+                    found[key] = (kind, await admin.dump(key))
+                if int(cursor) == 0:
+                    break
+    return found
+
+
+async def test_a_tenant_works_and_reaches_nothing_of_another_app(
+    admin: tuple[Any, str],
+) -> None:
     client, backend = admin
-    search = backend == "search"
-    # The operator's first worker records the backend and the vectors' model (the tenants
-    # may only read them).
+    # The operator's first worker records the backend and the vectors' model, then the
+    # operator provisions the apps (the tenants may only read those records).
     opened = RedisMemoryService(client, config=CONFIG, backend=backend, embedder=SynonymEmbedder())
     assert await opened.backend() == backend
-    async with (
-        acl_user(client, search=search, keys=KEYS.app_acl_keys("app1")) as one,
-        acl_user(client, search=search, keys=KEYS.app_acl_keys("app2")) as two,
-    ):
+    async with tenant(client, "app1") as one, tenant(client, "app2") as two:
         await work_as(one, "app1")
         await work_as(two, "app2")
+        before = await app_keys(client, "app2")
+        assert before
 
-        # Through the library: another app is refused, naming what was refused.
+        # Raw commands, as the operator's check runs them: every one refused.
+        probes = await check_tenant(one, "app1", config=CONFIG)
+        assert all(p.ok for p in probes), [p for p in probes if not p.ok]
+        assert len(probes) > 20
+        await raw_attacks(client, one, search=backend == "search")
+
+        # Through the library: another app is refused, naming the command and key.
         sessions = RedisSessionService(one, config=CONFIG)
-        memory = RedisMemoryService(one, config=CONFIG)
-        with pytest.raises(PermissionDeniedError):
-            await sessions.get_session(app_name="app2", user_id="u1", session_id="s1")
-        with pytest.raises(PermissionDeniedError):
-            await sessions.create_session(app_name="app2", user_id="u2")
-        with pytest.raises(PermissionDeniedError):
-            await memory.search_memory(app_name="app2", user_id="u1", query="password")
+        memory = RedisMemoryService(one, config=CONFIG, embedder=SynonymEmbedder())
+        refusals = [
+            sessions.get_session(app_name="app2", user_id="u1", session_id="s"),
+            sessions.create_session(app_name="app2", user_id="u2"),
+            sessions.list_sessions(app_name="app2"),
+            memory.search_memory(app_name="app2", user_id="u1", query="password"),
+            memory.search_memory(app_name="app2", user_id="u1", query="automobile"),
+            memory.add_memory(
+                app_name="app2", user_id="u1", memories=[MemoryEntry(content=Content(
+                    role="user", parts=[Part(text="planted by app1")]))]  # fmt: skip
+            ),
+            memory.delete_memory(app_name="app2", user_id="u1"),
+        ]
+        theirs = await RedisSessionService(two, config=CONFIG).list_sessions(app_name="app2")
+        refusals.append(memory.add_session_to_memory(theirs.sessions[0]))
+        for i, call in enumerate(refusals):
+            with pytest.raises(PermissionDeniedError):
+                await call
+                pytest.fail(f"call {i} was not refused")
 
-        # Raw commands: another app's keys, and the shared records, are out of reach.
+        # Nothing of app2 changed, and its own work goes on.
+        assert await app_keys(client, "app2") == before
+        await work_as(two, "app2", user="u2")
+
+
+async def raw_attacks(admin: Any, one: Any, *, search: bool) -> None:
+    """The attacks the issue found, and their neighbours, as app1's user (the index ones
+    where the server has the search module: elsewhere there is no such command)."""
+    cluster = isinstance(admin, RedisCluster)
+    anywhere: dict[str, Any] = {"target_nodes": one.get_random_node()} if cluster else {}
+    prefixes = (KEYS.memory_app_index_prefix("app2"), "ras:{app2", "")
+    for prefix in prefixes if search else ():
         with pytest.raises(NoPermissionError):
-            await one.hgetall(KEYS.app_state("app2"))
-        with pytest.raises(NoPermissionError):
-            await one.zrange(KEYS.memory_entries("app2", "u1"), 0, -1)
-        with pytest.raises(NoPermissionError):
-            await one.set(KEYS.memory_backend(), "plain")
-        assert await one.get(KEYS.memory_backend()) == backend.encode()
-        if search:
-            await raw_searches(client, one)
+            await one.execute_command(
+                "FT.CREATE", "ras:mem:{app1:}:x", "ON", "HASH", "PREFIX", 1, prefix,
+                "SCHEMA", "lower", "TEXT", "SORTABLE", **anywhere,
+            )  # fmt: skip
+    indexes = (KEYS.memory_index(), KEYS.memory_app_index("app2"), KEYS.memory_app_index("app1"))
+    for index in indexes if search else ():
+        for command in (
+            ("FT.AGGREGATE", index, "*", "GROUPBY", 1, "@lower"),
+            ("FT.DROPINDEX", index),
+            ("FT.ALTER", index, "SCHEMA", "ADD", "z", "TEXT"),
+            ("FT.ALIASADD", "ras:mem:{app1:}:alias", index),
+        ):
+            if command[0] == "FT.AGGREGATE" and index == KEYS.memory_app_index("app1"):
+                continue  # its own index: allowed, and it covers only its own entries
+            with pytest.raises(NoPermissionError):
+                await one.execute_command(*command, **anywhere)
+    for key in (KEYS.apps(), KEYS.memory_backend(), KEYS.memory_vectors()):
+        for command in (("DEL", key), ("SET", key, "x"), ("ZREM", key, "app2")):
+            with pytest.raises(NoPermissionError):
+                await one.execute_command(*command)
+    with pytest.raises(NoPermissionError):
+        await one.execute_command("EVAL", "return redis.call('DEL', KEYS[1])", 1, KEYS.apps())
+    sha = await one.execute_command("SCRIPT", "LOAD", "return redis.call('GET', KEYS[1])", **anywhere)
+    with pytest.raises(NoPermissionError):
+        await one.execute_command("EVALSHA", sha, 1, KEYS.app_state("app2"))
+
+
+async def test_the_registry_of_apps_is_only_read_by_tenants(admin: tuple[Any, str]) -> None:
+    client, backend = admin
+    await RedisMemoryService(client, config=CONFIG, backend=backend).backend()
+    async with tenant(client, "app1") as one:
+        sessions = RedisSessionService(one, config=CONFIG)
+        await sessions.create_session(app_name="app1", user_id="u", session_id="s")
+        # An app no operator listed: refused before anything is written, naming how to list it.
+        await client.sadd("sentinel", "x")
+        before = await app_keys(client, "app3")
+        with pytest.raises(PermissionDeniedError, match="tenant create") as refused:
+            await sessions.create_session(app_name="app3", user_id="u")
+        assert (refused.value.command, refused.value.key) == ("ZADD", KEYS.apps())
+        assert await app_keys(client, "app3") == before == {}
+    # A registry of a foreign type: a typed error, nothing written, on every topology.
+    await client.delete(KEYS.apps())
+    await client.set(KEYS.apps(), "x")
+    for layout in (SessionServiceConfig(), SessionServiceConfig(cluster=True)):
+        with pytest.raises(CorruptDataError, match=re.escape(KEYS.apps())):
+            await RedisSessionService(client, config=layout).create_session(
+                app_name="app4", user_id="u", session_id="s"
+            )
+        assert await app_keys(client, "app4") == {}
 
 
 @pytest.mark.search
-async def test_a_tenants_ping_probes_its_app() -> None:
-    """The CLI's readiness probe with a tenant's URL: ready in its app, refused elsewhere."""
-    pytest.importorskip("rich", reason="needs the [cli] extra (rich is not installed)")
-    admin = Redis.from_url(skip_without("REDIS_SEARCH_URL"))
-    await admin.flushdb()
+@pytest.mark.parametrize("variable", ["REDIS_SEARCH_URL", "REDIS_SEARCH_CLUSTER_URL"])
+async def test_a_tenant_without_its_index_is_told_how_to_make_it(variable: str) -> None:
+    url = skip_without(variable)
+    client: Any = RedisCluster.from_url(url) if "CLUSTER" in variable else Redis.from_url(url)
+    await flush(client)
     try:
-        assert await RedisMemoryService(admin, config=CONFIG, backend="search").backend()
-        async with acl_user(admin, search=True, keys=KEYS.app_acl_keys("app1")) as one:
-            await ping_as(one)
+        memory = RedisMemoryService(client, config=CONFIG, backend="search")
+        await memory.backend()
+        for call in (
+            memory.search_memory(app_name="app9", user_id="u", query="anything"),
+            memory.add_memory(app_name="app9", user_id="u", memories=[]),
+        ):
+            with pytest.raises(MemoryIndexError, match="redis-agent-sessions tenant create app9"):
+                await call
+        readiness = await memory.check_ready(app_name="app9")
+        assert not readiness
+        assert "tenant create app9" in str(readiness.checks)
+        # Once provisioned (on every primary of a cluster), it works.
+        report = await provision_tenant(client, "app9", config=CONFIG)
+        primaries = len(client.get_primaries()) if isinstance(client, RedisCluster) else 1
+        assert len(report.made) == primaries
+        assert await RedisMemoryService(client, config=CONFIG).check_ready(app_name="app9")
+        again = await provision_tenant(client, "app9", config=CONFIG)
+        assert (again.made, len(again.found)) == ([], primaries)
     finally:
-        await admin.flushdb()
-        await admin.aclose()
+        await flush(client)
+        await client.aclose()
 
 
-async def ping_as(worker: Redis) -> None:
-    kwargs = worker.connection_pool.connection_kwargs
-    url = (
-        f"redis://{kwargs['username']}:{kwargs['password']}@{kwargs['host']}:{kwargs['port']}"
-        "/0?memory_index=per_app"
-    )
-
-    def ping(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "redis_agent_sessions", "ping", "--memory", "--url", url]
-        return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
-
-    ready = ping("--app", "app1")
-    assert ready.returncode == 0, ready.stdout + ready.stderr
-    refused = ping()
-    assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert "PermissionDeniedError" in refused.stdout
-    assert "NOT READY" in refused.stdout
-
-
-async def raw_searches(admin: Any, one: Any) -> None:
-    """A tenant's raw FT.SEARCH reaches its own app's entries and no other's."""
-    if isinstance(admin, RedisCluster):
-        # A cluster has an index per user, each inside its app's key space.
-        own, other = KEYS.memory_user_index("app1", "u1"), KEYS.memory_user_index("app2", "u1")
-    else:
-        own, other = KEYS.memory_app_index("app1"), KEYS.memory_app_index("app2")
-        # No index spans the apps: none was made, and none could be searched.
-        indexes = {i.decode() for i in await admin.execute_command("FT._LIST")}
-        vectors = {KEYS.memory_app_vector_index(a) for a in APPS}
-        assert indexes == {own, other} | vectors
-        with pytest.raises(NoPermissionError):
-            await ft_search(one, KEYS.memory_app_vector_index("app2"), "*")
-        with pytest.raises(NoPermissionError):
-            await ft_search(one, KEYS.memory_index(), "password")
-    with pytest.raises(NoPermissionError):
-        await ft_search(one, other, "password")
-    texts = [str(doc) for doc in search_docs(await ft_search(one, own, "@terms:(password)"))]
-    assert texts
-    assert all("app1" in t and "app2" not in t for t in texts)
-
-
-async def ft_search(client: Any, index: str, query: str) -> Any:
-    """A raw FT.SEARCH, sent on a cluster to the shard the index's name hashes to."""
-    options: dict[str, Any] = {}
-    if isinstance(client, RedisCluster):
-        options["target_nodes"] = client.get_node_from_key(index)
-    return await client.execute_command("FT.SEARCH", index, query, "DIALECT", 2, **options)
+async def test_drop_removes_one_app_and_nothing_else(admin: tuple[Any, str]) -> None:
+    client, backend = admin
+    embedder = SynonymEmbedder()
+    await RedisMemoryService(client, config=CONFIG, backend=backend, embedder=embedder).backend()
+    async with tenant(client, "app1") as one, tenant(client, "app2") as two:
+        await work_as(one, "app1")
+        await work_as(two, "app2")
+    theirs = await app_keys(client, "app2")
+    report = await drop_tenant(client, "app1", config=CONFIG)
+    assert report.keys_deleted > 0
+    assert await app_keys(client, "app1") == {}
+    assert await app_keys(client, "app2") == theirs
+    assert [a.decode() for a in await client.zrange(KEYS.apps(), 0, -1)] == ["app2"]
+    if backend == "search":
+        assert report.dropped

@@ -4,6 +4,7 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
 
     ras:apps                                     zset   app names (escaped) by first session's
                                                         creation time, for operators' listings
+                                                        (written only for an app not listed)
     ras:{<app>}:app_state                        hash   app-scope state, field -> JSON
     ras:{<app>}:sessions                         zset   "<user>:<session>" by creation time
     ras:{<app>}:sessions_updated                 zset   "<user>:<session>" by last update time
@@ -61,11 +62,15 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:idx                                  (RediSearch index over ras:mem:{ hashes)
     ras:mem:{<app>:}:idx                         (memory_index="per_app": one index per app,
                                                         over ras:mem:{<app>: hashes)
+    ras:mem:{<app>:%i<n>}:idx                    (memory_index="per_app" on a cluster: the
+                                                        app's index on the primary that owns
+                                                        this tag, over its shard's entries)
     ras:mem:{<app>:<user>}:idx                   (cluster: one index per user, over its entries)
     ras:mem:vectors                              string JSON: dimensions and model of the
                                                         vectors, set by the first embedder
     ras:mem:vidx                                 (RediSearch vector index over the same hashes)
     ras:mem:{<app>:}:vidx                        (memory_index="per_app": one per app)
+    ras:mem:{<app>:%i<n>}:vidx                   (per_app on a cluster: one per app and shard)
     ras:mem:{<app>:<user>}:vidx                  (cluster: one vector index per user)
 
 Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
@@ -223,23 +228,34 @@ class KeySpace:
         """The key prefix one app's index covers: its users' memory keys."""
         return f"{self.prefix}:mem:{{{escape(app_name)}:"
 
+    def memory_app_shard_index(self, app_name: str, n: int) -> str:
+        """Name of one app's RediSearch index on one primary of a cluster
+        (``memory_index="per_app"``): its hash tag ``{<app>:%i<n>}`` picks the primary (no
+        user's tag: an escaped user id never holds ``%`` and a letter), and the app's ACL
+        key pattern covers it."""
+        return f"{self.prefix}:mem:{{{escape(app_name)}:%i{n}}}:idx"
+
+    def memory_app_shard_vector_index(self, app_name: str, n: int) -> str:
+        """Name of one app's vector index on one primary (as ``memory_app_shard_index``)."""
+        return f"{self.prefix}:mem:{{{escape(app_name)}:%i{n}}}:vidx"
+
     def memory_app_vector_index(self, app_name: str) -> str:
         """Name of one app's vector index (``memory_index="per_app"``)."""
         return f"{self._memory(app_name, '')}:vidx"
 
     def app_acl_keys(self, app_name: str) -> list[str]:
         """The key rules (``ACL SETUSER``) of a Redis user limited to one app: its sessions,
-        state and memory (with ``memory_index="per_app"`` its search indexes too), the app
-        registry every session's creation adds to, and read-only, the memory's two records
-        (written once, by the deployment's first worker, which should not be a tenant's)."""
+        state and memory (with ``memory_index="per_app"`` the names of its search indexes
+        too), and read-only, the records every app shares: the registry of app names (an
+        operator lists the app: ``redis-agent-sessions tenant create``) and the memory's
+        backend and vector records (written once, by an admin)."""
         app, prefix = glob_escape(escape(app_name)), glob_escape(self.prefix)
         own = [
             f"~{prefix}:{{{app}}}:*",
             f"~{prefix}:{{{app}:*",
             *(f"~{prefix}:mem:{part}{{{app}:*" for part in ("", "stats:", "df:", "ctx:")),
-            f"~{glob_escape(self.apps())}",
         ]
-        records = [self.memory_backend(), self.memory_vectors()]
+        records = [self.apps(), self.memory_backend(), self.memory_vectors()]
         return own + [f"%R~{glob_escape(key)}" for key in records]
 
     def memory_vector_index(self) -> str:

@@ -86,7 +86,7 @@ def checked(reply: Any, keys: list[Any]) -> Any:
     """A script's reply, or its error (a pipeline's exception instance) raised: refusals as
     PermissionDeniedError, anything else as it came."""
     if isinstance(reply, NoPermissionError):  # EVALSHA or SCRIPT LOAD itself
-        raise permission_error(reply, keys[0] if keys else None) from reply
+        raise permission_error(reply, keys[0] if keys else None, "evalsha") from reply
     # A command the plan did not foresee, refused inside the script (Redis does not name
     # it there). Not expected: every script asks for all it runs.
     if isinstance(reply, ResponseError) and "user executing the script can't" in str(reply):
@@ -103,6 +103,7 @@ def checked(reply: Any, keys: list[Any]) -> Any:
 
 
 _COMMAND = re.compile(r"run the '([^']+)' command")
+_PIPED = re.compile(r"Command # \d+ \((\S+) ([^ )]+)")
 
 
 def store_full(exc: ResponseError | str) -> StoreFullError:
@@ -112,13 +113,20 @@ def store_full(exc: ResponseError | str) -> StoreFullError:
     return StoreFullError(said.removeprefix("OOM ").strip())
 
 
-def permission_error(exc: ResponseError, key: str | None) -> PermissionDeniedError:
+def permission_error(
+    exc: ResponseError, key: str | None, command: str | None = None
+) -> PermissionDeniedError:
     """Redis's NOPERM reply as a PermissionDeniedError: the command when Redis names it,
-    else (a key outside the user's patterns) the key the operation was for."""
+    else (a key outside the user's patterns) the key the operation was for and the
+    ``command`` that named it, when the caller knows them."""
     found = _COMMAND.search(str(exc))
     if found:
         return PermissionDeniedError(found.group(1), None, str(exc))
-    return PermissionDeniedError(None, key, str(exc))
+    # redis-py names a pipeline's refused command, with its first argument (the key).
+    piped = _PIPED.search(str(exc))
+    if piped:
+        return PermissionDeniedError(piped.group(1), piped.group(2), str(exc))
+    return PermissionDeniedError(command, key, str(exc))
 
 
 P = ParamSpec("P")
@@ -140,6 +148,15 @@ def typed_permissions(
     return wrapper
 
 
+def _name(pipe: Any, i: int) -> str | None:
+    """The name of a pipeline's i-th command (None when redis-py keeps it elsewhere)."""
+    stack = getattr(pipe, "command_stack", None) or getattr(pipe, "_command_stack", None)
+    try:
+        return text(stack[i].args[0]) if stack is not None else None
+    except (IndexError, AttributeError, TypeError):
+        return None
+
+
 async def execute(pipe: Any, keys: list[str]) -> list[Any]:
     """Run a pipeline whose i-th command reads ``keys[i]`` (the last key repeats for the
     rest); a key holding a foreign type becomes a CorruptDataError naming it."""
@@ -159,7 +176,7 @@ async def execute(pipe: Any, keys: list[str]) -> list[Any]:
         if isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply):
             raise CorruptDataError(keys[min(i, len(keys) - 1)], f"foreign type: {reply}")
         if isinstance(reply, NoPermissionError):
-            raise permission_error(reply, keys[min(i, len(keys) - 1)]) from reply
+            raise permission_error(reply, keys[min(i, len(keys) - 1)], _name(pipe, i)) from reply
         if isinstance(reply, OutOfMemoryError):
             raise store_full(reply) from reply
         if isinstance(reply, Exception):

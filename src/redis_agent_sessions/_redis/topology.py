@@ -38,6 +38,11 @@ class Topology:
         self._initializing: asyncio.Lock | None = None
 
     @property
+    def routes_by_slot(self) -> bool:
+        """Whether commands go to the node of their slot (a cluster client), not one node."""
+        return self._cluster_client
+
+    @property
     def endpoint(self) -> dict[str, str | int]:
         """Where the client connects, as telemetry's ``server.address``, ``server.port`` and
         ``db.namespace`` (a cluster's: the first node it was given, and database 0)."""
@@ -129,6 +134,29 @@ class Topology:
             node = self.client.get_default_node()
             return await self.client.execute_command(*command, target_nodes=node)
         return await self.client.execute_command(*command)
+
+    def node_of(self, key: str) -> str:
+        """The name of the primary that holds ``key`` (the client's slot map; after
+        :meth:`ready`); one node's address when there is one node to route to."""
+        if not self._cluster_client:
+            return self.address
+        return str(self.client.get_node_from_key(key).name)
+
+    async def at_node(self, node: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Run commands that name no key on the primary named ``node`` (see
+        :meth:`node_of`); replies in order, errors raised."""
+        if not self._cluster_client:
+            return await self.at_key("", commands)
+        target = self.client.get_node(node_name=node)
+        calls = (self.client.execute_command(*c, target_nodes=target) for c in commands)
+        return list(await asyncio.gather(*calls))
+
+    async def primary_names(self) -> list[str]:
+        """The names of the primaries (one node's address when there is one)."""
+        if not self._cluster_client:
+            return [self.address]
+        await self.ready()
+        return [str(node.name) for node in self.client.get_primaries()]
 
     async def at_key(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Run commands that name no key (``FT.*``: an index name is no key) on the node that

@@ -40,6 +40,7 @@ _COMMANDS = {
     "reindex": ("_reindex", "index memory entries written by 0.1 for the ranking"),
     "sweep": ("_sweep", "apply app-scope writes that workers left half done (Redis Cluster)"),
     "ping": ("_ping", "readiness: Redis answers, scripts run, write concern and memory work"),
+    "tenant": ("_tenant", "provision (create), probe (check) or remove (drop) one tenant app"),
 }
 
 

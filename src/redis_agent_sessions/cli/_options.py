@@ -212,6 +212,60 @@ def _ping(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _tenant(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        choices=("create", "check", "drop"),
+        help="create: make the app's indexes and list it (admin URL), print or apply its "
+        "user's ACL lines; check: probe a tenant's user (its URL) as an attacker would; "
+        "drop: remove the app's indexes, keys and registry entry (admin URL)",
+    )
+    p.add_argument("app", metavar="APP")
+    p.add_argument(
+        "--user",
+        help="the tenant's Redis user name (default: <key prefix>-<app>, when it "
+        "is made of letters, digits, '-', '_' and '.')",
+    )
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="create: set the user's ACL (on every node of a cluster) instead of printing "
+        "the lines; drop: delete the user too",
+    )
+    secret = p.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="create --apply: the user's password, from "
+        "the first line of FILE (never from the command line)",
+    )
+    secret.add_argument(
+        "--password-env",
+        metavar="VAR",
+        default="RAS_TENANT_PASSWORD",
+        help="create --apply: the environment variable holding the password "
+        "(default RAS_TENANT_PASSWORD)",
+    )
+    p.add_argument(
+        "--vector-index",
+        default="HNSW",
+        choices=("HNSW", "FLAT", "SVS-VAMANA"),
+        help="create: the vector indexes' algorithm, as the tenant's memory service's "
+        "vector_index (HNSW)",
+    )
+    p.add_argument(
+        "--rebuild-vectors",
+        action="store_true",
+        help="create: drop and make again a vector index of another definition (a new "
+        "embedding model's dimension), not its entries",
+    )
+    p.add_argument(
+        "--no-facts", action="store_true", help="create: no learned-facts commands in the line"
+    )
+    p.add_argument("-y", "--yes", action="store_true", help="drop: do not ask for confirmation")
+    _json(p)
+
+
 def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("app", metavar="APP")
     p.add_argument(
@@ -246,6 +300,7 @@ _ADD = {
     "reembed": _reembed,
     "reindex": _reindex,
     "sweep": _sweep,
+    "tenant": _tenant,
 }
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

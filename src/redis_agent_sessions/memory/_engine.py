@@ -40,6 +40,7 @@ from redis_agent_sessions.memory._docs import content_json, event_docs, metadata
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._facts import FactStore
 from redis_agent_sessions.memory._generators import MemoryGenerator
+from redis_agent_sessions.memory._index_defs import Provisioned
 from redis_agent_sessions.memory._indexes import index_layout
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, prepare
@@ -178,7 +179,10 @@ class MemoryEngine:
         search: IndexSearch | PlainSearch = PlainSearch(self._client, self._keys, self.semantic)
         if chosen == "search":
             layout = index_layout(
-                self._keys, cluster=self._topology.cluster, memory_index=self.config.memory_index
+                self._keys,
+                cluster=self._topology.cluster,
+                memory_index=self.config.memory_index,
+                node_of=self._topology.node_of if self._topology.routes_by_slot else None,
             )
             search = IndexSearch(self._topology, layout, self.semantic)
             try:
@@ -191,7 +195,7 @@ class MemoryEngine:
                     f"the search module: {exc}"
                 ) from exc
         self._ranker = (
-            IndexRanker(self._topology, self._keys, search.index)
+            IndexRanker(self._topology, self._keys, search.index, search.missing)
             if isinstance(search, IndexSearch)
             else PlainRanker(self._client, self._keys)
         )
@@ -203,6 +207,18 @@ class MemoryEngine:
             if _backend_name(key, again) != chosen:  # another worker recorded first
                 return await self._open_backend()
         return MemoryStore(self._client, self._keys, postings=chosen == "plain"), search
+
+    async def app_indexes(
+        self, app: str, *, vectors: tuple[int, str] | None, rebuild: bool, drop: bool = False
+    ) -> Provisioned | None:
+        """An operator's step (``tenant create`` / ``tenant drop``): make (or drop) the
+        app's own indexes; None on the plain backend, which has none."""
+        _, search = await self._ready()
+        if not isinstance(search, IndexSearch):
+            return None
+        if drop:
+            return Provisioned(dropped=await search.definitions.drop(app))
+        return await search.definitions.provision(app, vectors=vectors, rebuild=rebuild)
 
     async def facts(self) -> FactStore:
         """The learned facts' store (on the backend's entries)."""
@@ -390,6 +406,10 @@ class MemoryEngine:
         if not terms or limit == 0:
             return SearchMemoryResponse()
         store, search = await self._ready()
+        if isinstance(search, IndexSearch) and search.layout.provisioned:
+            # An app's index is an operator's to make: a search says when it is missing
+            # (checked once per process), where a user's, made at their first write, is not.
+            await search.ensure_index(app, user)
         assert self._ranker is not None
         limit = min(limit, _MAX_LIMIT)
         found: dict[str, dict[str, Any]] = {}

@@ -143,11 +143,14 @@ class PlainRanker:
 class IndexRanker:
     """Asks the search module for candidates and scores them exactly (see the module's doc)."""
 
-    def __init__(self, topology: Topology, keys: KeySpace, index: Any) -> None:
+    def __init__(self, topology: Topology, keys: KeySpace, index: Any, missing: Any) -> None:
         self._topology = topology
         self._keys = keys
         self._index = index
-        """(app, user) -> the index name (one shared, or one per user on a cluster)."""
+        """(app, user) -> the index name (one shared, per app, or per user on a cluster)."""
+        self._missing = missing
+        """(app, ResponseError) -> whether a missing index means nothing to find (a user's,
+        made at their first write); raises when it is an error (an app's, provisioned)."""
         self._script = _scripts.register(topology.client, "memory_rescore")
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
@@ -201,8 +204,7 @@ class IndexRanker:
         try:
             replies = await self._topology.at_key(entries, [*candidates, *inside_queries])
         except ResponseError as exc:
-            # On a cluster a user's own index exists once they have written an entry.
-            if "no such index" in str(exc).lower():
+            if self._missing(app, exc):
                 return ranked
             raise
         # Entry keys end with ":entry:" and the escaped id (keys.py).

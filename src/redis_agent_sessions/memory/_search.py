@@ -15,13 +15,13 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError, ResponseError
 
-from redis_agent_sessions._health import PROBE_ID
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace, escape
-from redis_agent_sessions.memory._indexes import IndexLayout
+from redis_agent_sessions.memory._index_defs import IndexDefinitions, as_dict, missing_index
+from redis_agent_sessions.memory._indexes import IndexLayout, provision_hint
 from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams
 from redis_agent_sessions.memory._vectors import (
@@ -31,7 +31,6 @@ from redis_agent_sessions.memory._vectors import (
     knn_command,
     nearest,
     parse_knn,
-    vector_schema,
 )
 
 __all__ = ["IndexSearch", "PlainSearch", "escape_term", "has_search_module", "search_docs"]
@@ -46,18 +45,6 @@ user owns a quarter of the index or more: below, comparing with each is cheap.""
 _INDEXED_TTL = 60.0
 """Seconds the shared vector index's document count is reused (FT.INFO)."""
 _WINDOWS = (1_000, 16_000)
-
-# (attribute, type, options): the search backend's view of an entry hash.
-_SCHEMA = (
-    ("app", "TAG", ()),
-    ("user", "TAG", ()),
-    ("words", "TEXT", ("NOSTEM", "SORTABLE", "UNF")),
-    ("grams", "TEXT", ("NOSTEM",)),
-    ("terms", "TEXT", ("NOSTEM",)),
-    ("lower", "TEXT", ("NOINDEX", "SORTABLE", "UNF")),
-    ("id", "TEXT", ("NOINDEX", "SORTABLE", "UNF")),
-    ("ts", "NUMERIC", ("SORTABLE",)),
-)
 
 
 async def has_search_module(topology: Topology) -> bool:
@@ -109,7 +96,7 @@ class IndexSearch:
         self._keys = layout.keys
         self.layout = layout
         self._semantic = semantic
-        self._ready: set[tuple[str, str]] = set()
+        self.definitions = IndexDefinitions(topology, layout, semantic)
         self.windows = _WINDOWS
         self._indexed: dict[str, tuple[float, int]] = {}
         """Vector index -> (when read, documents) (FT.INFO)."""
@@ -125,118 +112,27 @@ class IndexSearch:
 
     async def _run(self, app: str, user: str, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Run search commands where the (app, user)'s index lives, in one round trip."""
-        return await self._topology.at_key(self._keys.memory_entries(app, user), commands)
+        return await self.definitions.run_for(app, user)(commands)
 
     async def prepare(self, *, rebuild: bool = False) -> None:
-        """Before the backend is recorded: make the shared index, which proves this client
-        can use the module. (Per-app and per-user indexes are made at their owner's first
-        write: the module is asked now, about an index that does not exist, so that a
-        server without it fails here and not at a user's first write. A user limited to
-        one app's keys is refused that question, which proves the module is there: Redis
-        looks a command up before it checks the keys.)"""
-        if not self.layout.lazy:
-            await self.ensure_index(rebuild=rebuild)
-            return
-        try:
-            await self._run(PROBE_ID, PROBE_ID, [("FT.INFO", self.index(PROBE_ID, PROBE_ID))])
-        except NoPermissionError:
-            return
-        except ResponseError as exc:
-            if "unknown index" not in str(exc).lower() and "no such index" not in str(exc).lower():
-                raise
+        """Before the backend is recorded (see :meth:`IndexDefinitions.prepare`)."""
+        await self.definitions.prepare(rebuild=rebuild)
 
     async def ensure_index(self, app: str = "", user: str = "", *, rebuild: bool = False) -> None:
-        """Create the index of (app, user) unless it exists; an existing one must have our
-        schema. With ``rebuild``, a vector index of another definition is dropped (not its
-        hashes) and made again (for ``reembed``)."""
-        owner = self.layout.owner(app, user)
-        if owner in self._ready:
-            return
-        if rebuild and self._semantic is not None:
-            try:
-                await self._check_vectors(app, user)
-            except MemoryIndexError:
-                await self._run(app, user, [("FT.DROPINDEX", self._vector_index(app, user))])
-            except ResponseError as exc:
-                if "unknown index" not in str(exc).lower() and "no such" not in str(exc).lower():
-                    raise
-        schema = [part for name, kind, opts in _SCHEMA for part in (name, kind, *opts)]
-        await self._create(app, user, self.index(app, user), schema, self._check_existing)
-        if self._semantic is not None:
-            await self._create(
-                app, user, self._vector_index(app, user), vector_schema(self._semantic),
-                self._check_vectors,
-            )  # fmt: skip
-        self._ready.add(owner)
+        """The indexes of (app, user) exist (see :meth:`IndexDefinitions.ensure`)."""
+        await self.definitions.ensure(app, user, rebuild=rebuild)
 
-    async def _create(self, app: str, user: str, index: str, schema: list[Any], check: Any) -> None:
-        try:
-            await self._run(app, user, [(
-                "FT.CREATE", index, "ON", "HASH", "PREFIX", 1, self._prefix(app, user),
-                "STOPWORDS", 0, "SCHEMA", *schema,
-            )])  # fmt: skip
-        except ResponseError as exc:
-            if "already exists" not in str(exc).lower():
-                if index == self._vector_index(app, user):
-                    raise MemoryIndexError(
-                        f"cannot create the vector index {index!r}: {exc} (is the "
-                        f"{self._semantic and self._semantic.index} algorithm supported "
-                        "by this server's search module?)"
-                    ) from exc
-                raise
-            await check(app, user)
-
-    async def _definition(
-        self, app: str, user: str, index: str
-    ) -> tuple[list[str], dict[str, dict[str, Any]]]:
-        """An existing index's key prefixes, and its attributes by name (FT.INFO)."""
-        [info] = await self._run(app, user, [("FT.INFO", index)])
-        info = _as_dict(info)
-        prefixes = [text(p) for p in _as_dict(info.get("index_definition", [])).get("prefixes", [])]
-        attributes = {}
-        for attr in info.get("attributes", []):
-            attr = _as_dict(attr) if not isinstance(attr, list) else _flags(attr)
-            attributes[text(attr.get("attribute", b""))] = attr
-        return prefixes, attributes
-
-    async def _check_vectors(self, app: str, user: str) -> None:
-        assert self._semantic is not None
-        index = self._vector_index(app, user)
-        prefixes, attributes = await self._definition(app, user, index)
-        vec = attributes.get("vec", {})
-        found = (
-            text(vec.get("type", b"")),
-            text(vec.get("algorithm", b"")).upper(),
-            int(vec.get("dim", 0) or 0),
-        )
-        want = ("VECTOR", self._semantic.index, self._semantic.vectorizer.dimensions)
-        if prefixes != [self._prefix(app, user)] or found != want:
+    def missing(self, app: str, exc: ResponseError) -> bool:
+        """Whether a search found no index where a user's index is made at their first
+        write (so there is nothing to find); an app's that an operator makes is an error
+        naming how to make it."""
+        if not missing_index(exc):
+            return False
+        if self.layout.provisioned:
             raise MemoryIndexError(
-                f"RediSearch vector index {index!r} exists with another definition (prefixes "
-                f"{prefixes}, vec {found}; this service needs {want}): re-embed with "
-                "`redis-agent-sessions reembed`, which rebuilds it, or use another key_prefix"
-            )
-
-    async def _check_existing(self, app: str, user: str) -> None:
-        prefixes, attributes = await self._definition(app, user, self.index(app, user))
-        found = {name: text(attr.get("type", b"")) for name, attr in attributes.items()}
-        want = {name: kind for name, kind, _ in _SCHEMA}
-        if "terms" not in found and all(found.get(n) == k for n, k in want.items() if n != "terms"):
-            # An index made by 0.1: entries written from now on are found by their terms.
-            try:
-                await self._run(app, user, [(
-                    "FT.ALTER", self.index(app, user), "SCHEMA", "ADD", "terms", "TEXT", "NOSTEM",
-                )])  # fmt: skip
-            except ResponseError as exc:
-                if "duplicate" not in str(exc).lower():  # another worker added it first
-                    raise
-            found["terms"] = "TEXT"
-        prefix = self._prefix(app, user)
-        if prefixes != [prefix] or any(found.get(n) != k for n, k in want.items()):
-            raise MemoryIndexError(
-                f"RediSearch index {self.index(app, user)!r} exists with another definition "
-                f"(prefixes {prefixes}, fields {found}); drop it or use another key_prefix"
-            )
+                f"the memory index of app {app!r} does not exist here: {provision_hint(app)}"
+            ) from exc
+        return self.layout.lazy
 
     async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
         ids, _ = await self._search(app, user, sorted(words), limit, [])
@@ -244,6 +140,14 @@ class IndexSearch:
 
     async def nearest(self, app: str, user: str, query: bytes, k: int) -> list[Hit]:
         """The ``k`` entries of (app, user) nearest the query vector."""
+        if self.layout.scope == "app_shard":
+            # The search module on a cluster loads no field of a document in another slot
+            # than its index's name, so the app's shard-wide index returns no distances:
+            # the user's newest entries are compared exactly, as on the plain backend.
+            await self.definitions.ensure(app, user)
+            return await PlainSearch(self._redis, self._keys, self._semantic).nearest(
+                app, user, query, k
+            )
         scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
         index = self._vector_index(app, user)
         try:
@@ -254,7 +158,7 @@ class IndexSearch:
         except ResponseError as exc:
             # A user whose entries were all written before the embedder was turned on
             # has no vector index of their own (cluster) until their next write.
-            if self.layout.lazy and "no such index" in str(exc).lower():
+            if self.missing(app, exc):
                 return []
             raise
         return parse_knn(search_docs(reply))
@@ -272,7 +176,7 @@ class IndexSearch:
         read = self._indexed.get(index)
         if read is None or now - read[0] > _INDEXED_TTL:
             [info] = await self._run(app, user, [("FT.INFO", index)])
-            read = self._indexed[index] = (now, int(float(text(_as_dict(info).get("num_docs", 0)))))
+            read = self._indexed[index] = (now, int(float(text(as_dict(info).get("num_docs", 0)))))
         return int(entries) * 4 >= read[1]
 
     async def _search(
@@ -285,7 +189,7 @@ class IndexSearch:
             return await self._aggregate(app, user, words, limit, also)
         except ResponseError as exc:
             # A user's (an app's) own index exists once they have written an entry.
-            if self.layout.lazy and "no such index" in str(exc).lower() and not also:
+            if self.missing(app, exc) and not also:
                 return [], []
             raise
 
@@ -371,48 +275,25 @@ class IndexSearch:
         return [_row_id(row) for row in _rows(reply)], extra
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {text(k): v for k, v in value.items()}
-    return {text(k): v for k, v in zip(value[::2], value[1::2], strict=True)}
-
-
-def _flags(attr: list[Any]) -> dict[str, Any]:
-    # RESP2 FT.INFO attributes mix key/value pairs with bare flags (SORTABLE, NOSTEM).
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(attr):
-        key = text(attr[i]) if isinstance(attr[i], (bytes, str)) else ""
-        if key in _VALUED and i + 1 < len(attr):
-            out[key] = attr[i + 1]
-            i += 2
-        else:
-            i += 1
-    return out
-
-
-_VALUED = ("identifier", "attribute", "type", "WEIGHT", "SEPARATOR", "algorithm", "dim")
-
-
 def _rows(reply: Any) -> list[Any]:
     if isinstance(reply, dict):
         return [
-            _as_dict(r).get("extra_attributes", {})
+            as_dict(r).get("extra_attributes", {})
             for r in reply[b"results" if b"results" in reply else "results"]
         ]
-    return [_as_dict(r) for r in reply[1:]]
+    return [as_dict(r) for r in reply[1:]]
 
 
 def search_docs(reply: Any) -> list[dict[str, Any]]:
     """The returned fields of each document of an FT.SEARCH reply (RESP2 or RESP3)."""
     if isinstance(reply, dict):
         results = reply[b"results" if b"results" in reply else "results"]
-        return [_as_dict(_as_dict(r).get("extra_attributes", {})) for r in results]
-    return [_as_dict(fields) for fields in reply[2::2]]
+        return [as_dict(as_dict(r).get("extra_attributes", {})) for r in results]
+    return [as_dict(fields) for fields in reply[2::2]]
 
 
 def _row_id(row: Any) -> str:
-    return text(_as_dict(row)["id"])
+    return text(as_dict(row)["id"])
 
 
 class PlainSearch:

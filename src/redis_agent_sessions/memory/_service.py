@@ -185,6 +185,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         user limited to one app's keys passes its app)."""
         return await self._memory.check_ready(timeout, probe_app(app_name))
 
+    @_scripts.typed_permissions
     async def add_session_to_memory(self, session: SessionT) -> None:
         """Index the session's events that carry text, replacing what it contributed before.
 

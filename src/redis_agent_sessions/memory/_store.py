@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from redis.exceptions import NoPermissionError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import _check_json, text
@@ -430,8 +431,15 @@ class MemoryStore:
 
     async def delete_all(self, app: str, user: str) -> None:
         entries = self.keys.memory_entries(app, user)
-        while ids := [text(m) for m in await self._redis.zrange(entries, 0, _STALE_BATCH - 1)]:
+        while ids := [text(m) for m in await self._ids(entries)]:
             await self.delete(app, user, ids, tombstone=True)
+
+    async def _ids(self, entries: str) -> list[Any]:
+        try:
+            found: list[Any] = await self._redis.zrange(entries, 0, _STALE_BATCH - 1)
+        except NoPermissionError as exc:
+            raise _scripts.permission_error(exc, entries, "zrange") from exc
+        return found
 
     async def fetch(self, app: str, user: str, ids: Sequence[str]) -> list[StoredEntry]:
         """The entries still stored, in the order of ``ids``."""

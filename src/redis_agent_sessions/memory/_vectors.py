@@ -28,6 +28,7 @@ __all__ = [
     "knn_command",
     "nearest",
     "parse_knn",
+    "vector_fields",
     "vector_schema",
     "vector_weight",
 ]
@@ -84,14 +85,21 @@ class Hit:
 
 def vector_schema(semantic: Semantic) -> list[Any]:
     """The vector index's SCHEMA: the owner filters and the vector field."""
+    return vector_fields(semantic.vectorizer.dimensions, semantic.index)
+
+
+def vector_fields(dimensions: int, algorithm: str) -> list[Any]:
+    """The vector index's SCHEMA for vectors of ``dimensions`` indexed by ``algorithm``
+    (also for an operator making an app's index, who has no embedder: the store's vector
+    record gives the dimensions)."""
     params: list[Any] = [
-        "TYPE", "FLOAT32", "DIM", semantic.vectorizer.dimensions, "DISTANCE_METRIC", "COSINE",
+        "TYPE", "FLOAT32", "DIM", dimensions, "DISTANCE_METRIC", "COSINE",
     ]  # fmt: skip
-    if semantic.index == "HNSW":
+    if algorithm == "HNSW":
         params += ["EF_RUNTIME", HNSW_EF_RUNTIME]
     return [
         "app", "TAG", "user", "TAG",
-        "vec", "VECTOR", semantic.index, len(params), *params,
+        "vec", "VECTOR", algorithm, len(params), *params,
     ]  # fmt: skip
 
 

@@ -12,7 +12,6 @@ from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
-from redis_agent_sessions.sessions._apps import AppListing
 from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._outbox import AppOutbox
 from redis_agent_sessions.sessions._replies import pairs
@@ -43,7 +42,6 @@ class ClusterLayout(Layout):
     def __init__(self, topology: Topology, keys: KeySpace, runner: ScriptRunner) -> None:
         super().__init__(topology, keys, runner)
         self.outbox = AppOutbox(topology.client)
-        self.apps = AppListing(topology.client, keys)
         self.registry = AppRegistry(runner, keys, self.outbox, self.apps)
 
     def observe(self, telemetry: Telemetry) -> None:
@@ -87,12 +85,6 @@ class ClusterLayout(Layout):
         app_raw = (await asyncio.gather(listed, applied))[1]
         await self.drop_expired(app_name, due)
         return app_raw
-
-    async def listing(self, app_name: str, now: float) -> None:
-        """The registry of app names lives in no app's slot: checked before the user-slot
-        step (until this process finds the app listed), so that a registry this user may
-        not write or of a foreign type fails the create with nothing written."""
-        await self.apps.check(app_name)
 
     async def settle(
         self,

@@ -45,6 +45,7 @@ from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import RedisSessionsError
 from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
+from redis_agent_sessions.sessions._apps import AppListing
 from redis_agent_sessions.sessions._runner import ScriptRunner
 from redis_agent_sessions.sessions._sweep import SweepReport
 
@@ -69,6 +70,7 @@ class Layout(ABC):
         self.keys = keys
         self.runner = runner
         self.client = topology.client
+        self.apps = AppListing(topology.client, keys)
 
     async def ready(self) -> None:
         """Before a client's first command (see :meth:`Topology.ready`)."""
@@ -156,9 +158,11 @@ class Layout(ABC):
         (``app_writes``): what it takes for a sweep to find them if the worker dies before
         the app step (nothing on a single node)."""
 
-    @abstractmethod
-    async def listing(self, app_name: str, now: float) -> None:
-        """Before a create: what it takes to list the app in the registry of app names."""
+    async def listing(self, app_name: str) -> None:
+        """Before a create: the registry of app names is checked (until this process finds
+        the app listed), so that a registry this user may not write or of a foreign type
+        fails the create with nothing written; :meth:`created` lists the app after."""
+        await self.apps.check(app_name)
 
     # -- after a write ----------------------------------------------------------------------
 

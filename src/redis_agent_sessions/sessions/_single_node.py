@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import OutOfMemoryError
 
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions.keys import SessionKeys, escape
+from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._replies import pairs
 from redis_agent_sessions.sessions._sweep import SweepReport
@@ -35,12 +35,8 @@ class SingleNode(Layout):
             keys.app_state,
             keys.app_sessions,
             keys.app_updated,
-            self.keys.apps(),
             keys.app_expiry,
         ]
-
-    def _create_tail(self, app_name: str) -> list[Any]:
-        return [escape(app_name)]
 
     def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
         return app_key
@@ -57,12 +53,10 @@ class SingleNode(Layout):
         """Nothing: the script writes the app's keys itself, so nothing is ever pending."""
         return _NOTHING
 
-    async def listing(self, app_name: str, now: float) -> None:
-        """Nothing: the create script lists the app, in the same step."""
-
     async def created(
         self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
     ) -> Any:
+        await self.apps.list(app_name, now)  # also when it existed: a retry finishes it
         if reply[0] != 1:
             return None
         await self.drop_expired(app_name, reply[3])

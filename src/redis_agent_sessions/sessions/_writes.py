@@ -89,7 +89,7 @@ class Writes(Generic[S, E]):
         script_keys, tail = layout.create_keys(keys, app_name)
         shortfalls: list[str] = []
         try:
-            await layout.listing(app_name, now)
+            await layout.listing(app_name)
             async with layout.recording(keys):
                 reply = await self._runner.run(
                     self._runner.create,

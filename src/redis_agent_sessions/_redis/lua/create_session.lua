@@ -4,11 +4,10 @@
 -- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] user sessions zset
 -- KEYS[7] user sessions-by-update zset
 -- KEYS[8] app state hash         KEYS[9] app sessions zset    KEYS[10] app sessions-by-update
--- KEYS[11] the apps zset (member: the escaped app name, scored by its first creation time),
---   written only when the app is not listed yet (as register_app.lua: a tenant may only read it)
--- KEYS[12] the app's expiry index (_expiry.lua)
---   (cluster layout: KEYS[8] is the user's app outbox stream, no KEYS[9..12]:
---   the caller adds the app to the apps zset, which lives in no app's slot, itself)
+-- KEYS[11] the app's expiry index (_expiry.lua)
+--   (cluster layout: KEYS[8] is the user's app outbox stream, no KEYS[9..11])
+-- The registry of app names is the caller's step (sessions/_apps.py, register_app.lua): a
+-- tenant's user may only read it, and Redis refuses a script any key it may not write.
 -- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
 -- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
 -- ARGV[7] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
@@ -23,7 +22,7 @@
 --   session that had this id before is dropped there
 -- ARGV[10] (single-node layout) how many due members of the expiry index to claim and return
 -- ARGV[11..13] number of session, user and app fields, then that many field/JSON pairs in
---   order, then (single-node layout) the app's member in the apps zset
+--   order
 -- returns {1, user state as field/value list, app state as field/value list, due} when
 --         created (due: the expiry index's members claimed, see expiry_due in _expiry.lua)
 --         ({1, user state, outbox entries from the layout's id on} in the cluster layout, where the
@@ -38,12 +37,12 @@ local refused = denied_each('TYPE', KEYS)
     'HSET', KEYS[5], 'ZADD', KEYS[6], 'ZADD', KEYS[7], 'HGETALL', KEYS[5])
   or (cluster and denied('XADD', KEYS[8], 'XTRIM', KEYS[8], 'XRANGE', KEYS[8]))
   or (not cluster and denied('HSET', KEYS[8], 'HGETALL', KEYS[8], 'ZADD', KEYS[9],
-    'ZADD', KEYS[10], 'ZSCORE', KEYS[11], 'ZADD', KEYS[12], 'ZREM', KEYS[12], 'ZRANGE', KEYS[12]))
+    'ZADD', KEYS[10], 'ZADD', KEYS[11], 'ZREM', KEYS[11], 'ZRANGE', KEYS[11]))
   or (tonumber(ARGV[5]) > 0 and denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2]))
 if refused then return refused end
 
 local expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'hash', 'zset', 'zset',
-  'zset', 'zset'}
+  'zset'}
 if cluster then expected = {'hash', 'hash', 'stream', 'hash', 'hash', 'zset', 'zset', 'stream'} end
 for i, want in ipairs(expected) do
   local t = redis.call('TYPE', KEYS[i])
@@ -56,17 +55,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0}
 end
 
-local counts = {tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])}
-local listed = true
-if not cluster then
-  local member = ARGV[14 + 2 * (counts[1] + counts[2] + counts[3])]
-  listed = redis.call('ZSCORE', KEYS[11], member)
-  if not listed then
-    refused = denied('ZADD', KEYS[11])
-    if refused then return refused end
-  end
-end
-
 -- Leftovers of an expired or hand-deleted session must not reappear under the new one.
 -- Only when there are any: at full memory Redis refuses a script's first write only if it
 -- may grow memory, and lets the rest through; a DEL first would let a create past the limit.
@@ -76,6 +64,7 @@ end
 
 local ttl = tonumber(ARGV[5])
 local expires = ttl > 0 and expires_at(ARGV[9], ttl)
+local counts = {tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])}
 local pos = 14
 for scope, target in ipairs({KEYS[2], KEYS[5], KEYS[8]}) do
   if cluster and scope == 3 then
@@ -122,12 +111,11 @@ if cluster then
 end
 redis.call('ZADD', KEYS[9], ARGV[4], ARGV[6])
 redis.call('ZADD', KEYS[10], ARGV[4], ARGV[6])
-if not listed then redis.call('ZADD', KEYS[11], 'NX', ARGV[4], ARGV[pos]) end
 -- A session that had this id before and expired must not be taken for this one.
 if expires then
-  redis.call('ZADD', KEYS[12], expires, ARGV[6])
+  redis.call('ZADD', KEYS[11], expires, ARGV[6])
 else
-  redis.call('ZREM', KEYS[12], ARGV[6])
+  redis.call('ZREM', KEYS[11], ARGV[6])
 end
-local due = expiry_due(KEYS[12], ARGV[9], tonumber(ARGV[10]))
+local due = expiry_due(KEYS[11], ARGV[9], tonumber(ARGV[10]))
 return {1, redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[8]), due}
