@@ -166,6 +166,7 @@ RUNS: dict[str, list[tuple[tuple[str, ...], int, str]]] = {
     "reindex": [((), 0, "")],
     "sweep": [(("booking",), 0, "")],
     "ping": [((), 0, "ready"), (("--memory",), 0, "plain backend")],
+    "tenant": [(("create", "booking"), 0, "ACL SETUSER")],
 }
 
 

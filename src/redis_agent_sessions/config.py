@@ -62,13 +62,13 @@ class SessionServiceConfig(BaseModel):
     validating it again, which is most of the cost of a read; events of other model
     versions, imported or added by hand are validated either way."""
     memory_index: Literal["shared", "per_app"] = "shared"
-    """The RediSearch memory backend's indexes on a single node: ``shared``, one keyword and
-    one vector index for every app under the prefix (``ras:mem:idx``, ``ras:mem:vidx``);
-    ``per_app``, one of each per app (``ras:mem:{<app>:}:idx``), so that a Redis user limited
-    to one app's keys can search that app's memory and no other's (RediSearch checks a
-    user's key patterns against the index's name, never against the entries it returns).
-    On a cluster every user has indexes of their own either way. Both cover the same
-    entries, so workers may differ while a deployment switches."""
+    """The RediSearch memory backend's indexes: ``shared``, one keyword and one vector index
+    for every app under the prefix (``ras:mem:idx``, ``ras:mem:vidx``; on a cluster one of
+    each per user, made by the workers); ``per_app``, for tenants, one of each per app
+    (``ras:mem:{<app>:}:idx``; on a cluster one per app and primary), so that a Redis user
+    limited to one app's keys can search that app's memory and no other's. Per-app indexes
+    are made by an operator (``redis-agent-sessions tenant create APP``), never by a
+    worker: docs/security.md#tenants."""
     telemetry: bool = False
     """Per worker: an OpenTelemetry span (kind CLIENT, database-client conventions) for each
     call of the service's public API, the ``db.client.operation.duration`` histogram, and

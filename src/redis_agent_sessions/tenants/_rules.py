@@ -55,7 +55,7 @@ def tenant_acl_rules(
     return [*rules, "resetkeys", *keys.app_acl_keys(app_name)]
 
 
-def acl_setuser_lines(user: str, rules: list[str], *, width: int = 88) -> list[str]:
+def acl_setuser_lines(user: str, rules: list[str], *, width: int = 78) -> list[str]:
     """``ACL SETUSER`` lines, as redis-cli takes them, that together give ``user`` exactly
     ``rules`` (``reset`` and ``on`` first: each line adds to the ones before it); a
     password rule (``>...``) is the caller's to add."""
