@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
+from pydantic import ValidationError
 from redis.exceptions import NoPermissionError
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,7 +27,8 @@ from rich.table import Table
 from redis_agent_sessions._messages import plural
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
-from redis_agent_sessions._redis.uri import parse_service_url
+from redis_agent_sessions._redis.redact import redact_url
+from redis_agent_sessions._redis.uri import parse_service_url, problems
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace
@@ -251,25 +253,29 @@ def when(timestamp: float | None) -> str:
 async def connect(args: argparse.Namespace) -> Context:
     """The client for ``--url`` (or REDIS_URL), checked with a PING."""
     url = args.url or os.environ.get("REDIS_URL") or DEFAULT_URL
+    shown = redact_url(url)
     try:
         parsed = parse_service_url(url)
         config = parsed.config(None)
-        if args.key_prefix is not None:
-            config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": args.key_prefix})
+    except (InvalidInputError, ValueError) as exc:
+        raise _bad_url(shown, exc) from None
+    if args.key_prefix is not None:
+        config = _with_prefix(config, args.key_prefix)
+    try:
         if parsed.memory_backend not in (None, "auto", "search", "plain"):
             raise InvalidInputError(
                 f"memory_backend must be auto, search or plain: {parsed.memory_backend!r}"
             )
         client = client_for(parsed, config, args.cluster, {})
     except (InvalidInputError, ValueError) as exc:
-        raise UsageError(f"bad Redis URL {url!r}: {first_line(exc)}") from None
+        raise _bad_url(shown, exc) from None
     try:
         await client.ping()
     except NoPermissionError:
         pass  # a least-privilege user may not PING; the refusal is an answer
     except Exception as exc:
         await client.aclose()
-        raise UsageError(f"cannot reach Redis at {_safe(url)}: {first_line(exc)}") from None
+        raise UsageError(f"cannot reach Redis at {shown}: {first_line(exc)}") from None
     try:
         return Context(
             client=client,
@@ -283,14 +289,21 @@ async def connect(args: argparse.Namespace) -> Context:
         raise UsageError(first_line(exc)) from None
 
 
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    head, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = creds.split(":", 1)[0]
-    return f"{head}{sep}{user + ':***' if ':' in creds else user}@{host}"
+def _bad_url(shown: str, exc: Exception) -> UsageError:
+    """``bad Redis URL``, naming the URL (redacted) unless the reason already does."""
+    reason = first_line(exc)
+    return UsageError(
+        f"bad Redis URL: {reason}" if shown in reason else f"bad Redis URL {shown!r}: {reason}"
+    )
+
+
+def _with_prefix(config: SessionServiceConfig, prefix: str) -> SessionServiceConfig:
+    """``config`` under ``--key-prefix``; a refused prefix is named as the option, not as
+    a bad URL."""
+    try:
+        return SessionServiceConfig(**{**config.model_dump(), "key_prefix": prefix})
+    except ValidationError as exc:
+        raise UsageError(f"bad --key-prefix {prefix!r}: {problems(exc, named=False)}") from None
 
 
 def first_line(exc: BaseException) -> str:
