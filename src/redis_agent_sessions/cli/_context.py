@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import errno
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -23,8 +24,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
-from redis_agent_sessions._messages import plural
+from redis_agent_sessions._messages import plural, visible
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
 from redis_agent_sessions._redis.redact import redact_url
@@ -48,6 +50,7 @@ __all__ = [
     "UsageError",
     "connect",
     "first_line",
+    "json_bytes",
     "no_session",
     "sessions_of_whom",
     "utc",
@@ -92,7 +95,7 @@ class Context:
     memory_backend: str = "auto"
     """The URL's ``memory_backend``: what the services built from the same URL would use."""
     out: Console = field(default_factory=lambda: _console())
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    err: Console = field(default_factory=lambda: _Safe(stderr=True, highlight=False))
 
     def __post_init__(self) -> None:
         self.sessions = RedisSessionService(self.client, config=self.config)
@@ -140,7 +143,7 @@ class Context:
 
     def print_json(self, value: Any) -> None:
         """One JSON document (or line) on stdout, exactly as given."""
-        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+        sys.stdout.buffer.write(json_bytes(value) + b"\n")
         sys.stdout.buffer.flush()
 
     def table(self, *columns: str, show_header: bool = True) -> Table:
@@ -219,7 +222,21 @@ def _rstrip(line: list[Segment]) -> Iterable[Segment]:
     return line
 
 
-class _Stdout(Console):
+class _Safe(Console):
+    """rich's console for output that quotes stored data: no markup and no emoji codes (an
+    id ``[bold]`` or ``:x:`` is printed as it is), and every string with its control
+    characters shown (:func:`visible`, line by line: the commands' own messages may span
+    lines). Text objects are not strings here: whoever builds one from stored data passes
+    the data through :func:`visible` first."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(markup=False, emoji=False, **settings)
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str("\n".join(map(visible, text.split("\n"))), **options)
+
+
+class _Stdout(_Safe):
     """rich's console, but a reader that went away ends the command as any other write to
     stdout does (the CLI's entry point stops quietly): rich would exit 1 by itself."""
 
@@ -234,6 +251,19 @@ def _console() -> Console:
     if not console.is_terminal:
         console = _Stdout(highlight=False, soft_wrap=True, width=10_000)
     return console
+
+
+_UNSAFE_IN_JSON = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")
+"""DEL, the C1 controls and U+2028/2029 in UTF-8 (each byte sequence is only ever that
+character): JSON allows them raw, and orjson writes them raw, but a terminal obeys C1's CSI
+(U+009B) as it does ESC [."""
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as JSON for ``--json`` output: orjson's, with the characters it leaves raw
+    that a terminal would act on written as ``\\u`` escapes (the same JSON to a parser)."""
+    raw = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    return _UNSAFE_IN_JSON.sub(lambda m: b"\\u%04x" % ord(m[0].decode()), raw)
 
 
 def utc(timestamp: float | None) -> str | None:
