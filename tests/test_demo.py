@@ -322,6 +322,12 @@ def test_demo_on_a_cluster_without_cluster_true_says_so_in_one_line() -> None:
         "redis://127.0.0.1:99999/0",
         "redis://127.0.0.1/0?socket_timeout=soon",
         "redis://:s3cret@[::1/0",
+        # Refusals that once repeated the URL raw, or named its password's pieces.
+        "redis://admin:s3cret@127.0.0.1:99999/0",
+        "redis://127.0.0.1/0?password=s3cret&bogus=1",
+        "redis://admin:s3cret/x@127.0.0.1/0",
+        "redis://admin:s3cret@127.0.0.1/abc",
+        "rediss://admin:s3cret@127.0.0.1/0?ssl_ca_certs=/nonexistent/ca.pem",
         # The library's URL reader is the demo's: its settings, and nothing else.
         "redis://127.0.0.1/0?bogus=1",
         "redis://127.0.0.1/0?key_prefix={x}",
@@ -421,6 +427,14 @@ def test_browse_commands_work_as_printed_and_show_no_password() -> None:
     assert "s3cret" not in " ".join(secret)
     # The demo ran with REDIS_URL set: the same shell has the URL, password and all.
     assert secret[0] == f'{program} ls booking_app --url "$REDIS_URL" --key-prefix p'
+    # The query's password too, and redis-cli is told to ask for it.
+    in_query = "redis://db.example:7000/2?username=ops&password=s3cret"
+    assert browse_commands(in_query, "p")[0] == secret[0]
+    queried = RedisCli.of(in_query, None)
+    assert (queried.any_key[-4:], queried.note) == (
+        ["--user", "ops", "-n", "2"],
+        " (add -a <password>)",
+    )
 
 
 def _venv(root: Path, *, script: bool = True) -> Path:

@@ -4,6 +4,7 @@ counters, read back with the SDK's in-memory exporters; and nothing at all when 
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -391,6 +392,35 @@ def test_on_without_opentelemetry_is_a_clear_error(monkeypatch: pytest.MonkeyPat
         RedisSessionService(client(), config=ON)
     with pytest.raises(InvalidInputError, match=r"redis-agent-sessions\[otel\]"):
         RedisMemoryService(client(), config=ON)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://admin:SECRETPW@127.0.0.1:1/0?telemetry=true",
+        "redis://127.0.0.1:1/0?telemetry=true&username=admin&password=SECRETPW",
+    ],
+)
+async def test_no_span_or_log_line_shows_the_urls_password(
+    exported: Exported, caplog: pytest.LogCaptureFixture, url: str
+) -> None:
+    """A call that fails to connect (port 1: refused at once) records where it went, never
+    with what password."""
+    caplog.set_level(logging.DEBUG)
+    async with RedisSessionService.from_url(url) as service:
+        with pytest.raises(RedisConnectionError):
+            await service.get_session(app_name="a", user_id="u", session_id="s")
+    [span] = exported.finished()
+    assert span.status.status_code == StatusCode.ERROR
+    recorded = [
+        span.name,
+        span.status.description,
+        dict(span.attributes or {}),
+        [(e.name, dict(e.attributes or {})) for e in span.events],
+    ]
+    assert "127.0.0.1" in str(recorded)
+    assert "SECRETPW" not in str(recorded)
+    assert "SECRETPW" not in caplog.text
 
 
 def test_the_url_turns_it_on() -> None:

@@ -331,6 +331,18 @@ def test_the_cli_connects_with_tls_from_the_url(tls_server: TlsServer, pki: Pki)
 
 # -- 8: conversion and refusal, no server -----------------------------------------------------
 
+
+@pytest.fixture
+def tls_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TLS files the URLs below name, relative to the working directory: a missing one
+    is refused when the client is made (their content is read at the first connection)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("ca dir/ca.crt", "c.crt", "c.key", "x"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("never read here")
+    (tmp_path / "certs").mkdir()
+
+
 CONVERTED: list[tuple[str, str, Any]] = [
     ("ssl_check_hostname=false", "ssl_check_hostname", False),
     ("ssl_check_hostname=true", "ssl_check_hostname", True),
@@ -339,10 +351,10 @@ CONVERTED: list[tuple[str, str, Any]] = [
     ("socket_keepalive=yes", "socket_keepalive", True),
     ("max_connections=7", "max_connections", 7),
     ("health_check_interval=3", "health_check_interval", 3),
-    ("ssl_ca_certs=%2Fetc%2Fca%20dir%2Fca.crt", "ssl_ca_certs", "/etc/ca dir/ca.crt"),
-    ("ssl_ca_path=%2Fetc%2Fcerts", "ssl_ca_path", "/etc/certs"),
-    ("ssl_certfile=%2Fc.crt", "ssl_certfile", "/c.crt"),
-    ("ssl_keyfile=%2Fc.key", "ssl_keyfile", "/c.key"),
+    ("ssl_ca_certs=ca%20dir%2Fca.crt", "ssl_ca_certs", "ca dir/ca.crt"),
+    ("ssl_ca_path=certs", "ssl_ca_path", "certs"),
+    ("ssl_certfile=c.crt", "ssl_certfile", "c.crt"),
+    ("ssl_keyfile=c.key", "ssl_keyfile", "c.key"),
     ("ssl_password=s%26cret", "ssl_password", "s&cret"),
     ("ssl_cert_reqs=none", "ssl_cert_reqs", "none"),
     ("ssl_cert_reqs=required", "ssl_cert_reqs", "required"),
@@ -358,6 +370,7 @@ def _pool(service: Any) -> ConnectionPool:
     return client.connection_pool
 
 
+@pytest.mark.usefixtures("tls_files")
 @pytest.mark.parametrize(("query", "name", "expected"), CONVERTED)
 async def test_connection_parameters_are_converted_as_redis_py_converts_them(
     query: str, name: str, expected: Any
@@ -376,30 +389,32 @@ async def test_connection_parameters_are_converted_as_redis_py_converts_them(
             pool.make_connection()  # every parameter is one SSLConnection takes
 
 
+@pytest.mark.usefixtures("tls_files")
 async def test_the_issues_url_reaches_redis_py_typed() -> None:
-    url = "rediss://h/0?ssl_check_hostname=false&socket_timeout=2.5&ssl_ca_certs=/x"
+    url = "rediss://h/0?ssl_check_hostname=false&socket_timeout=2.5&ssl_ca_certs=x"
     async with RedisSessionService.from_url(url) as service:
         kwargs = _pool(service).connection_kwargs
         assert kwargs["ssl_check_hostname"] is False
         assert kwargs["socket_timeout"] == 2.5
-        assert kwargs["ssl_ca_certs"] == "/x"
+        assert kwargs["ssl_ca_certs"] == "x"
         connection = _pool(service).make_connection()
         assert isinstance(connection, SSLConnection)
         assert connection.ssl_context.check_hostname is False
-        assert connection.ssl_context.ca_certs == "/x"
+        assert connection.ssl_context.ca_certs == "x"
 
 
 @pytest.mark.adk
+@pytest.mark.usefixtures("tls_files")
 def test_the_adk_drop_in_builds_the_same_client() -> None:
     pytest.importorskip("google.adk")
     from redis_agent_sessions import adk
 
-    url = "rediss://h/0?ssl_check_hostname=false&socket_timeout=2.5&ssl_ca_certs=/x"
+    url = "rediss://h/0?ssl_check_hostname=false&socket_timeout=2.5&ssl_ca_certs=x"
     service = adk.RedisSessionService(uri=url)
     kwargs = _pool(service).connection_kwargs
     assert kwargs["ssl_check_hostname"] is False
     assert kwargs["socket_timeout"] == 2.5
-    assert kwargs["ssl_ca_certs"] == "/x"
+    assert kwargs["ssl_ca_certs"] == "x"
     asyncio.run(service.close())
 
 

@@ -48,19 +48,26 @@ def connection_kwargs(service: Any) -> dict[str, Any]:
     return kwargs
 
 
-def test_every_connection_parameter_redis_py_takes_reaches_the_connection_typed() -> None:
-    # The TLS parameters a private CA needs, which a hand-kept list once lacked.
+def test_every_connection_parameter_redis_py_takes_reaches_the_connection_typed(
+    tmp_path: Path,
+) -> None:
+    # The TLS parameters a private CA needs, which a hand-kept list once lacked. The files
+    # must exist: a missing one is refused when the client is made.
+    files = {name: tmp_path / name for name in ("ca.crt", "c.crt", "c.key")}
+    for path in files.values():
+        path.write_text("not read before the first connection")
     url = (
-        "rediss://h:6380/1?ssl_ca_certs=/etc/ca.crt&ssl_certfile=/c.crt&ssl_keyfile=/c.key"
+        f"rediss://h:6380/1?ssl_ca_certs={files['ca.crt']}&ssl_certfile={files['c.crt']}"
+        f"&ssl_keyfile={files['c.key']}"
         "&ssl_cert_reqs=required&ssl_check_hostname=false&socket_timeout=2.5"
         "&health_check_interval=3&retry_on_timeout=yes&client_name=w1&key_prefix=p"
     )
     service = RedisSessionService.from_url(url)
     kwargs = connection_kwargs(service)
     assert {k: kwargs[k] for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")} == {
-        "ssl_ca_certs": "/etc/ca.crt",
-        "ssl_certfile": "/c.crt",
-        "ssl_keyfile": "/c.key",
+        "ssl_ca_certs": str(files["ca.crt"]),
+        "ssl_certfile": str(files["c.crt"]),
+        "ssl_keyfile": str(files["c.key"]),
     }
     assert kwargs["ssl_check_hostname"] is False
     assert kwargs["retry_on_timeout"] is True

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Self
 
+from redis_agent_sessions._redis.params import check_client_kwargs
 from redis_agent_sessions._redis.uri import ServiceURL, parse_service_url
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
@@ -61,6 +62,7 @@ def client_for(
         raise InvalidInputError(
             f"{', '.join(twice)} given both in the URL and as an argument; give each once"
         )
+    check_client_kwargs({**from_url, **redis_kwargs})
     return make_client(parsed.redis_url, cluster=cluster, **from_url, **redis_kwargs)
 
 

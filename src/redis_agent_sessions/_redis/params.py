@@ -10,8 +10,11 @@ strictly, so ``ssl_check_hostname=maybe`` is refused instead of meaning True.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import inspect
+import math
+import os
 import ssl
 import types
 import typing
@@ -27,9 +30,10 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
 )
 
+from redis_agent_sessions._redis.redact import MASK, SECRET_PARAMETERS
 from redis_agent_sessions.errors import InvalidInputError
 
-__all__ = ["BOOLEANS", "DOCS", "accepted", "convert"]
+__all__ = ["BOOLEANS", "DOCS", "accepted", "check_client_kwargs", "convert"]
 
 DOCS = "docs/settings.md#connection-urls"
 """Where the connection parameters are described: errors point there rather than list
@@ -37,6 +41,10 @@ redis-py's ~60 constructor parameters, internals among them."""
 
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 _CLASSES = {"redis": Connection, "rediss": SSLConnection, "unix": UnixDomainSocketConnection}
+_TLS_FILES = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile"}
+_TLS_DIRECTORIES = {"ssl_ca_path"}
+_SIGNED = {"ssl_min_version"}
+"""Integers that may be negative: ssl.TLSVersion's MINIMUM_SUPPORTED is -2."""
 
 
 def _boolean(value: str) -> bool:
@@ -113,10 +121,54 @@ def convert(scheme: str, cluster: bool | None, name: str, value: str) -> Any:
             f"URL parameter {name!r} is not one redis-py takes{target}{_elsewhere(name)}; "
             f"the connection parameters are in {DOCS}"
         )
+    shown = MASK if name in SECRET_PARAMETERS else repr(value)
     try:
-        return parameters[name](value)
+        converted = parameters[name](value)
     except (TypeError, ValueError):
-        raise InvalidInputError(f"bad value for URL parameter {name}: {value!r}") from None
+        raise InvalidInputError(f"bad value for URL parameter {name}: {shown}") from None
+    # Every float redis-py takes by URL is a timeout, where -1 and nan time out at once and
+    # 1e400 (inf) never: none is what its writer meant.
+    if isinstance(converted, float) and not (math.isfinite(converted) and converted > 0):
+        raise InvalidInputError(
+            f"URL parameter {name} must be a positive number of seconds: {shown}"
+        )
+    if type(converted) is int and converted < 0 and name not in _SIGNED:
+        raise InvalidInputError(f"URL parameter {name} must not be negative: {shown}")
+    if name == "encoding":
+        _check_encoding(converted)
+    return converted
+
+
+def check_client_kwargs(kwargs: dict[str, Any]) -> None:
+    """What redis-py would only find out at the first connection, or never: InvalidInputError
+    for a TLS file that does not exist (redis-py reports it as a failed connection, "Error 2
+    connecting to host:port") or an encoding other than UTF-8."""
+    for name in sorted(kwargs.keys() & {*_TLS_FILES, *_TLS_DIRECTORIES}):
+        path = kwargs[name]
+        if path is None:
+            continue
+        if name in _TLS_DIRECTORIES:
+            if not os.path.isdir(path):
+                raise InvalidInputError(f"{name}: no such directory: {str(path)!r}")
+        elif not os.path.isfile(path):
+            raise InvalidInputError(f"{name}: no such file: {str(path)!r}")
+        elif not os.access(path, os.R_OK):
+            raise InvalidInputError(f"{name}: the file cannot be read: {str(path)!r}")
+    if kwargs.get("encoding") is not None:
+        _check_encoding(kwargs["encoding"])
+
+
+def _check_encoding(encoding: object) -> None:
+    """The library reads and writes UTF-8 (its JSON, the ids in its keys): another encoding
+    turns each of its commands into other bytes, which Redis refuses or stores garbled."""
+    try:
+        utf8 = isinstance(encoding, str) and codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        utf8 = False
+    if not utf8:
+        raise InvalidInputError(
+            f"encoding must be utf-8 (the library stores UTF-8 JSON): {encoding!r}"
+        )
 
 
 def _elsewhere(name: str) -> str:

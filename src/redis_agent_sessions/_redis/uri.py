@@ -10,14 +10,16 @@ TypeError deep inside a connection pool.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from pydantic import ValidationError
 
 from redis_agent_sessions._redis import params as _params
+from redis_agent_sessions._redis.redact import redact_url
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 
@@ -91,11 +93,15 @@ def parse_service_url(url: str) -> ServiceURL:
     """Split ``url``; InvalidInputError for another scheme or an unknown query parameter."""
     if not isinstance(url, str):
         raise InvalidInputError(f"a Redis URL must be a string, got {type(url).__name__}")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": a bracket that is never closed
+        raise InvalidInputError(f"not a URL ({exc}): {redact_url(url)}") from None
     if parts.scheme not in SCHEMES:
         raise InvalidInputError(
-            f"not a Redis URL (scheme must be one of {', '.join(SCHEMES)}): {_redacted(url)}"
+            f"not a Redis URL (scheme must be one of {', '.join(SCHEMES)}): {redact_url(url)}"
         )
+    path_db = _path_db(url, parts)
     settings: dict[str, Any] = {}
     memory_backend: str | None = None
     kept: dict[str, str] = {}
@@ -131,10 +137,16 @@ def parse_service_url(url: str) -> ServiceURL:
     try:
         parsed = SessionServiceConfig(**settings)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        raise InvalidInputError(f"bad service settings in the URL: {problems(exc)}") from None
+    if (
+        path_db is not None
+        and "db" in kept
+        and _params.convert("redis", None, "db", kept["db"]) != path_db
+    ):
+        raise InvalidInputError(
+            f"the URL names database {path_db} in its path and db={kept['db']} in its query; "
+            "give it in one place"
         )
-        raise InvalidInputError(f"bad service settings in the URL: {problems}") from None
     validated = {name: getattr(parsed, name) for name in settings}
     # Cut by hand: urlunsplit would drop the empty authority of "unix:///path".
     redis_url = url.split("?", 1)[0].split("#", 1)[0]
@@ -156,10 +168,42 @@ def _unknown(name: str, redis_py: Iterable[str]) -> str:
     )
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, for error messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+def problems(exc: ValidationError, *, named: bool = True) -> str:
+    """What is wrong with each setting pydantic refused (``named``: after the setting's
+    name), without pydantic's ``Value error, ``."""
+    return "; ".join(
+        (f"{'.'.join(map(str, e['loc'])) or 'settings'}: " if named else "")
+        + e["msg"].removeprefix("Value error, ")
+        for e in exc.errors()
+    )
+
+
+_DB_PATH = re.compile(r"/?([0-9]*)")
+
+
+def _path_db(url: str, parts: SplitResult) -> int | None:
+    """The database the path of a ``redis://`` or ``rediss://`` URL names (None for none);
+    InvalidInputError for a path that is no database number or a port that is no port,
+    which redis-py would ignore (``/abc`` ran on database 0) or misreport."""
+    # An "@" past the authority is where a password's unencoded "/", "?" or "#" cut it short.
+    cut_short = "@" not in parts.netloc and "@" in parts.path + parts.fragment
+    hint = " (a password's '/', '?', '#' or '@' must be percent-encoded)"
+    try:
+        _ = parts.port  # a property that parses the port, and raises for a bad one
+    except ValueError:
+        # Not the ValueError's text: it quotes the port, where a password with an unencoded
+        # "/" may have left part of itself.
+        raise InvalidInputError(
+            "the port must be a number from 0 to 65535"
+            f"{hint if cut_short or '@' in parts.query else ''}: {redact_url(url)}"
+        ) from None
+    if parts.scheme == "unix":
+        return None  # the path is the socket's; the database is the query's db
+    found = _DB_PATH.fullmatch(parts.path)
+    if found is None:
+        raise InvalidInputError(
+            "the URL's path must be a database number, as in redis://host:6379/0"
+            f"{hint if cut_short else ''}: "
+            f"{redact_url(url)}"
+        )
+    return int(found[1]) if found[1] else None

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.text import Text
 
+from redis_agent_sessions._messages import visible
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.cli._context import (
     Context,
@@ -63,7 +64,7 @@ async def _ls_apps(ctx: Context) -> int:
         return 0
     table = ctx.table("APP", "SESSIONS", "FIRST SESSION")
     for row in rows:
-        table.add_row(row["app_name"], str(row["sessions"]), row["first_session"])
+        table.add_row(visible(row["app_name"]), str(row["sessions"]), row["first_session"])
     ctx.out.print(table)
     return 0
 
@@ -107,8 +108,8 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
     table = ctx.table("USER", "SESSION", "CREATED", "UPDATED", "EVENTS", "STATE KEYS")
     for row in rows:
         table.add_row(
-            row["user_id"],
-            row["id"],
+            visible(row["user_id"]),
+            visible(row["id"]),
             row["create_time"] or "-",
             row["last_update_time"],
             str(row["events"]),
@@ -141,8 +142,8 @@ async def _show(ctx: Context, args: argparse.Namespace) -> int:
         ctx.print_json(record)
         return 0
     total = await ctx.client.xlen(ctx.keys.session(args.app, args.user, args.session).events)
-    ctx.out.print(Text(f"session {record['id']}", style="bold"))
-    ctx.out.print(f"app {record['app_name']}   user {record['user_id']}")
+    ctx.out.print(Text(f"session {visible(record['id'])}", style="bold"))
+    ctx.out.print(f"app {visible(record['app_name'])}   user {visible(record['user_id'])}")
     ctx.out.print(
         f"created {when(record['create_time'])}   "
         f"updated {when(record['last_update_time'])}   events {total}"
@@ -152,7 +153,7 @@ async def _show(ctx: Context, args: argparse.Namespace) -> int:
     table = ctx.table("SCOPE", "KEY", "VALUE")
     for scope, prefix in (("session", ""), ("user", "user:"), ("app", "app:")):
         for key, value in record["state"][scope].items():
-            table.add_row(scope, prefix + key, short_json(value))
+            table.add_row(scope, visible(prefix + key), visible(short_json(value)))
     if table.row_count:
         ctx.out.print(Text("state", style="bold"))
         ctx.out.print(table)
@@ -246,8 +247,8 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
             "-" if row["score"] is None else f"{row['score']:.2f}",
             ", ".join([*row["matched_words"], *around]),
             row["timestamp"] or "-",
-            str(row["author"] or "-"),
-            str(row["text"])[:100],
+            visible(str(row["author"] or "-")),
+            visible(str(row["text"])[:100]),
         )
     ctx.out.print(table)
     ctx.out.print(

@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import errno
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -17,16 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
+from pydantic import ValidationError
 from redis.exceptions import NoPermissionError
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
-from redis_agent_sessions._messages import plural
+from redis_agent_sessions._messages import plural, visible
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.lifecycle import AnyRedis, client_for
-from redis_agent_sessions._redis.uri import parse_service_url
+from redis_agent_sessions._redis.redact import redact_url
+from redis_agent_sessions._redis.uri import parse_service_url, problems
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace
@@ -46,6 +50,7 @@ __all__ = [
     "UsageError",
     "connect",
     "first_line",
+    "json_bytes",
     "no_session",
     "sessions_of_whom",
     "utc",
@@ -90,7 +95,7 @@ class Context:
     memory_backend: str = "auto"
     """The URL's ``memory_backend``: what the services built from the same URL would use."""
     out: Console = field(default_factory=lambda: _console())
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    err: Console = field(default_factory=lambda: _Safe(stderr=True, highlight=False))
 
     def __post_init__(self) -> None:
         self.sessions = RedisSessionService(self.client, config=self.config)
@@ -138,7 +143,7 @@ class Context:
 
     def print_json(self, value: Any) -> None:
         """One JSON document (or line) on stdout, exactly as given."""
-        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+        sys.stdout.buffer.write(json_bytes(value) + b"\n")
         sys.stdout.buffer.flush()
 
     def table(self, *columns: str, show_header: bool = True) -> Table:
@@ -217,7 +222,21 @@ def _rstrip(line: list[Segment]) -> Iterable[Segment]:
     return line
 
 
-class _Stdout(Console):
+class _Safe(Console):
+    """rich's console for output that quotes stored data: no markup and no emoji codes (an
+    id ``[bold]`` or ``:x:`` is printed as it is), and every string with its control
+    characters shown (:func:`visible`, line by line: the commands' own messages may span
+    lines). Text objects are not strings here: whoever builds one from stored data passes
+    the data through :func:`visible` first."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(markup=False, emoji=False, **settings)
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str("\n".join(map(visible, text.split("\n"))), **options)
+
+
+class _Stdout(_Safe):
     """rich's console, but a reader that went away ends the command as any other write to
     stdout does (the CLI's entry point stops quietly): rich would exit 1 by itself."""
 
@@ -232,6 +251,19 @@ def _console() -> Console:
     if not console.is_terminal:
         console = _Stdout(highlight=False, soft_wrap=True, width=10_000)
     return console
+
+
+_UNSAFE_IN_JSON = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")
+"""DEL, the C1 controls and U+2028/2029 in UTF-8 (each byte sequence is only ever that
+character): JSON allows them raw, and orjson writes them raw, but a terminal obeys C1's CSI
+(U+009B) as it does ESC [."""
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as JSON for ``--json`` output: orjson's, with the characters it leaves raw
+    that a terminal would act on written as ``\\u`` escapes (the same JSON to a parser)."""
+    raw = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    return _UNSAFE_IN_JSON.sub(lambda m: b"\\u%04x" % ord(m[0].decode()), raw)
 
 
 def utc(timestamp: float | None) -> str | None:
@@ -251,25 +283,29 @@ def when(timestamp: float | None) -> str:
 async def connect(args: argparse.Namespace) -> Context:
     """The client for ``--url`` (or REDIS_URL), checked with a PING."""
     url = args.url or os.environ.get("REDIS_URL") or DEFAULT_URL
+    shown = redact_url(url)
     try:
         parsed = parse_service_url(url)
         config = parsed.config(None)
-        if args.key_prefix is not None:
-            config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": args.key_prefix})
+    except (InvalidInputError, ValueError) as exc:
+        raise _bad_url(shown, exc) from None
+    if args.key_prefix is not None:
+        config = _with_prefix(config, args.key_prefix)
+    try:
         if parsed.memory_backend not in (None, "auto", "search", "plain"):
             raise InvalidInputError(
                 f"memory_backend must be auto, search or plain: {parsed.memory_backend!r}"
             )
         client = client_for(parsed, config, args.cluster, {})
     except (InvalidInputError, ValueError) as exc:
-        raise UsageError(f"bad Redis URL {url!r}: {first_line(exc)}") from None
+        raise _bad_url(shown, exc) from None
     try:
         await client.ping()
     except NoPermissionError:
         pass  # a least-privilege user may not PING; the refusal is an answer
     except Exception as exc:
         await client.aclose()
-        raise UsageError(f"cannot reach Redis at {_safe(url)}: {first_line(exc)}") from None
+        raise UsageError(f"cannot reach Redis at {shown}: {first_line(exc)}") from None
     try:
         return Context(
             client=client,
@@ -283,14 +319,21 @@ async def connect(args: argparse.Namespace) -> Context:
         raise UsageError(first_line(exc)) from None
 
 
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    head, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = creds.split(":", 1)[0]
-    return f"{head}{sep}{user + ':***' if ':' in creds else user}@{host}"
+def _bad_url(shown: str, exc: Exception) -> UsageError:
+    """``bad Redis URL``, naming the URL (redacted) unless the reason already does."""
+    reason = first_line(exc)
+    return UsageError(
+        f"bad Redis URL: {reason}" if shown in reason else f"bad Redis URL {shown!r}: {reason}"
+    )
+
+
+def _with_prefix(config: SessionServiceConfig, prefix: str) -> SessionServiceConfig:
+    """``config`` under ``--key-prefix``; a refused prefix is named as the option, not as
+    a bad URL."""
+    try:
+        return SessionServiceConfig(**{**config.model_dump(), "key_prefix": prefix})
+    except ValidationError as exc:
+        raise UsageError(f"bad --key-prefix {prefix!r}: {problems(exc, named=False)}") from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from rich.text import Text
 
-from redis_agent_sessions._messages import plural
+from redis_agent_sessions._messages import plural, visible
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions.cli._context import Context, NotFound, utc, when
 from redis_agent_sessions.errors import CorruptDataError
@@ -50,24 +50,24 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     for i, fact in enumerate(facts):
         # Text cells: what a model wrote is shown as written, never read as rich markup.
         table.add_row(
-            Text(fact.id),
-            Text(_short(fact.text)),
-            Text(", ".join(fact.topics) or "-"),
+            Text(visible(fact.id)),
+            Text(visible(_short(fact.text))),
+            Text(visible(", ".join(fact.topics) or "-")),
             str(fact.revision),
             when(fact.updated),
             when(fact.expires),
-            Text(_sources(fact.sources)),
+            Text(visible(_sources(fact.sources))),
         )
         for was in histories[i] if histories else []:
             # Under the fact it became, dimmed: what it said before, newest first.
             table.add_row(
                 "",
-                Text(f"was: {_short(was.text)}", style="dim"),
-                Text(", ".join(was.topics) or "-", style="dim"),
+                Text(visible(f"was: {_short(was.text)}"), style="dim"),
+                Text(visible(", ".join(was.topics) or "-"), style="dim"),
                 Text(str(was.revision), style="dim"),
                 Text(when(was.updated), style="dim"),
                 "",
-                Text(_sources(was.sources), style="dim"),
+                Text(visible(_sources(was.sources)), style="dim"),
             )
     ctx.out.print(table)
     earlier = sum(map(len, histories)) if histories is not None else None
@@ -96,7 +96,7 @@ async def _delete(
     ctx.err.print(
         Text(
             f"deleted fact {fact_id!r} of user {user!r} in app {app!r} (revision "
-            f"{fact.revision}, {plural(earlier, 'earlier revision')}): {_short(fact.text)}"
+            f"{fact.revision}, {plural(earlier, 'earlier revision')}): {visible(_short(fact.text))}"
         ),
         soft_wrap=True,  # one line, however long: stderr is no terminal to wrap for
     )

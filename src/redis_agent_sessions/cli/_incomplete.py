@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from redis_agent_sessions._messages import plural
+from redis_agent_sessions._messages import plural, visible
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.cli._context import Context
 from redis_agent_sessions.keys import split_app_member
@@ -48,7 +48,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         if found:
             table = ctx.table("USER", "SESSION", "MISSING")
             for user, sid, missing in found:
-                table.add_row(user, sid, ", ".join(missing))
+                table.add_row(visible(user), visible(sid), ", ".join(missing))
             ctx.out.print(table)
         done = f"; deleted {'it' if len(found) == 1 else 'them'}" if args.delete and found else ""
         ctx.err.print(

@@ -7,15 +7,15 @@ import sys
 import time
 from collections.abc import AsyncIterator
 
-import orjson
 from rich.cells import cell_len
 
-from redis_agent_sessions._messages import plural
+from redis_agent_sessions._messages import plural, visible
 from redis_agent_sessions.cli._context import (
     CliError,
     Context,
     NotFound,
     UsageError,
+    json_bytes,
     no_session,
     utc,
     when,
@@ -95,19 +95,21 @@ async def _dry_run(ctx: Context, args: argparse.Namespace, cutoff: float) -> int
         if ctx.json:
             out = sys.stdout.buffer
             if count == len(page):  # begun with the first session: no session, no document
-                out.write(orjson.dumps({**_about(args, cutoff), "dry_run": True})[:-1])
+                out.write(json_bytes({**_about(args, cutoff), "dry_run": True})[:-1])
                 out.write(b',"sessions":[')
             out.write(b"," if count > len(page) else b"")
-            out.write(b",".join(orjson.dumps(dict(zip(_KEYS, row, strict=True))) for row in page))
+            out.write(b",".join(json_bytes(dict(zip(_KEYS, row, strict=True))) for row in page))
             out.flush()
             return
         for row in page:
-            widths[:] = [max(w, cell_len(cell)) for w, cell in zip(widths, row, strict=True)]
+            widths[:] = [
+                max(w, cell_len(visible(cell))) for w, cell in zip(widths, row, strict=True)
+            ]
         table = ctx.table(*_COLUMNS, show_header=count == len(page))
         for column, width in zip(table.columns, widths, strict=True):
             column.min_width = width
         for row in page:
-            table.add_row(*row)
+            table.add_row(*map(visible, row))
         ctx.out.print(table)
 
     async for s in _old(ctx, args, cutoff):

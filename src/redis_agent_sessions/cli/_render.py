@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from rich.text import Text
 
-from redis_agent_sessions._messages import plural
+from redis_agent_sessions._messages import plural, visible
 from redis_agent_sessions.cli._context import when
 
 __all__ = ["event_lines", "short_json"]
@@ -27,7 +27,7 @@ def event_lines(event: dict[str, Any]) -> list[Text]:
     head = Text()
     head.append(when(event.get("timestamp")), style="dim")
     head.append(" ")
-    head.append(str(event.get("author") or "?"), style="bold")
+    head.append(visible(str(event.get("author") or "?")), style="bold")
     lines = [head]
     content = event.get("content") or {}
     texts: list[str] = []
@@ -51,7 +51,7 @@ def event_lines(event: dict[str, Any]) -> list[Text]:
             lines.append(_indent("data ", f"{data.get('mime_type')}, ~{plural(size, 'byte')}"))
     if texts:
         head.append(": ")
-        head.append(" ".join(texts)[:_WIDTH])
+        head.append(visible(" ".join(texts)[:_WIDTH]))
     actions = event.get("actions") or {}
     for key, value in (actions.get("state_delta") or {}).items():
         lines.append(_indent("state ", f"{key} = {short_json(value)}"))
@@ -63,5 +63,5 @@ def event_lines(event: dict[str, Any]) -> list[Text]:
 def _indent(label: str, body: str) -> Text:
     line = Text("    ")
     line.append(label, style="cyan")
-    line.append(body)
+    line.append(visible(body))
     return line

@@ -21,7 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 from rich.text import Text
 
-from redis_agent_sessions._messages import plural, size
+from redis_agent_sessions._messages import plural, size, visible
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.identity import server_identity
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
@@ -74,7 +74,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     table = ctx.table(*columns, *(["SWEEP DUE", "UNAPPLIED"] if ctx.cluster else []))
     for row in rows:
         cells = [
-            row["app_name"],
+            visible(row["app_name"]),
             str(row["sessions"]),
             str(row["expired_sessions"]),
             str(row["users"]),
@@ -218,7 +218,7 @@ def _print_learned(
         if (n := row["learned_facts"]) is not None:
             ctx.out.print(
                 Text(
-                    f"{row['app_name']}: learned facts: {n['facts_stored']:,} stored, "
+                    f"{visible(row['app_name'])}: learned facts: {n['facts_stored']:,} stored, "
                     f"{plural(n['generations'], 'generation')} ({n['facts_added']:,} added, "
                     f"{n['facts_updated']:,} updated, {n['facts_deleted']:,} deleted, "
                     f"{n['facts_expired']:,} expired)"

@@ -35,6 +35,7 @@ from redis.exceptions import NoPermissionError, RedisClusterException
 
 from redis_agent_sessions._messages import plural, say_error
 from redis_agent_sessions._redis.lifecycle import AnyRedis, is_cluster_client
+from redis_agent_sessions._redis.redact import redact_url
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.demo._output import (
@@ -44,7 +45,6 @@ from redis_agent_sessions.demo._output import (
     needs_cli_extra,
     print_cli_listing,
     print_inspection,
-    redact,
     removal_commands,
     show,
     text,
@@ -146,12 +146,12 @@ def _run(url: str, key_prefix: str | None, n_workers: int, *, own_server: bool) 
     except (InvalidInputError, ValueError) as exc:
         # Exit 1 means a failed self-check; a URL that names no server is like no server.
         problem = str(exc).replace("\n", " ")
-        say_error(f"REDIS_URL={redact(url)!r} is not a Redis URL the demo can use: {problem}")
+        say_error(f"REDIS_URL={redact_url(url)!r} is not a Redis URL the demo can use: {problem}")
         return 2
     prefix = _prefix(config, key_prefix, own_server=own_server)
     config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": prefix})
     if not own_server:
-        print(f"Using REDIS_URL={redact(url)}, all keys under the prefix {prefix!r}")
+        print(f"Using REDIS_URL={redact_url(url)}, all keys under the prefix {prefix!r}")
     return asyncio.run(_dispatch(client, url, config, n_workers, own_server=own_server))
 
 
@@ -200,15 +200,15 @@ async def _unreachable(client: AnyRedis, url: str) -> str | None:
         except NoPermissionError:
             return None  # a least-privilege user: it may not ask, so it is not told
     except asyncio.TimeoutError:
-        return f"cannot reach Redis at {redact(url)}: no answer within {REACH_TIMEOUT} s"
+        return f"cannot reach Redis at {redact_url(url)}: no answer within {REACH_TIMEOUT} s"
     except (redis.RedisError, RedisClusterException, OSError) as exc:
-        return f"cannot reach Redis at {redact(url)}: {exc}"
+        return f"cannot reach Redis at {redact_url(url)}: {exc}"
     if info.get("cluster_enabled"):
         # A single-node client meets MOVED replies on most keys: every from_url needs the
         # URL to say cluster=true, and so does the demo.
-        asked = redact(url) + ("&" if "?" in url else "?") + "cluster=true"
+        asked = redact_url(url) + ("&" if "?" in url else "?") + "cluster=true"
         return (
-            f"REDIS_URL={redact(url)} names a node of a Redis Cluster: say so in its query, "
+            f"REDIS_URL={redact_url(url)} names a node of a Redis Cluster: say so in its query, "
             f"REDIS_URL={shlex.quote(asked)}, as every from_url of the library needs"
         )
     return None

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from redis_agent_sessions._messages import PROG
+from redis_agent_sessions._redis.redact import has_secret
 from redis_agent_sessions._redis.uri import parse_service_url
 from redis_agent_sessions.demo._worker import APP
 from redis_agent_sessions.keys import KeySpace, glob_escape
@@ -30,7 +31,6 @@ __all__ = [
     "clip",
     "print_cli_listing",
     "print_inspection",
-    "redact",
     "removal_commands",
     "show",
     "text",
@@ -59,8 +59,9 @@ class RedisCli:
         parts = urlsplit(parsed.redis_url)
         params = parsed.redis_params
         options: list[str] = []
-        if parts.username:
-            options += ["--user", unquote(parts.username)]
+        user = unquote(parts.username) if parts.username else params.get("username")
+        if user:
+            options += ["--user", user]
         if parsed.scheme == "rediss":
             options.append("--tls")
             options += [
@@ -71,7 +72,7 @@ class RedisCli:
             ]
             if params.get("ssl_cert_reqs", "").lower() == "none":
                 options.append("--insecure")
-        note = " (add -a <password>)" if parts.password else ""
+        note = " (add -a <password>)" if parts.password or "password" in params else ""
         if parsed.scheme == "unix":
             node = ["redis-cli", "-s", parts.path, *options, *_db(params.get("db", "0"))]
             return cls(node, [node], note)
@@ -141,7 +142,7 @@ def browse_commands(url: str, prefix: str) -> list[str]:
 
     A URL holding a password is given as ``"$REDIS_URL"``: the demo ran with it set, so the
     commands work in the same shell, and no password is printed."""
-    shown = '"$REDIS_URL"' if urlsplit(url).password is not None else shlex.quote(url)
+    shown = '"$REDIS_URL"' if has_secret(url) else shlex.quote(url)
     where = f"--url {shown} --key-prefix {shlex.quote(prefix)}"
     program = cli_program()
     return [
@@ -287,14 +288,3 @@ def show(value: Any) -> str:
     if isinstance(value, dict) and "flight" in value:
         return f"{value['flight']} ({value.get('time')}, ${value.get('price')})"
     return clip(value if isinstance(value, str) else json.dumps(value, default=str), 80)
-
-
-def redact(url: str) -> str:
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        # Too malformed to parse (e.g. "redis://[x"), yet it may still hold a password.
-        return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url, count=1)
-    if password is None:
-        return url
-    return url.replace(f":{password}@", ":***@", 1)
