@@ -1,20 +1,26 @@
 """Hostile input to the session API, core and ADK facade (issue 52): state keys that are not
-strings and state nested past the depth limit. Each refusal is the exact typed error, and
-every key of the database has the same type and DUMP bytes after it as before."""
+strings, state nested past the depth limit, and key prefixes whose keys would be another
+prefix's. Each refusal is the exact typed error, and every key of the database has the same
+type and DUMP bytes after it as before."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from redis_agent_sessions import (
     Event,
     InvalidInputError,
     RedisSessionService,
+    SessionServiceConfig,
 )
 from redis_agent_sessions._redis.codec import MAX_DEPTH
+from redis_agent_sessions.keys import LAYOUT_WORDS, KeySpace, SessionKeys
 
 APP, USER = "app", "user"
 
@@ -141,3 +147,105 @@ async def test_state_at_the_depth_limit_is_stored_and_read_back(facade: Facade) 
     assert again is not None
     assert again.state == {**deepest, "e": nested(MAX_DEPTH)}
     assert again.events[0].actions.state_delta == {"e": nested(MAX_DEPTH)}
+
+
+# -- key prefixes ---------------------------------------------------------------------------
+
+# "apps" is refused with the other words though only one key ends there today ("ras:apps"):
+# the rule reserves every word the layout puts right after a prefix.
+COLLIDING = ["ras:mem", "ras:demo", "ras:apps", "a:b:mem", "ras::mem", "ras:mem:x", "x:demo:"]
+FINE = ["ras", "mem", "demo", "apps", "ras:memory", "prod:ras-demo-1a2b", "ras:", "a:b:c", "a b"]
+
+
+@pytest.mark.parametrize("prefix", COLLIDING)
+def test_a_prefix_with_a_layout_word_after_a_colon_is_refused(prefix: str) -> None:
+    word = next(p for p in prefix.split(":")[1:] if p in LAYOUT_WORDS)
+    rule = f"key prefix {prefix!r} has {word!r} after a ':'"
+    with pytest.raises(InvalidInputError, match=rule):
+        KeySpace(prefix)
+    with pytest.raises(ValueError, match=rule):
+        SessionServiceConfig(key_prefix=prefix)
+    with pytest.raises(InvalidInputError, match=rule):
+        RedisSessionService.from_url(f"redis://localhost/0?key_prefix={prefix}")
+
+
+@pytest.mark.parametrize("prefix", FINE)
+def test_prefixes_that_cannot_collide_are_accepted(prefix: str) -> None:
+    assert KeySpace(prefix).prefix == SessionServiceConfig(key_prefix=prefix).key_prefix
+
+
+async def test_the_issues_collision_is_refused_before_anything_is_written(
+    redis_client: Any, worker_client: Any
+) -> None:
+    # Issue 52: prefix "ras:mem"'s session hash "ras:mem:{a:u}:session:s1" is prefix "ras"'s
+    # memory set of that session. A config that skipped validation is refused by the keys.
+    sessions = RedisSessionService(worker_client)
+    await sessions.create_session(app_name="a", user_id="u", session_id="s0")
+    before = await dumps(redis_client)
+    unchecked = SessionServiceConfig().model_copy(update={"key_prefix": "ras:mem"})
+    with pytest.raises(InvalidInputError, match="has 'mem' after a ':'"):
+        RedisSessionService(worker_client, config=unchecked)
+    assert await dumps(redis_client) == before
+
+
+# Parts a prefix may be made of: the layout's words, its other fixed names, and a few others.
+_PARTS = st.sampled_from(
+    [*LAYOUT_WORDS, "ras", "", "x", "stats", "df", "ctx", "idx", "vidx", "backend", "vectors"]
+)
+_PREFIXES = st.lists(_PARTS, min_size=1, max_size=4).map(":".join).filter(bool)
+# A key of one prefix can only be another's when one prefix extends the other past a ':'.
+_EXTENDED = st.tuples(_PREFIXES, st.lists(_PARTS, min_size=1, max_size=3)).map(
+    lambda drawn: (drawn[0], ":".join([drawn[0], *drawn[1]]))
+)
+_PAIRS = st.one_of(st.tuples(_PREFIXES, _PREFIXES), _EXTENDED)
+_IDS = st.sampled_from(["a", "u", "mem", "apps", "demo", "s1", "a:b", "{x}", "x}:y"])
+# What a KeySpace builds besides keys and index names: patterns, a parser, and what each
+# search index covers (checked apart).
+_COVERS = {"memory_index_prefix", "memory_user_index_prefix", "memory_app_index_prefix"}
+_NOT_KEYS = {"app_acl_keys", "memory_entries_pattern", "memory_owner", "session", *_COVERS}
+_NOT_KEY_FIELDS = {"app_member", "user_member", "app_name"}
+
+
+def _built(space: KeySpace, ids: list[str]) -> tuple[set[str], set[str]]:
+    """(every key and index name ``space`` builds from ``ids``, its indexes' key prefixes)."""
+    names: set[str] = set()
+    covers: set[str] = set()
+    for name, method in inspect.getmembers(space, inspect.ismethod):
+        if name.startswith("_") or (name in _NOT_KEYS and name not in _COVERS):
+            continue
+        arity = len(inspect.signature(method).parameters)
+        if name == "demo":  # any number of parts
+            names.update(method(*ids[:n]) for n in range(1, len(ids) + 1))
+            continue
+        (covers if name in _COVERS else names).add(method(*ids[:arity]))
+    keys = space.session(*ids[:3])
+    names.update(
+        getattr(keys, f) for f in SessionKeys.__dataclass_fields__ if f not in _NOT_KEY_FIELDS
+    )
+    return names, covers
+
+
+@given(_PAIRS, st.lists(_IDS, min_size=4, max_size=4))
+@settings(max_examples=300)
+# The collisions the rule prevents, always tried: the issue's, and the demo's keys.
+@example(("ras", "ras:mem"), ["a", "u", "s1", "x"])
+@example(("ras", "ras:demo"), ["mem", "backend", "s1", "x"])
+@example(("ras", "ras:demo"), ["apps", "u", "s1", "x"])
+def test_no_two_accepted_prefixes_share_a_key(pair: tuple[str, str], ids: list[str]) -> None:
+    first, second = pair
+    spaces = []
+    for prefix in (first, second):
+        breaks_rule = bool(set(prefix.split(":")[1:]) & set(LAYOUT_WORDS))
+        try:
+            spaces.append(KeySpace(prefix))
+        except InvalidInputError:
+            assert breaks_rule
+        else:
+            assert not breaks_rule
+    if len(spaces) < 2 or first == second:
+        return
+    (mine, my_covers), (theirs, their_covers) = (_built(s, ids) for s in spaces)
+    assert not mine & theirs
+    # Nor does a search index of one cover the other's keys.
+    assert not any(k.startswith(c) for k in theirs for c in my_covers)
+    assert not any(k.startswith(c) for k in mine for c in their_covers)
