@@ -30,7 +30,8 @@ class SessionServiceConfig(BaseModel):
     max_payload_bytes: int = Field(default=1 << 20, gt=0)
     """Most bytes one write may store: for create_session the initial state's keys and
     JSON values; for append_event the encoded event plus the state keys and values it
-    sets (so a state delta counts twice: it is stored in the event and in the state)."""
+    sets (so a state delta counts twice: it is stored in the event and in the state); for
+    each memory entry its content and metadata as JSON and its author."""
     cluster: bool | None = None
     """Use the Redis Cluster layout, where every script touches one hash slot and app-scope
     writes reach the app's slot in a second, idempotent step. None (the default) detects it

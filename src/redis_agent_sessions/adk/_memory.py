@@ -54,7 +54,8 @@ class RedisMemoryService(
     Args:
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
             this service closes.
-        config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
+        config: the key prefix, and ``max_payload_bytes``, the most bytes of one entry
+            (``ttl_seconds`` and the other session settings do not apply here).
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``.
         uri: instead of a client, a ``redis://``, ``rediss://`` or ``unix://`` URL whose
             query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``,
