@@ -25,9 +25,10 @@ from redis_agent_sessions import (
     SessionServiceConfig,
 )
 from redis_agent_sessions._redis.codec import MAX_DEPTH
+from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory import CallableGenerator, FactSettings
 from redis_agent_sessions.memory._docs import MAX_ENTRY_TERMS
-from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS
+from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, PlainRanker, prepare
 from test_hostile_input import dumps, nested
 from test_memory import memory_client  # noqa: F401 - the memory suite's backends
 
@@ -108,6 +109,23 @@ async def test_a_query_over_the_term_limit_is_refused_alike(
         app_name=APP, user_id=USER, query=words(MAX_QUERY_TERMS) + " w5 w5"
     )
     assert [m.content.text for m in found.memories] == ["w5 and w999 too"]
+
+
+async def test_the_plain_ranking_script_takes_any_number_of_terms(
+    make: Make,
+    memory_client: Any,  # noqa: F811
+) -> None:
+    # Below the service's limit, what the script takes has no bound of its own: 4,000 terms
+    # overflowed Lua's stack in one HMGET before (issue 52).
+    memory = make()
+    if await memory.backend() != "plain":
+        pytest.skip("the search backend ranks without memory_rank.lua")
+    await memory.add_memory(app_name=APP, user_id=USER, memories=[entry("w5 and w3999 too")])
+    ranker = PlainRanker(memory_client, KeySpace())
+    ranked = await ranker.rank(APP, USER, prepare(words(4_000)), 10)
+    assert [memory_id for memory_id, _ in ranked.hits] == [
+        m.id for m in (await memory.search_memory(app_name=APP, user_id=USER, query="w5")).memories
+    ]
 
 
 async def test_an_entry_over_the_byte_limit_writes_nothing(make: Make, memory_client: Any) -> None:  # noqa: F811
