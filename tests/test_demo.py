@@ -501,6 +501,22 @@ def test_demo_unreachable_redis_url_exits_2() -> None:
     assert result.stderr.startswith("redis-agent-sessions: cannot reach Redis")
 
 
+def test_demo_refuses_a_key_prefix_that_would_build_another_prefixs_keys() -> None:
+    # Under the URL's prefix "prod", --key-prefix "mem" would give "prod:mem", whose keys
+    # are prefix "prod"'s memory keys: refused before any connection (nothing listens).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"redis://127.0.0.1:{port}/0?key_prefix=prod"
+    result = _run([*DEMO, "--key-prefix", "mem"], _env(REDIS_URL=url))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(
+        "redis-agent-sessions: the demo cannot use --key-prefix 'mem': key prefix 'prod:mem' "
+        "has 'mem' after a ':'"
+    ), result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.slow
 def test_demo_starts_and_stops_its_own_server() -> None:
     if find_redis_server() is None:

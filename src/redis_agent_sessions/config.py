@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from redis_agent_sessions.keys import check_prefix
+
 __all__ = ["SessionServiceConfig"]
 
 
@@ -16,7 +18,8 @@ class SessionServiceConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     key_prefix: str = "ras"
-    """First part of every key; lets several deployments share one Redis."""
+    """First part of every key; lets several deployments share one Redis. No ``{`` or
+    ``}``, and no part after a ``:`` may be ``apps``, ``mem`` or ``demo`` (``keys.py``)."""
     ttl_seconds: int | None = Field(default=None, gt=0)
     """Sliding expiry of a session's keys, refreshed by every append. None = keep forever.
     User and app state never expire."""
@@ -27,7 +30,8 @@ class SessionServiceConfig(BaseModel):
     max_payload_bytes: int = Field(default=1 << 20, gt=0)
     """Most bytes one write may store: for create_session the initial state's keys and
     JSON values; for append_event the encoded event plus the state keys and values it
-    sets (so a state delta counts twice: it is stored in the event and in the state)."""
+    sets (so a state delta counts twice: it is stored in the event and in the state); for
+    each memory entry its content and metadata as JSON and its author."""
     cluster: bool | None = None
     """Use the Redis Cluster layout, where every script touches one hash slot and app-scope
     writes reach the app's slot in a second, idempotent step. None (the default) detects it
@@ -88,7 +92,5 @@ class SessionServiceConfig(BaseModel):
 
     @field_validator("key_prefix")
     @classmethod
-    def _no_hash_tag(cls, value: str) -> str:
-        if not value or "{" in value or "}" in value:
-            raise ValueError("key_prefix must be non-empty and contain no '{' or '}'")
-        return value
+    def _own_keys(cls, value: str) -> str:
+        return check_prefix(value)

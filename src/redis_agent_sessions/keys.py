@@ -87,7 +87,9 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["KeySpace", "SessionKeys", "escape", "glob_escape", "unescape"]
+from redis_agent_sessions.errors import InvalidInputError
+
+__all__ = ["KeySpace", "SessionKeys", "check_prefix", "escape", "glob_escape", "unescape"]
 
 _ESCAPES = {ord(c): f"%{ord(c):02X}" for c in "%:{} \x7f"}
 _ESCAPES.update({i: f"%{i:02X}" for i in [*range(0x20), *range(0x80, 0xA0)]})
@@ -139,6 +141,35 @@ class SessionKeys:
     """The app's name as given (not a key): for the work a write leaves to its layout."""
 
 
+LAYOUT_WORDS = ("apps", "mem", "demo")
+"""What a key may say right after ``<prefix>:`` besides a hash tag (see the layout above)."""
+
+
+def check_prefix(prefix: object) -> str:
+    """``prefix`` if keys built under it can never be another prefix's keys, else
+    InvalidInputError naming the rule.
+
+    Keys under ``a`` continue ``a:{``, ``a:apps``, ``a:mem:`` or ``a:demo:``, so a prefix
+    ``a:mem`` would build ``a:mem:{<app>:<user>}:session:<id>``, the memory set of that
+    session under ``a``. A prefix may hold ``:`` (the demo nests its own under the URL's),
+    but no part after the first may be one of those words, and none may open a hash tag.
+    """
+    if not isinstance(prefix, str):
+        raise InvalidInputError(f"key prefix must be a string, got {type(prefix).__name__}")
+    if not prefix or "{" in prefix or "}" in prefix:
+        raise InvalidInputError(
+            f"key prefix must be non-empty and contain no '{{' or '}}': {prefix!r}"
+        )
+    clash = [part for part in prefix.split(":")[1:] if part in LAYOUT_WORDS]
+    if clash:
+        raise InvalidInputError(
+            f"key prefix {prefix!r} has {clash[0]!r} after a ':': no part of a prefix but "
+            f"its first may be {', '.join(map(repr, LAYOUT_WORDS))}, or its keys would be "
+            "those of the shorter prefix before it"
+        )
+    return prefix
+
+
 @dataclass(frozen=True, slots=True)
 class KeySpace:
     """Builds keys under one prefix."""
@@ -146,8 +177,7 @@ class KeySpace:
     prefix: str = "ras"
 
     def __post_init__(self) -> None:
-        if not self.prefix or any(c in self.prefix for c in "{}"):
-            raise ValueError(f"key prefix must be non-empty and free of '{{' '}}': {self.prefix!r}")
+        check_prefix(self.prefix)
 
     def _app(self, app_name: str) -> str:
         return f"{self.prefix}:{{{escape(app_name)}}}"

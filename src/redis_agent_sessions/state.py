@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from redis_agent_sessions.errors import InvalidInputError
+
 __all__ = [
     "APP_PREFIX",
     "TEMP_PREFIX",
@@ -41,6 +43,7 @@ def split_state_delta(delta: Mapping[str, Any]) -> ScopedDelta:
     user: dict[str, Any] = {}
     app: dict[str, Any] = {}
     for key, value in delta.items():
+        _check_key(key)
         if key.startswith(APP_PREFIX):
             app[key[len(APP_PREFIX) :]] = value
         elif key.startswith(USER_PREFIX):
@@ -52,7 +55,15 @@ def split_state_delta(delta: Mapping[str, Any]) -> ScopedDelta:
 
 def without_temp(delta: Mapping[str, Any]) -> dict[str, Any]:
     """``delta`` minus its ``temp:`` keys (what is stored with the event)."""
-    return {k: v for k, v in delta.items() if not k.startswith(TEMP_PREFIX)}
+    return {k: v for k, v in delta.items() if not _check_key(k).startswith(TEMP_PREFIX)}
+
+
+def _check_key(key: object) -> str:
+    # The prefix decides the scope, so a key must be text before it can be placed; JSON
+    # object keys are strings anyway.
+    if not isinstance(key, str):
+        raise InvalidInputError(f"state keys must be strings, got {type(key).__name__} {key!r}")
+    return key
 
 
 def merge_state(

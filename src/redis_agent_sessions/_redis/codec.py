@@ -114,7 +114,13 @@ def check_sequence(name: str, value: object) -> None:
         raise InvalidInputError(f"{name} must be a sequence, got {type(value).__name__}")
 
 
-def _check_json(value: object, where: str) -> None:
+MAX_DEPTH = 100
+"""Most levels of lists and objects one state value (or memory metadata) may nest, its
+outermost one included. Every reader takes it: an event holds a state value 4 levels down,
+and pydantic's JSON parser, which reads events back, stops at 201 levels."""
+
+
+def _check_json(value: object, where: str, depth: int = 0) -> None:
     # orjson would quietly write NaN as null and datetimes as strings; state must
     # read back exactly as written, so only plain JSON types get through.
     if value is None or isinstance(value, (bool, int)):
@@ -129,9 +135,14 @@ def _check_json(value: object, where: str) -> None:
         if not math.isfinite(value):
             raise InvalidInputError(f"state value {where} is {value}, which JSON cannot hold")
         return
+    if isinstance(value, (list, tuple, dict)) and depth >= MAX_DEPTH:
+        # Checked on the way down, so no input reaches Python's recursion limit.
+        raise InvalidInputError(
+            f"state value {where} nests lists and objects more than {MAX_DEPTH} levels deep"
+        )
     if isinstance(value, (list, tuple)):
         for item in value:
-            _check_json(item, where)
+            _check_json(item, where, depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
@@ -139,7 +150,7 @@ def _check_json(value: object, where: str) -> None:
                 raise InvalidInputError(f"state value {where} has a non-string key {key!r}")
             if not _encodable(key):
                 raise InvalidInputError(f"state value {where} has a lone surrogate in key {key!r}")
-            _check_json(item, where)
+            _check_json(item, where, depth + 1)
         return
     raise InvalidInputError(f"state value {where} is not JSON-serializable: {type(value).__name__}")
 

@@ -17,6 +17,7 @@ from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions import Session as AdkSession
 from google.genai import types
+from pydantic import ValidationError
 
 from redis_agent_sessions import memory as core
 from redis_agent_sessions._redis.codec import check_sequence
@@ -53,7 +54,8 @@ class RedisMemoryService(
     Args:
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
             this service closes.
-        config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
+        config: the key prefix, and ``max_payload_bytes``, the most bytes of one entry
+            (``ttl_seconds`` and the other session settings do not apply here).
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``.
         uri: instead of a client, a ``redis://``, ``rediss://`` or ``unix://`` URL whose
             query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``,
@@ -127,7 +129,14 @@ class RedisMemoryService(
             if not isinstance(event, AdkEvent):
                 raise InvalidInputError(f"not an ADK Event: {type(event).__name__}")
             # The core models accept ADK's JSON as is, keeping the fields they do not model.
-            converted.append(Event.model_validate(event.model_dump(mode="json", exclude_none=True)))
+            try:
+                converted.append(
+                    Event.model_validate(event.model_dump(mode="json", exclude_none=True))
+                )
+            except ValueError as exc:  # pydantic's: an event changed after it was validated
+                raise InvalidInputError(
+                    f"event {event.id!r} is not valid: {_reason(exc)}"
+                ) from None
         return converted
 
     def _entries(self, memories: Sequence[MemoryEntry]) -> list[core.MemoryEntry]:
@@ -136,17 +145,20 @@ class RedisMemoryService(
         for entry in memories:
             if not isinstance(entry, MemoryEntry):
                 raise InvalidInputError(f"not an ADK MemoryEntry: {type(entry).__name__}")
-            entries.append(
-                core.MemoryEntry(
-                    content=Content.model_validate(
-                        entry.content.model_dump(mode="json", exclude_none=True)
-                    ),
-                    custom_metadata=entry.custom_metadata,
-                    id=entry.id,
-                    author=entry.author,
-                    timestamp=entry.timestamp,
+            try:
+                entries.append(
+                    core.MemoryEntry(
+                        content=Content.model_validate(
+                            entry.content.model_dump(mode="json", exclude_none=True)
+                        ),
+                        custom_metadata=entry.custom_metadata,
+                        id=entry.id,
+                        author=entry.author,
+                        timestamp=entry.timestamp,
+                    )
                 )
-            )
+            except ValueError as exc:  # pydantic's: an entry changed after it was validated
+                raise InvalidInputError(f"memory entry is not valid: {_reason(exc)}") from None
         return entries
 
     def _response(self, found: core.SearchMemoryResponse) -> SearchMemoryResponse:
@@ -166,3 +178,11 @@ class RedisMemoryService(
                 for entry in found.memories
             ]
         )
+
+
+def _reason(exc: ValueError) -> str:
+    """What pydantic found wrong, on one line: the first problem and where."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(map(str, first['loc'])) or 'value'}: {first['msg']}"
+    return str(exc)

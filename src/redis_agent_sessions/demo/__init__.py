@@ -59,7 +59,7 @@ from redis_agent_sessions.demo._worker import (
     worker_main,
 )
 from redis_agent_sessions.errors import AlreadyExistsError, InvalidInputError
-from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.keys import KeySpace, check_prefix
 from redis_agent_sessions.sessions import RedisSessionService
 
 __all__ = ["run_demo"]
@@ -149,6 +149,12 @@ def _run(url: str, key_prefix: str | None, n_workers: int, *, own_server: bool) 
         say_error(f"REDIS_URL={redact_url(url)!r} is not a Redis URL the demo can use: {problem}")
         return 2
     prefix = _prefix(config, key_prefix, own_server=own_server)
+    try:
+        check_prefix(prefix)  # nested under the URL's, it may break the layout's rule
+    except InvalidInputError as exc:
+        asyncio.run(client.aclose())
+        say_error(f"the demo cannot use --key-prefix {key_prefix!r}: {exc}")
+        return 2
     config = SessionServiceConfig(**{**config.model_dump(), "key_prefix": prefix})
     if not own_server:
         print(f"Using REDIS_URL={redact_url(url)}, all keys under the prefix {prefix!r}")

@@ -29,7 +29,7 @@ from redis_agent_sessions.memory._generators import (
     MemoryOperation,
     checked_operations,
 )
-from redis_agent_sessions.memory._ranking import prepare
+from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, prepare
 from redis_agent_sessions.models import Event, Session
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ class Consolidator:
         ids = await self.facts.ids(app, user, RELATED + 1)
         if len(ids) > RELATED:
             query = " ".join(e.content.text for e in events if e.content is not None)
-            terms = prepare(query[:_QUERY_CHARS])
+            terms = prepare(query[:_QUERY_CHARS])[:MAX_QUERY_TERMS]
             ranked = await self._rank(app, user, terms, RELATED * 4) if terms else None
             found = await self.facts.which(app, user, [i for i, _ in ranked.hits]) if ranked else []
             # Turns with no word to rank by (";)") are shown the newest facts.

@@ -7,12 +7,16 @@ turns around a deleted one) builds them here, so they are analysed alike.
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis_agent_sessions._redis.codec import check_id
-from redis_agent_sessions.errors import InvalidInputError
+import orjson
+
+from redis_agent_sessions._redis.codec import _check_json, check_id
+from redis_agent_sessions.errors import InvalidInputError, PayloadTooLargeError
 from redis_agent_sessions.memory._analysis import analyse, neighbours, text_terms
 from redis_agent_sessions.memory._models import MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._store import (
@@ -21,11 +25,28 @@ from redis_agent_sessions.memory._store import (
     StoredEntry,
     iso_timestamp,
     make_doc,
+    parse_iso,
 )
+from redis_agent_sessions.memory._text import query_words, term_count
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 from redis_agent_sessions.models import Content, Event
 
-__all__ = ["Turn", "content_json", "event_docs", "metadata", "response", "turn_docs"]
+__all__ = [
+    "MAX_ENTRY_TERMS",
+    "Turn",
+    "check_entry",
+    "content_json",
+    "entry_doc",
+    "event_docs",
+    "metadata",
+    "response",
+    "turn_docs",
+]
+
+MAX_ENTRY_TERMS = 10_000
+"""Most distinct terms one entry added may have: its words and its author's, and outside
+ASCII their characters and pairs of characters (``term_count``). The plain backend keeps a
+posting key for each, all written by one script that holds Redis meanwhile."""
 
 
 @dataclass(slots=True)
@@ -75,10 +96,40 @@ def turn_docs(
     return list(docs.values())
 
 
+def entry_doc(
+    app: str, user: str, entry: MemoryEntry, shared: dict[str, Any], max_bytes: int
+) -> Doc | None:
+    """An entry given to ``add_memory`` (its metadata over ``shared``), within the limits
+    (:func:`check_entry`); None when it has no term to be found by."""
+    if not isinstance(entry, MemoryEntry):
+        raise InvalidInputError(f"not a MemoryEntry: {type(entry).__name__}")
+    memory_id = str(uuid.uuid4()) if entry.id is None else check_id("memory id", entry.id)
+    if entry.timestamp is not None and not isinstance(entry.timestamp, str):
+        raise InvalidInputError("memory timestamp must be an ISO-8601 string")
+    ts = time.time() if entry.timestamp is None else parse_iso(entry.timestamp)
+    said, content = entry.content.text, content_json(entry.content)
+    meta = {**shared, **metadata(entry.custom_metadata)}
+    check_entry(memory_id, said, content, meta, entry.author, max_bytes)
+    return make_doc(
+        app_name=app,
+        user_id=user,
+        memory_id=memory_id,
+        session_id="",
+        author=entry.author,
+        ts=ts,
+        iso=entry.timestamp,
+        text_=said,
+        content_json=content,
+        meta=meta,
+        analysed=analyse(text_terms(said), (), entry.author),
+    )
+
+
 def event_docs(
-    app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any]
+    app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any], max_bytes: int
 ) -> list[Doc]:
-    """The entries of events in conversation order (events with no text are not turns)."""
+    """The entries of events in conversation order (events with no text are not turns),
+    each within the limits (:func:`check_entry`)."""
     turns: list[Turn] = []
     for event in events:
         if not isinstance(event, Event):
@@ -91,19 +142,40 @@ def event_docs(
             raise InvalidInputError(f"event timestamp must be a number: {ts!r}")
         said = event.content.text
         if said:
+            content = content_json(event.content)
+            check_entry(event.id, said, content, meta, event.author, max_bytes)
             turns.append(
-                Turn(
-                    event.id,
-                    sid,
-                    event.author,
-                    float(ts),
-                    iso_timestamp(ts),
-                    content_json(event.content),
-                    said,
-                    meta,
-                )
+                Turn(event.id, sid, event.author, float(ts), iso_timestamp(ts), content, said, meta)
             )
     return turn_docs(app, user, turns)
+
+
+def check_entry(
+    memory_id: str,
+    said: str,
+    content: bytes,
+    meta: dict[str, Any],
+    author: str | None,
+    max_bytes: int,
+) -> None:
+    """PayloadTooLargeError when an entry's content and metadata (as JSON) and author come
+    to more than ``max_bytes``, InvalidInputError when it has more than ``MAX_ENTRY_TERMS``
+    terms. Asked before the entry is analysed: stemming a megabyte of distinct words takes
+    seconds."""
+    _check_json(meta, "in custom_metadata")
+    if author is not None and not isinstance(author, str):
+        raise InvalidInputError(f"author must be a string, got {type(author).__name__}")
+    _check_json(author, "of the author")  # a lone surrogate cannot be encoded
+    size = len(content) + len(orjson.dumps(meta)) + len((author or "").encode())
+    if size > max_bytes:
+        raise PayloadTooLargeError(f"memory entry {memory_id!r}", size, max_bytes)
+    terms = term_count(said) + len(query_words(author or ""))
+    if terms > MAX_ENTRY_TERMS:
+        raise InvalidInputError(
+            f"memory entry {memory_id!r} has {terms} distinct terms, over the limit of "
+            f"{MAX_ENTRY_TERMS} (its words and its author's, and outside ASCII their "
+            "characters and pairs of characters)"
+        )
 
 
 def metadata(value: Mapping[str, object] | None) -> dict[str, Any]:

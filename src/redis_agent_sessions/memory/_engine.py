@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
@@ -34,16 +34,15 @@ from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.memory._analysis import analyse, text_terms
 from redis_agent_sessions.memory._consolidate import Consolidator, FactSettings, checked_events
-from redis_agent_sessions.memory._docs import content_json, event_docs, metadata, response
+from redis_agent_sessions.memory._docs import entry_doc, event_docs, metadata, response
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._facts import FactStore
 from redis_agent_sessions.memory._generators import MemoryGenerator
 from redis_agent_sessions.memory._index_defs import Provisioned
 from redis_agent_sessions.memory._indexes import index_layout
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
-from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, prepare
+from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, search_terms
 from redis_agent_sessions.memory._record import check_vectors, recorded_vectors
 from redis_agent_sessions.memory._reindex import refresh_around, session_of
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
@@ -54,8 +53,6 @@ from redis_agent_sessions.memory._store import (
     Doc,
     MemoryStore,
     batches,
-    make_doc,
-    parse_iso,
 )
 from redis_agent_sessions.memory._text import query_words
 from redis_agent_sessions.memory._vectors import FUSION_DEPTH, Hit, Semantic, fuse
@@ -262,11 +259,12 @@ class MemoryEngine:
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
         sid = check_id("session_id", session.id)
+        # Entries over a limit are refused before the generator learns anything.
+        docs = self._docs(lambda limit: event_docs(app, user, sid, session.events, {}, limit))
         if self.generator is not None:
             await self._learn(app, user, session)
             if not self.fact_settings.keep_events:
                 return
-        docs = event_docs(app, user, sid, session.events, {})
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=False)
         ingest = self._keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
@@ -314,12 +312,13 @@ class MemoryEngine:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         sid = UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
         check_sequence("events", events)
+        meta = metadata(custom_metadata)
+        docs = self._docs(lambda limit: event_docs(app, user, sid, events, meta, limit))
         if self.generator is not None:
             checked_events(events)
             await (await self._learner(app, user)).events(app, user, sid, events)
             if not self.fact_settings.keep_events:
                 return
-        docs = event_docs(app, user, sid, events, metadata(custom_metadata))
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, docs, keep=True)
         for batch in batches(docs, self._batch_entries()):
@@ -338,27 +337,9 @@ class MemoryEngine:
         shared = metadata(custom_metadata)
         docs: dict[str, Doc] = {}
         for entry in memories:
-            if not isinstance(entry, MemoryEntry):
-                raise InvalidInputError(f"not a MemoryEntry: {type(entry).__name__}")
-            memory_id = str(uuid.uuid4()) if entry.id is None else check_id("memory id", entry.id)
-            if entry.timestamp is not None and not isinstance(entry.timestamp, str):
-                raise InvalidInputError("memory timestamp must be an ISO-8601 string")
-            ts = time.time() if entry.timestamp is None else parse_iso(entry.timestamp)
-            doc = make_doc(
-                app_name=app,
-                user_id=user,
-                memory_id=memory_id,
-                session_id="",
-                author=entry.author,
-                ts=ts,
-                iso=entry.timestamp,
-                text_=entry.content.text,
-                content_json=content_json(entry.content),
-                meta={**shared, **metadata(entry.custom_metadata)},
-                analysed=analyse(text_terms(entry.content.text), (), entry.author),
-            )
+            doc = entry_doc(app, user, entry, shared, self.config.max_payload_bytes)
             if doc is not None:
-                docs[memory_id] = doc
+                docs[doc.id] = doc
         store, _ = await self._ready(app, user)
         await self._embed_new(store, app, user, list(docs.values()), keep=False)
         for batch in batches(list(docs.values()), self._batch_entries()):
@@ -402,7 +383,7 @@ class MemoryEngine:
             raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidInputError(f"limit must be a non-negative int, got {limit!r}")
-        terms = prepare(query)
+        terms = search_terms(query)
         if not terms or limit == 0:
             return SearchMemoryResponse()
         store, search = await self._ready()
@@ -459,6 +440,13 @@ class MemoryEngine:
                 explain=explain, expired=True,
             )  # fmt: skip
         return response(live, found)
+
+    def _docs(self, make: Callable[[int], list[Doc]]) -> list[Doc]:
+        """The entries ``make`` makes within the size limit; none when the generator keeps
+        no events as entries."""
+        if self.generator is not None and not self.fact_settings.keep_events:
+            return []
+        return make(self.config.max_payload_bytes)
 
     # -- vectors --------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from redis.exceptions import ResponseError
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
+from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.keys import KeySpace, unescape
 from redis_agent_sessions.memory._analysis import (
     AUTHOR_WEIGHT,
@@ -48,11 +49,12 @@ from redis_agent_sessions.memory._analysis import (
 )
 from redis_agent_sessions.memory._search import escape_term
 from redis_agent_sessions.memory._store import owner_tag
-from redis_agent_sessions.memory._text import query_grams
+from redis_agent_sessions.memory._text import query_grams, term_count
 
 __all__ = [
     "COMMON_WINDOW",
     "EXPAND",
+    "MAX_QUERY_TERMS",
     "READ_BUDGET",
     "SUBSTRING_CAP",
     "IndexRanker",
@@ -60,6 +62,7 @@ __all__ = [
     "QueryTerm",
     "Ranked",
     "prepare",
+    "search_terms",
 ]
 
 READ_BUDGET = 1_500
@@ -77,6 +80,9 @@ PER_TERM = 10
 COMMON_WINDOW = 1_000
 """A term in more of a user's entries than this is asked about among their newest this many
 only (RediSearch scores every entry a query matches)."""
+MAX_QUERY_TERMS = 1_000
+"""Most distinct terms a search may have (``_text.term_count``): each costs both backends a
+lookup (RediSearch a query of its own), and every candidate is scored on each, in a script."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,18 @@ def prepare(query: str) -> list[QueryTerm]:
         QueryTerm(term, times, () if term.isascii() else tuple(sorted(query_grams(term))))
         for term, times in sorted(query_terms(query).items())
     ]
+
+
+def search_terms(query: str) -> list[QueryTerm]:
+    """A search's terms (:func:`prepare`), or InvalidInputError past ``MAX_QUERY_TERMS``
+    (counted before stemming, which takes seconds on a megabyte of distinct words)."""
+    count = term_count(query)
+    if count > MAX_QUERY_TERMS:
+        raise InvalidInputError(
+            f"the query has {count} distinct terms (its words, and outside ASCII their "
+            f"characters and pairs of characters), over the limit of {MAX_QUERY_TERMS}"
+        )
+    return prepare(query)
 
 
 class PlainRanker:

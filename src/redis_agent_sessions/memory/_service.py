@@ -49,7 +49,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
     Args:
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` client; it stays open when
             this service closes.
-        config: the key prefix (``ttl_seconds`` and the session limits do not apply here).
+        config: the key prefix, and ``max_payload_bytes``, the most bytes of one entry
+            (``ttl_seconds`` and the other session settings do not apply here).
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``: search
             when ``MODULE LIST`` shows the module at version 2.0 or later. The first worker
             records its choice in Redis (``<prefix>:mem:backend``); every later one uses

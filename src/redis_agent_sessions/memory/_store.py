@@ -38,6 +38,7 @@ VECTOR_BATCH_ENTRIES = 32
 the script (~0.65 ms per 384-dimensional entry into HNSW on RediSearch 2.10,
 benchmarks/semantic.py), so a batch of 32 holds Redis ~20 ms, not 130."""
 _BATCH_BYTES = 1 << 20
+_BATCH_TERMS = 20_000
 _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
@@ -188,16 +189,20 @@ class _Keys:
 
 
 def batches(docs: Sequence[Doc], entries: int = BATCH_ENTRIES) -> Iterator[list[Doc]]:
-    """Runs of docs bounded in count and bytes, so one script never blocks Redis long."""
+    """Runs of docs bounded in count, bytes and terms (a posting each, on the plain
+    backend), so one script never blocks Redis long."""
     batch: list[Doc] = []
-    size = 0
+    size = terms = 0
     for doc in docs:
         doc_size = sum(len(v) for v in doc.fields.values()) + len(doc.vec or b"")
-        if batch and (len(batch) >= entries or size + doc_size > _BATCH_BYTES):
+        doc_terms = len(doc.analysed.tf) + len(doc.grams)
+        full = size + doc_size > _BATCH_BYTES or terms + doc_terms > _BATCH_TERMS
+        if batch and (len(batch) >= entries or full):
             yield batch
-            batch, size = [], 0
+            batch, size, terms = [], 0, 0
         batch.append(doc)
         size += doc_size
+        terms += doc_terms
     if batch:
         yield batch
 

@@ -13,7 +13,14 @@ import itertools
 import re
 import unicodedata
 
-__all__ = ["entry_grams", "lowered_text", "query_grams", "query_words", "searchable_words"]
+__all__ = [
+    "entry_grams",
+    "lowered_text",
+    "query_grams",
+    "query_words",
+    "searchable_words",
+    "term_count",
+]
 
 _WORD = re.compile(r"\w+")
 
@@ -68,3 +75,11 @@ def entry_grams(words: set[str]) -> set[str]:
 def query_grams(word: str) -> set[str]:
     """The grams an entry must have to contain the non-ASCII ``word``."""
     return _bigrams(word) or {c for c in word if not c.isascii()}
+
+
+def term_count(text: str) -> int:
+    """What the memory limits count of ``text``: its distinct searchable words, and outside
+    ASCII their characters and pairs of characters. No fewer than the terms and grams an
+    entry is indexed by or a query looks up, and cheap: no stemming."""
+    words = searchable_words(text)
+    return len(words) + len(entry_grams(words))

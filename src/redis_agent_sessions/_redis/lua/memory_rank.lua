@@ -84,7 +84,12 @@ for _ = 1, tonumber(ARGV[10]) do
   names[#names + 1] = t.term
 end
 for i = 1, #terms do names[#names + 1] = '@' .. names[i] end
-local df = #names > 0 and redis.call('HMGET', KEYS[4], unpack(names)) or {}
+-- In slices: unpack() is bounded by the Lua stack, and a query may have many terms.
+local df = {}
+for at = 1, #names, 500 do
+  local part = redis.call('HMGET', KEYS[4], unpack(names, at, math.min(at + 499, #names)))
+  for _, value in ipairs(part) do df[#df + 1] = value end
+end
 for i, t in ipairs(terms) do
   -- A word found inside more entries than have it as a term is that much less rare.
   local found = math.max(tonumber(df[i] or '0'), #t.found)
