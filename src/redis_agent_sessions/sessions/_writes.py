@@ -7,7 +7,6 @@ the user, for the sweep)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,7 @@ from typing import Any, Generic
 
 from redis_agent_sessions._redis.codec import (
     check_id,
+    check_time,
     decode_hash,
     encode_fields,
     event_ms,
@@ -37,7 +37,7 @@ from redis_agent_sessions.sessions._replies import (
 )
 from redis_agent_sessions.sessions._turns import Ref
 from redis_agent_sessions.sessions._types import UNKNOWN, E, S, StoredSession
-from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
+from redis_agent_sessions.state import TEMP_PREFIX, ScopedDelta, merge_state, split_state_delta
 
 __all__ = ["Writes"]
 
@@ -57,6 +57,32 @@ class Writes(Generic[S, E]):
         self._runner = ctx.runner
         self.reads = reads
 
+    def check_create(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        ttl: object = None,
+        create_time: float | None = None,
+    ) -> tuple[str, int | None, ScopedDelta, list[list[bytes | str]], float | None]:
+        """Everything :meth:`create_session` refuses, checked without a round trip (an
+        import checks a record whole before it deletes the session it replaces): the
+        session id, its own TTL, the state by scope and encoded, and the create time."""
+        own_ttl = session_ttl(ttl)
+        check_id("app_name", app_name)
+        check_id("user_id", user_id)
+        sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
+        if create_time is not None:
+            create_time = check_time("create_time", create_time)
+        if state is not None and not isinstance(state, Mapping):
+            raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
+        scoped = split_state_delta(state or {})
+        fields = _encoded(scoped)
+        self._runner.check_size("initial state", stored_bytes(fields))
+        return sid, own_ttl, scoped, fields, create_time
+
     async def create_session(
         self,
         *,
@@ -69,15 +95,14 @@ class Writes(Generic[S, E]):
     ) -> S:
         """``create_time`` (default: now) is for imports, which keep the original's."""
         await self._ctx.ready(write=True)
-        own_ttl = session_ttl(ttl)
-        check_id("app_name", app_name)
-        check_id("user_id", user_id)
-        sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
-        if state is not None and not isinstance(state, Mapping):
-            raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
-        scoped = split_state_delta(state or {})
-        fields = _encoded(scoped)
-        self._runner.check_size("initial state", stored_bytes(fields))
+        sid, own_ttl, scoped, fields, create_time = self.check_create(
+            app_name=app_name,
+            user_id=user_id,
+            state=state,
+            session_id=session_id,
+            ttl=ttl,
+            create_time=create_time,
+        )
         now = time.time() if create_time is None else create_time
         keys = self._ctx.keys.session(app_name, user_id, sid)
         layout = self._ctx.layout
@@ -127,9 +152,10 @@ class Writes(Generic[S, E]):
         check_id("app_name", session.app_name)
         check_id("user_id", session.user_id)
         check_id("session id", session.id)
+        # Out of range, the event would be refused by XADD inside the script (an invalid
+        # stream id) or stored and break every reader that shows its time.
+        check_time("event timestamp", event.timestamp)
         timestamp = event.timestamp
-        if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
-            raise InvalidInputError(f"event timestamp must be a finite number: {timestamp}")
         delta = event.actions.state_delta
         if not isinstance(delta, Mapping):
             raise InvalidInputError(f"state_delta must be a mapping, got {type(delta).__name__}")
