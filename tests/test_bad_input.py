@@ -22,7 +22,10 @@ from redis_agent_sessions import (
     RedisSessionsError,
     RedisSessionService,
     Session,
+    SessionServiceConfig,
 )
+from redis_agent_sessions._redis.codec import MAX_TIME, MIN_TIME
+from redis_agent_sessions.config import MAX_TTL_SECONDS
 from redis_agent_sessions.keys import KeySpace
 
 APP, USER = "app", "user"
@@ -61,6 +64,47 @@ async def test_a_bad_session_ttl_writes_nothing(
     before = await snapshot(redis_client)
     with pytest.raises(InvalidInputError, match="ttl must be whole seconds"):
         await service.create_session(app_name=APP, user_id=USER, ttl=ttl)
+    assert await snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize(
+    "ttl", [10**30, MAX_TTL_SECONDS + 1, float(10**16), "9" * 5000, "1" * 21 + "s"]
+)
+async def test_a_session_ttl_over_the_limit_writes_nothing(
+    populated: Any, service: RedisSessionService, redis_client: Any, ttl: Any
+) -> None:
+    # Beyond the limit Redis refuses the expiry inside the script, after it wrote part of
+    # the session (10**16 s: 'invalid expire time'; 10**30: 'not an integer').
+    before = await snapshot(redis_client)
+    with pytest.raises(InvalidInputError, match="ttl must be at most 3153600000 seconds"):
+        await service.create_session(app_name=APP, user_id=USER, ttl=ttl)
+    assert await snapshot(redis_client) == before
+
+
+async def test_a_session_ttl_at_the_limit_is_kept(service: RedisSessionService) -> None:
+    s = await service.create_session(app_name=APP, user_id=USER, ttl=MAX_TTL_SECONDS)
+    await service.append_event(s, Event(timestamp=MAX_TIME))
+    assert await service.get_session(app_name=APP, user_id=USER, session_id=s.id) == s
+
+
+def test_a_service_ttl_over_the_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="less than or equal to 3153600000"):
+        SessionServiceConfig(ttl_seconds=MAX_TTL_SECONDS + 1)
+
+
+@pytest.mark.parametrize(
+    "timestamp", [1e300, 2e16, -1e300, MAX_TIME + 1, MIN_TIME - 1, math.inf, 10**400, "5", None]
+)
+async def test_an_event_time_out_of_range_writes_nothing(
+    service: RedisSessionService, redis_client: Any, populated: Any, timestamp: Any
+) -> None:
+    # 1e300 and 2e16 s are no stream id (XADD refused them inside the script, reported as
+    # corrupt data); -1e300 was stored, and broke every reader that shows its time.
+    before = await snapshot(redis_client)
+    event = Event()
+    event.timestamp = timestamp  # a model does not check what is assigned
+    with pytest.raises(InvalidInputError, match="event timestamp must be"):
+        await service.append_event(populated, event)
     assert await snapshot(redis_client) == before
 
 

@@ -8,7 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from redis_agent_sessions.keys import check_prefix
 
-__all__ = ["SessionServiceConfig"]
+__all__ = ["MAX_TTL_SECONDS", "SessionServiceConfig"]
+
+MAX_TTL_SECONDS = 100 * 365 * 86400
+"""The longest TTL a session may have, 100 years: far beyond any use, and well inside what
+Redis takes (it refuses an expiry whose time in ms overflows 64 bits, inside the script
+that already wrote part of the session) and what the scripts compute exactly."""
 
 
 class SessionServiceConfig(BaseModel):
@@ -20,7 +25,7 @@ class SessionServiceConfig(BaseModel):
     key_prefix: str = "ras"
     """First part of every key; lets several deployments share one Redis. No ``{`` or
     ``}``, and no part after a ``:`` may be ``apps``, ``mem`` or ``demo`` (``keys.py``)."""
-    ttl_seconds: int | None = Field(default=None, gt=0)
+    ttl_seconds: int | None = Field(default=None, gt=0, le=MAX_TTL_SECONDS)
     """Sliding expiry of a session's keys, refreshed by every append. None = keep forever.
     User and app state never expire."""
     stale_policy: Literal["reject", "merge"] = "reject"

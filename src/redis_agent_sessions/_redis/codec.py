@@ -11,11 +11,15 @@ from typing import Any
 
 import orjson
 
+from redis_agent_sessions.config import MAX_TTL_SECONDS
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 
 __all__ = [
+    "MAX_TIME",
+    "MIN_TIME",
     "check_id",
     "check_sequence",
+    "check_time",
     "decode_hash",
     "encode_fields",
     "gc_paused",
@@ -25,6 +29,13 @@ __all__ = [
 ]
 
 _MAX_ID_LENGTH = 1024
+
+MIN_TIME = -62135596800.0
+"""0001-01-01T00:00:00Z: with :data:`MAX_TIME`, the times a ``datetime`` can show. A time
+outside them would be stored, and then break every listing that shows it."""
+MAX_TIME = 253402300799.0
+"""9999-12-31T23:59:59Z. Its milliseconds (a stream id's first part) are exact in the
+scripts' floating point, where 2e16 s would not even fit a stream id."""
 
 
 def text(value: bytes | str) -> str:
@@ -80,8 +91,24 @@ def check_id(name: str, value: object) -> str:
     return value
 
 
+def check_time(name: str, value: object) -> float:
+    """``value`` (epoch seconds) as a float if it is a number between :data:`MIN_TIME` and
+    :data:`MAX_TIME`, else InvalidInputError."""
+    # Compared, not math.isfinite'd: that raises OverflowError for an int beyond a float's
+    # range, and NaN fails the comparison as it should.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"{name} must be a number of epoch seconds, got {value!r}")
+    if not MIN_TIME <= value <= MAX_TIME:
+        raise InvalidInputError(
+            f"{name} must be epoch seconds from {MIN_TIME:.0f} to {MAX_TIME:.0f} "
+            f"(years 1 to 9999), got {value!r}"
+        )
+    return float(value)
+
+
 def session_ttl(value: object) -> int | None:
-    """A per-session TTL in whole seconds (0 = never expires), or None for the default.
+    """A per-session TTL in whole seconds (0 = never expires, at most
+    :data:`~redis_agent_sessions.config.MAX_TTL_SECONDS`), or None for the default.
 
     Takes an int, a whole float, a ``timedelta``, or text: ``"3600"`` or the protobuf
     duration ``"3600s"`` that ADK's REST clients send for VertexAiSessionService.
@@ -93,12 +120,21 @@ def session_ttl(value: object) -> int | None:
         seconds = value.total_seconds()
     elif isinstance(value, str):
         digits = value.strip().removesuffix("s")
-        seconds = int(digits) if digits.isascii() and digits.isdigit() else None
+        seconds = None
+        if digits.isascii() and digits.isdigit():
+            # Over 20 digits is over the limit anyway, and int() raises ValueError for text
+            # of over 4,300.
+            seconds = int(digits) if len(digits) <= 20 else MAX_TTL_SECONDS + 1
     if isinstance(seconds, float) and seconds.is_integer():
         seconds = int(seconds)
     if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
         raise InvalidInputError(
             f"ttl must be whole seconds >= 0 (an int, a timedelta, or text like '3600s'), "
+            f"got {value!r}"
+        )
+    if seconds > MAX_TTL_SECONDS:
+        raise InvalidInputError(
+            f"ttl must be at most {MAX_TTL_SECONDS} seconds (100 years; 0 never expires), "
             f"got {value!r}"
         )
     return seconds

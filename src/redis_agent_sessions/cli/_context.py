@@ -271,7 +271,12 @@ def utc(timestamp: float | None) -> str | None:
     alike: UTC, ISO-8601 with the zone marked, to the second (``2026-11-25T07:40:31Z``)."""
     if timestamp is None:
         return None
-    moment = dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc)
+    try:
+        moment = dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        # A time no datetime can hold (1e300, NaN) was written by hand: the library refuses
+        # one. Shown as the number, so that one such session does not stop a listing.
+        return repr(timestamp)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

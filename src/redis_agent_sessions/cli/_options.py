@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from redis_agent_sessions.cli._jsonl import MAX_LINE_BYTES
+
 __all__ = ["PAGE_FLAG", "add"]
 
 PAGE_FLAG = "--page"
@@ -116,6 +118,13 @@ def _import(p: argparse.ArgumentParser) -> None:
     )
     how.add_argument(
         "--skip-existing", action="store_true", help="leave sessions that exist as they are"
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=_positive,
+        default=MAX_LINE_BYTES,
+        metavar="N",
+        help=f"refuse a line (a session) longer than this (default {MAX_LINE_BYTES:,})",
     )
 
 

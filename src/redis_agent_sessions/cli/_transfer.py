@@ -19,8 +19,10 @@ from redis_agent_sessions.cli._context import (
     Context,
     NotFound,
     UsageError,
+    first_line,
     sessions_of_whom,
 )
+from redis_agent_sessions.cli._jsonl import LineTooLong, count_lines, lines, loads
 from redis_agent_sessions.cli._records import dump, import_record, read_record
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.models import Session
@@ -62,7 +64,7 @@ async def _export(ctx: Context, args: argparse.Namespace) -> int:
     exported = events = 0
     with _output(args.output) as out, ctx.progress("exporting", total) as bar:
         async for s in sessions_of(ctx, args.app, args.user):
-            record = await read_record(ctx.engine, args.app, s.user_id, s.id)
+            record = await read_record(ctx.engine, args.app, s.user_id, s.id, exact=True)
             if record is None:  # deleted while the export ran
                 continue
             out.write(dump(record) + b"\n")
@@ -100,17 +102,13 @@ def _output(path: str | None) -> Iterator[IO[bytes]]:
 
 async def _import(ctx: Context, args: argparse.Namespace) -> int:
     engine = ctx.import_engine
-    lines = _lines(args.file)
-    total = sum(1 for line in lines if line.strip())
     imported = skipped = events = 0
-    with ctx.progress("importing", total) as bar:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            where = f"{args.file}:{number}"
-            try:
-                record: Any = orjson.loads(line)
-                if await import_record(engine, record, replace=args.replace):
+    with _input(args.file) as (stream, total), ctx.progress("importing", total) as bar:
+        number = 0
+        try:
+            for number, box in lines(stream, args.max_line_bytes):
+                record: Any = loads(box.pop())  # the line goes once decoded
+                if await import_record(engine, record, replace=args.replace, spend=True):
                     imported += 1
                     events += len(record["events"])
                 elif args.skip_existing:
@@ -119,15 +117,16 @@ async def _import(ctx: Context, args: argparse.Namespace) -> int:
                     # Exit 1, as for data that cannot be read: what is stored stops the
                     # import, not how it was called.
                     raise CliError(
-                        f"{where}: session {record['id']!r} of user {record['user_id']!r} in "
-                        f"app {record['app_name']!r} exists; left as it was (--replace "
-                        f"replaces, --skip-existing skips); {_before(imported)}"
+                        f"{args.file}:{number}: session {record['id']!r} of user "
+                        f"{record['user_id']!r} in app {record['app_name']!r} exists; left as "
+                        f"it was (--replace replaces, --skip-existing skips); {_before(imported)}"
                     )
-            except (orjson.JSONDecodeError, InvalidInputError) as exc:
-                raise UsageError(
-                    f"{where}: {str(exc).splitlines()[0]}; {_before(imported)}"
-                ) from None
-            bar.advance(bar.task_ids[0])
+                bar.advance(bar.task_ids[0])
+        except (orjson.JSONDecodeError, InvalidInputError) as exc:
+            number = exc.number if isinstance(exc, LineTooLong) else number
+            raise UsageError(
+                f"{args.file}:{number}: {first_line(exc)}; {_before(imported)}"
+            ) from None
     _done(ctx, imported, skipped, events)
     return 0
 
@@ -147,11 +146,19 @@ def _done(ctx: Context, imported: int, skipped: int, events: int) -> None:
     )
 
 
-def _lines(path: str) -> list[bytes]:
+@contextlib.contextmanager
+def _input(path: str) -> Iterator[tuple[IO[bytes], int | None]]:
+    """The file (or stdin) to read, and its number of records when it can be read twice."""
     if path == "-":
-        return sys.stdin.buffer.read().splitlines()
+        yield sys.stdin.buffer, None
+        return
     try:
-        with open(path, "rb") as f:
-            return f.read().splitlines()
+        f = open(path, "rb")  # noqa: SIM115 - closed below, after the count's own pass
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    with f:
+        total = None
+        if f.seekable():
+            total = count_lines(f)
+            f.seek(0)
+        yield f, total

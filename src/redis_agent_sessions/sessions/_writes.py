@@ -7,14 +7,14 @@ the user, for the sweep)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Generic
+from typing import Any, Generic, NamedTuple
 
 from redis_agent_sessions._redis.codec import (
     check_id,
+    check_time,
     decode_hash,
     encode_fields,
     event_ms,
@@ -42,11 +42,23 @@ from redis_agent_sessions.sessions._replies import (
 )
 from redis_agent_sessions.sessions._turns import Ref
 from redis_agent_sessions.sessions._types import UNKNOWN, E, S, StoredSession
-from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
+from redis_agent_sessions.state import TEMP_PREFIX, ScopedDelta, merge_state, split_state_delta
 
-__all__ = ["Writes"]
+__all__ = ["Exported", "Writes"]
 
 _SCOPES = ("session", "user", "app")
+
+
+class Exported(NamedTuple):
+    """An imported event as :meth:`Writes.append_exported` stores it: its JSON exactly as
+    given, and what the append script takes from its model (no model is kept: an import
+    holds every event of a session at once)."""
+
+    id: str
+    timestamp: float
+    raw: bytes
+    hints: tuple[str, str]
+    """The codec's ``read_hints`` of the event."""
 
 
 class Writes(Generic[S, E]):
@@ -56,11 +68,43 @@ class Writes(Generic[S, E]):
     """A stale append's refusal carries what the copy lacks when it is at most this many
     events behind (single-node layout), for the refresh that follows (:mod:`._catch_up`)."""
 
+    exported_batch_bytes = 8 << 20
+    """Most bytes of event JSON :meth:`append_exported` sends in one pipeline (but at least
+    one event): a large session is packed and sent a part at a time instead of held twice
+    more while the whole is (the client copies each command's arguments into one buffer,
+    and asyncio's transport joins the buffers of a write)."""
+
     def __init__(self, ctx: Context[S, E], reads: Reads[S, E]) -> None:
         self._ctx = ctx
         self._codec = ctx.codec
         self._runner = ctx.runner
         self.reads = reads
+
+    def check_create(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        ttl: object = None,
+        create_time: float | None = None,
+    ) -> tuple[str, int | None, ScopedDelta, list[list[bytes | str]], float | None]:
+        """Everything :meth:`create_session` refuses, checked without a round trip (an
+        import checks a record whole before it deletes the session it replaces): the
+        session id, its own TTL, the state by scope and encoded, and the create time."""
+        own_ttl = session_ttl(ttl)
+        check_id("app_name", app_name)
+        check_id("user_id", user_id)
+        sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
+        if create_time is not None:
+            create_time = check_time("create_time", create_time)
+        if state is not None and not isinstance(state, Mapping):
+            raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
+        scoped = split_state_delta(state or {})
+        fields = _encoded(scoped)
+        self._runner.check_size("initial state", stored_bytes(fields))
+        return sid, own_ttl, scoped, fields, create_time
 
     async def create_session(
         self,
@@ -74,15 +118,14 @@ class Writes(Generic[S, E]):
     ) -> S:
         """``create_time`` (default: now) is for imports, which keep the original's."""
         await self._ctx.ready(write=True)
-        own_ttl = session_ttl(ttl)
-        check_id("app_name", app_name)
-        check_id("user_id", user_id)
-        sid = str(uuid.uuid4()) if session_id is None else check_id("session_id", session_id)
-        if state is not None and not isinstance(state, Mapping):
-            raise InvalidInputError(f"state must be a mapping, got {type(state).__name__}")
-        scoped = split_state_delta(state or {})
-        fields = _encoded(scoped)
-        self._runner.check_size("initial state", stored_bytes(fields))
+        sid, own_ttl, scoped, fields, create_time = self.check_create(
+            app_name=app_name,
+            user_id=user_id,
+            state=state,
+            session_id=session_id,
+            ttl=ttl,
+            create_time=create_time,
+        )
         now = time.time() if create_time is None else create_time
         keys = self._ctx.keys.session(app_name, user_id, sid)
         layout = self._ctx.layout
@@ -138,9 +181,10 @@ class Writes(Generic[S, E]):
         check_id("app_name", session.app_name)
         check_id("user_id", session.user_id)
         check_id("session id", session.id)
+        # Out of range, the event would be refused by XADD inside the script (an invalid
+        # stream id) or stored and break every reader that shows its time.
+        check_time("event timestamp", event.timestamp)
         timestamp = event.timestamp
-        if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
-            raise InvalidInputError(f"event timestamp must be a finite number: {timestamp}")
         delta = event.actions.state_delta
         if not isinstance(delta, Mapping):
             raise InvalidInputError(f"state_delta must be a mapping, got {type(delta).__name__}")
@@ -299,38 +343,63 @@ class Writes(Generic[S, E]):
         keys: SessionKeys,
         user_id: str,
         session_id: str,
-        events: Sequence[tuple[E, bytes]],
+        events: Sequence[Exported],
         update_time: float,
     ) -> None:
         """Store a new session's imported events exactly as exported (each event's JSON as
         given), in order, without applying their state deltas: an import writes each
-        scope's state whole, as it was when exported. One round trip: a pipeline of the
-        append script, each call checking the revision the one before it made, so a gap
-        stops the rest. ``update_time`` is the session's last_update_time after the last."""
+        scope's state whole, as it was when exported. A pipeline of the append script per
+        :attr:`exported_batch_bytes` of events (one round trip for most sessions), each
+        call checking the revision the one before it made, so a gap stops the rest.
+        ``update_time`` is the session's last_update_time after the last. The caller
+        checked the events (:meth:`check_exported`) before writing anything."""
         if not events:
             return
-        calls = []
-        for revision, (event, raw) in enumerate(events):
-            self._runner.check_size("event", len(raw))
-            script_keys, args = self._append_call(
-                keys,
-                session_id,
-                revision,
-                events[revision - 1][0].id if revision else "",
-                event.id,
-                raw,
-                event.timestamp,
-                update_time if revision == len(events) - 1 else event.timestamp,
-                self._codec.read_hints(event),
-                cleanup=revision == len(events) - 1,
-            )
-            calls.append((script_keys, [*args, 0, 0, 0]))  # no state fields in any scope
         shortfalls: list[str] = []
-        replies = await self._runner.run_many(self._runner.append, calls, shortfalls)
-        for reply in replies:
-            appended(reply, (keys.app_name, user_id, session_id), self._codec.errors)
+        last = len(events) - 1
+        start = 0
+        while start <= last:
+            calls: list[tuple[list[str], list[Any]]] = []
+            size = 0
+            for revision in range(start, last + 1):
+                if calls and size + len(events[revision].raw) > self.exported_batch_bytes:
+                    break
+                event = events[revision]
+                size += len(event.raw)
+                script_keys, args = self._append_call(
+                    keys,
+                    session_id,
+                    revision,
+                    events[revision - 1].id if revision else "",
+                    event.id,
+                    event.raw,
+                    event.timestamp,
+                    update_time if revision == last else event.timestamp,
+                    event.hints,
+                    cleanup=revision == last,
+                )
+                calls.append((script_keys, [*args, 0, 0, 0]))  # no state fields in any scope
+            replies = await self._runner.run_many(self._runner.append, calls, shortfalls)
+            for reply in replies:
+                appended(reply, (keys.app_name, user_id, session_id), self._codec.errors)
+            start += len(calls)
         await self._ctx.layout.settle(keys, replies[-1][3], shortfalls)
         self._runner.confirmed("append_event", shortfalls)
+
+    def check_exported(self, event: E, raw: bytes, where: str = "event") -> Exported:
+        """An imported event (its model, and its JSON as it will be stored) checked as
+        :meth:`append_event` checks an event, with the event alone counted against the size
+        limit (an import applies no state delta); ``where`` names it in the errors."""
+        if event.partial:
+            raise InvalidInputError(f"{where} is partial: partial events are never stored")
+        check_id(f"{where}.id", event.id)
+        timestamp = check_time(f"{where}.timestamp", event.timestamp)
+        self._runner.check_size(where, len(raw))
+        try:
+            hints = self._codec.read_hints(event)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{where}: {exc}") from None
+        return Exported(event.id, timestamp, raw, hints)
 
     def _encode_event(self, event: E, state_bytes: int) -> bytes:
         try:
