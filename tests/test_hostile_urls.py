@@ -71,8 +71,8 @@ REFUSED: list[tuple[str, str]] = [
     ("rediss://h/0?ssl_ca_path=/nonexistent/certs", r"^ssl_ca_path: no such directory"),
     (
         "redis://h/0?key_prefix={x}",
-        r"^bad service settings in the URL: key_prefix: key_prefix must be non-empty and "
-        r"contain no '\{' or '\}'$",
+        r"^bad service settings in the URL: key_prefix: key prefix must be non-empty and "
+        r"contain no '\{' or '\}': '\{x\}'$",
     ),
 ]
 
@@ -169,7 +169,7 @@ def test_the_cli_says_what_is_wrong_with_a_key_prefix(prefix: str) -> None:
     assert result.returncode == 2
     assert result.stderr == (
         f"redis-agent-sessions: bad --key-prefix {prefix!r}: "
-        "key_prefix must be non-empty and contain no '{' or '}'\n"
+        f"key prefix must be non-empty and contain no '{{' or '}}': {prefix!r}\n"
     )
 
 

@@ -30,6 +30,7 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
+from redis_agent_sessions.memory._index_defs import IndexDefinitions
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 
 APP, USER = "memory_app", "user1"
@@ -83,9 +84,24 @@ async def memory_client(
     await client.aclose()
 
 
+def provision_on_demand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-app indexes are an operator's to make (``tenant create``): in the contract suite
+    each app a test uses is provisioned as it first needs them, as an operator would have,
+    so that every test runs through the per-app indexes."""
+    ensure = IndexDefinitions.ensure
+
+    async def provisioned(self: Any, app: str = "", user: str = "", **kw: Any) -> None:
+        if self.layout.provisioned:
+            vectors = self._want_vectors() if self._semantic is not None else None
+            await self.provision(app, vectors=vectors)
+        await ensure(self, app, user, **kw)
+
+    monkeypatch.setattr(IndexDefinitions, "ensure", provisioned)
+
+
 @pytest.fixture(params=["keyword", "semantic"])
 async def memory(
-    memory_client: Any, request: pytest.FixtureRequest
+    memory_client: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[RedisMemoryService]:
     """The service, keyword-only or with the synonyms embedder (hybrid search): the
     contract holds for both (where a test pins the keyword ranking's order of ties, it says
@@ -93,6 +109,8 @@ async def memory(
     kind = request.node.callspec.params["memory_client"]
     expected = "search" if kind.startswith("search") else "plain"
     embedder = SynonymEmbedder() if request.param == "semantic" else None
+    if kind == "search-per-app":
+        provision_on_demand(monkeypatch)
     if not kind.endswith("acl"):
         # memory_index only changes what the search backend's indexes cover (one per app).
         config = SessionServiceConfig(

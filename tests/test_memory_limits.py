@@ -30,17 +30,26 @@ from redis_agent_sessions.memory import CallableGenerator, FactSettings
 from redis_agent_sessions.memory._docs import MAX_ENTRY_TERMS
 from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, PlainRanker, prepare
 from test_hostile_input import dumps, nested
-from test_memory import memory_client  # noqa: F401 - the memory suite's backends
+from test_memory import (
+    memory_client,  # noqa: F401 - the memory suite's backends
+    provision_on_demand,
+)
 
 APP, USER = "memory_app", "user1"
 Make = Callable[..., RedisMemoryService]
 
 
 @pytest.fixture
-async def make(memory_client: Any, request: pytest.FixtureRequest) -> AsyncIterator[Make]:  # noqa: F811
+async def make(
+    memory_client: Any,  # noqa: F811
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Make]:
     """Services of the backend's kind (as the worker under ``acl``) with config ``**kw``."""
     kind = request.node.callspec.params["memory_client"]
     search = kind.startswith("search")
+    if kind == "search-per-app":
+        provision_on_demand(monkeypatch)
 
     def on(client: Any, **config: Any) -> RedisMemoryService:
         if kind == "search-per-app":

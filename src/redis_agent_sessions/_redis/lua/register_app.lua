@@ -12,13 +12,17 @@
 --         {-3, key, found type} when
 --         the key has a foreign type, {-4, command, key} when the ACL user may not run a
 --         command it needs (nothing written either way)
-local refused = denied('TYPE', KEYS[1], 'ZSCORE', KEYS[1])
+-- ZADD is asked for only when it would run: a tenant may list nothing, only read.
+local function plan(listing)
+  return denied('TYPE', KEYS[1], 'ZSCORE', KEYS[1]) or (listing and denied('ZADD', KEYS[1]))
+end
+local refused = plan(false)
 if refused then return refused end
 local t = redis.call('TYPE', KEYS[1])
 if type(t) == 'table' then t = t['ok'] end
 if t ~= 'none' and t ~= 'zset' then return {-3, KEYS[1], t} end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-refused = denied('ZADD', KEYS[1])
+refused = plan(true)
 if refused then return refused end
 if ARGV[3] == '1' then redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1]) end
 return 1
