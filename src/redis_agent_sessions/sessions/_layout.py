@@ -32,7 +32,6 @@ the sweep, take the due ones.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from redis.exceptions import RedisError
 
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.lost import lost_connection
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import RedisSessionsError
 from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
@@ -242,8 +242,13 @@ class Layout(ABC):
             return
         pairs = [split_app_member(text(member)) for member in due]
         # Raised, the write that landed would look failed; the next writer checks them.
-        with contextlib.suppress(RedisError, RedisSessionsError):
+        try:
             await self.prune(app_name, pairs)
+        except (RedisError, RedisSessionsError):
+            pass
+        except (AttributeError, TypeError) as exc:
+            if lost_connection(exc) is None:
+                raise
 
     @abstractmethod
     async def sweep(
