@@ -128,13 +128,16 @@ class EmbeddingError(RedisSessionsError):
 class GenerationError(RedisSessionsError):
     """The memory service's generator failed, or returned what cannot be applied (not a list
     of operations, a fact too long or empty, an id it was not shown: another user's, or
-    none at all). Raised before anything is written: the facts and the session's
-    watermark stay as they were, so the same events are offered again next time."""
+    none at all). Raised before the step it failed is written: the facts and the session's
+    watermark stay as that step found them, so its events are offered again next time. A
+    long session is read in steps of 50 events, each written on its own: the steps of the
+    call before the failed one stay written."""
 
 
 class ConsolidationConflictError(RedisSessionsError):
     """Other workers kept changing the facts a generator's operations touch (or processed
-    the same events first) through every attempt: nothing of this call was written."""
+    the same events first) through every attempt: nothing of that step was written (the
+    steps of the call before it, 50 events each, stay written)."""
 
 
 class MemoryIndexError(RedisSessionsError):
