@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection, ConnectionPool
 from redis.exceptions import RedisError
 
 from _relay import Relay, relays
@@ -67,6 +67,11 @@ async def test_the_same_types_raised_elsewhere_are_left_alone() -> None:
         await asyncio.sleep("soon")  # type: ignore[arg-type]
     assert lost_connection(in_asyncio.value) is None
     assert lost_connection(ConnectionError("not redis-py's transport")) is None
+    # In redis-py's connection module, but its pool's code, not a connection's: a misuse.
+    pool = ConnectionPool(connection_class=object)
+    with pytest.raises(TypeError) as in_the_pool:
+        pool.make_connection()
+    assert lost_connection(in_the_pool.value) is None
 
 
 # -- the operations, and what their data must be afterwards ------------------------------------

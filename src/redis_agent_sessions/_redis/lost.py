@@ -22,17 +22,21 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, ParamSpec, TypeVar
+
+from redis.asyncio.connection import AbstractConnection as AsyncConnection
+from redis.connection import AbstractConnection as SyncConnection
 
 from redis_agent_sessions.errors import ConnectionLostError
 
 __all__ = ["lost_connection", "raise_if_lost", "type_losses", "typed_losses", "typed_stream"]
 
-# Where redis-py reads and writes sockets. Its encoders raise DataError for bad arguments, and
-# the command packers turn hiredis's TypeError into DataError, so a TypeError or
-# AttributeError raised here comes from a connection's state, not from what it was given.
-_CONNECTION_CODE = ("redis.asyncio.connection", "redis.connection")
+# Where redis-py reads and writes sockets: a connection's own methods (not its pool's, in the
+# same modules) and the reply parsers. Its encoders raise DataError for bad arguments, and the
+# command packers turn hiredis's TypeError into DataError, so a TypeError or AttributeError
+# raised there comes from a connection's state, not from what it was given.
+_CONNECTIONS = (AsyncConnection, SyncConnection)
 _PARSERS = "redis._parsers."
 _NOT_TRANSPORT = ("redis._parsers.encoders", "redis._parsers.commands")
 
@@ -44,12 +48,12 @@ def lost_connection(exc: BaseException) -> ConnectionLostError | None:
         return None
     # From where it was raised outwards, past asyncio's own frames (StreamWriter, the
     # transports, Task and wait_for machinery): the first other code decides.
-    for module in reversed(_modules(exc.__traceback__)):
+    for frame in reversed(_frames(exc.__traceback__)):
+        module = str(frame.f_globals.get("__name__", ""))
         if module == "asyncio" or module.startswith("asyncio."):
             continue
-        if module in _CONNECTION_CODE or (
-            module.startswith(_PARSERS) and module not in _NOT_TRANSPORT
-        ):
+        in_parser = module.startswith(_PARSERS) and module not in _NOT_TRANSPORT
+        if in_parser or isinstance(frame.f_locals.get("self"), _CONNECTIONS):
             return ConnectionLostError(
                 f"the connection to Redis was lost during the call (redis-py raised "
                 f"{type(exc).__name__}: {exc}); it may have written in part or not at all: "
@@ -59,11 +63,11 @@ def lost_connection(exc: BaseException) -> ConnectionLostError | None:
     return None
 
 
-def _modules(tb: TracebackType | None) -> list[str]:
-    """The modules of a traceback's frames, outermost first."""
+def _frames(tb: TracebackType | None) -> list[FrameType]:
+    """A traceback's frames, outermost first."""
     found = []
     while tb is not None:
-        found.append(str(tb.tb_frame.f_globals.get("__name__", "")))
+        found.append(tb.tb_frame)
         tb = tb.tb_next
     return found
 
