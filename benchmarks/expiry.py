@@ -26,14 +26,28 @@ Then what a store converges to, per layout (the issue's scenario): ``--expired``
 users, one event each, with ``ttl_seconds=1`` (their own writes not cleaning up), expire; then
 as many ordinary writes of other users (a create with a day's TTL, then an append, per turn;
 no listing) go to that store and to one that never had the expired sessions. Printed: the
-index members naming expired sessions before and after those writes, and ``MEMORY USAGE ...
-SAMPLES 0`` summed over every key of each store (what the keys hold, without the server's own
-overhead), as a ratio to the store that never had them.
+index members naming expired sessions before the writes, after a tenth of them (how fast a
+burst drains: a write takes every due member up to ``expired_per_write``) and after all, and
+``MEMORY USAGE ... SAMPLES 0`` summed over every key of each store (what the keys hold,
+without the server's own overhead), as a ratio to the store that never had them.
+
+What a write that finds a backlog pays, per layout: ``--expired`` sessions of a 1 s TTL
+expire; then appends (with ``app:`` keys on the cluster layout) by services taking 0 (the
+cleanup off), 4 and ``expired_per_write`` due entries each, interleaved over 20 rounds while
+the backlog lasts; printed, each one's p50 as a ratio to the one taking none.
+
+Last, sessions expiring during traffic, per layout: 6 tasks create ``--expired`` sessions
+with ``ttl_seconds=1`` (cleanup on, as shipped) while 6 others append to sessions of their own
+(with ``app:`` keys on the cluster layout, so that they reach the app's slot) until 4 s after
+the last create; printed, how many expired sessions are still named by the app's index then.
+A write that checks an entry in the instant between its due time and Redis expiring the
+session finds it alive; that used to put it off for a minute.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, cast
@@ -43,6 +57,7 @@ from redis.asyncio import Redis
 from benchmarks.harness import report, servers, timing
 from redis_agent_sessions import Event, EventActions, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace, split_app_member
+from redis_agent_sessions.sessions._layout import Layout
 
 APP = "bench_expiry"
 TARGET = 1.05
@@ -137,10 +152,12 @@ async def stale_members(client: Redis, prefix: str, users: int) -> int:
     return sum([not await client.exists(keys.session(APP, user, sid).meta) for user, sid in named])
 
 
-async def ordinary_writes(client: Redis, prefix: str, cluster: bool, writes: int) -> None:
+async def ordinary_writes(
+    client: Redis, prefix: str, cluster: bool, writes: int, first: int = 0
+) -> None:
     config = SessionServiceConfig(key_prefix=prefix, ttl_seconds=86_400, cluster=cluster or None)
     service = RedisSessionService(client, config=config)
-    for i in range(0, writes, 2):
+    for i in range(first, first + writes, 2):
         s = await service.create_session(app_name=APP, user_id=f"other{i % 17}", session_id=f"o{i}")
         event = Event(author="a", actions=EventActions(state_delta={"n": i, "note": "x" * 800}))
         await service.append_event(s, event)
@@ -163,12 +180,19 @@ async def converge_layout(client: Redis, cluster: bool, expired: int) -> dict[st
     await asyncio.sleep(1.5)
     left = await stale_members(client, had, users)
     left_bytes = await footprint(client, had)
-    await ordinary_writes(client, had, cluster, expired)
+    tenth = expired // 10
+    await ordinary_writes(client, had, cluster, tenth)
+    after_tenth = await stale_members(client, had, users)
+    await ordinary_writes(client, had, cluster, expired - tenth, first=tenth)
     await ordinary_writes(client, never, cluster, expired)
     result: dict[str, Any] = {
         "layout": layout,
         "expired_sessions": expired,
-        "stale_members": {"before": left, "after": await stale_members(client, had, users)},
+        "stale_members": {
+            "before": left,
+            "after_tenth": after_tenth,
+            "after": await stale_members(client, had, users),
+        },
         "bytes": {
             "expired_left": left_bytes,
             "had": await footprint(client, had),
@@ -178,6 +202,98 @@ async def converge_layout(client: Redis, cluster: bool, expired: int) -> dict[st
     result["ratio"] = result["bytes"]["had"] / result["bytes"]["never"]
     await servers.delete_prefix(client, prefix)
     return result
+
+
+async def draining(client: Redis, cluster: bool, expired: int) -> dict[str, Any]:
+    """Append p50 of services taking 0, 4 and ``expired_per_write`` due entries a write,
+    interleaved while a backlog of ``expired`` sessions drains (20 rounds: 20 * (4 + 16)
+    of them at most), as ratios to the one taking none."""
+    layout = "cluster layout" if cluster else "single node"
+    progress(f"{layout}: appends while {expired} expired sessions drain")
+    prefix = f"bench-expiry-{uuid.uuid4().hex[:8]}"
+
+    def service(ttl: int, take: int) -> RedisSessionService:
+        config = SessionServiceConfig(key_prefix=prefix, ttl_seconds=ttl, cluster=cluster or None)
+        made = RedisSessionService(client, config=config)
+        made._engine.layout.expired_per_write = take
+        return made
+
+    gone = service(1, 0)
+    for start in range(0, expired, 20):
+        await asyncio.gather(
+            *(
+                gone.create_session(app_name=APP, user_id=f"gone{i % 30}")
+                for i in range(start, min(start + 20, expired))
+            )
+        )
+    await asyncio.sleep(1.5)
+    shipped = Layout.expired_per_write
+    takes = (0, 4, shipped)
+    services = {take: service(86_400, 0) for take in takes}
+    targets = {
+        take: await svc.create_session(app_name=APP, user_id=f"w{take}")
+        for take, svc in services.items()
+    }
+    for take, svc in services.items():
+        svc._engine.layout.expired_per_write = take
+    times: dict[int, list[float]] = {take: [] for take in takes}
+    for r in range(20):
+        for take in takes if r % 2 == 0 else takes[::-1]:
+            delta = {"k": r, "app:x": r} if cluster else {"k": r}
+            event = Event(author="a", actions=EventActions(state_delta=delta))
+            started = time.perf_counter()
+            await services[take].append_event(targets[take], event)
+            times[take].append(time.perf_counter() - started)
+    await servers.delete_prefix(client, prefix)
+    p50 = {take: timing.median_of(t) * 1e6 for take, t in times.items()}
+    return {"layout": layout, "p50_us": p50, "ratio": {t: v / p50[0] for t, v in p50.items()}}
+
+
+async def during_traffic(client: Redis, cluster: bool, expiring: int) -> dict[str, Any]:
+    """``expiring`` sessions of a 1 s TTL made by 6 tasks while 6 others append, until 4 s
+    after the last was made; then how many gone sessions the app's index still names."""
+    layout = "cluster layout" if cluster else "single node"
+    progress(f"{layout}: {expiring} sessions expire during traffic")
+    prefix = f"bench-expiry-{uuid.uuid4().hex[:8]}"
+
+    def service(ttl: int) -> RedisSessionService:
+        config = SessionServiceConfig(key_prefix=prefix, ttl_seconds=ttl, cluster=cluster or None)
+        return RedisSessionService(client, config=config)
+
+    short, long = service(1), service(86_400)
+    made = 0
+    done = asyncio.Event()
+
+    async def expire(task: int) -> None:
+        nonlocal made
+        while made < expiring:
+            made += 1
+            await short.create_session(app_name=APP, user_id=f"gone{task}-{made % 10}")
+        done.set()
+
+    async def traffic(task: int) -> None:
+        session = await long.create_session(app_name=APP, user_id=f"other{task}")
+        stop = None
+        i = 0
+        while stop is None or asyncio.get_running_loop().time() < stop:
+            if stop is None and done.is_set():
+                stop = asyncio.get_running_loop().time() + 4.0
+            delta = {"n": i, "app:last": i} if cluster else {"n": i}
+            await long.append_event(
+                session, Event(author="a", actions=EventActions(state_delta=delta))
+            )
+            i += 1
+
+    await asyncio.gather(*(expire(t) for t in range(6)), *(traffic(t) for t in range(6)))
+    keys = KeySpace(prefix)
+    members = [
+        m.decode() for m in cast("list[bytes]", await client.zrange(keys.app_sessions(APP), 0, -1))
+    ]
+    gone = [
+        m for m in members if not await client.exists(keys.session(APP, *split_app_member(m)).meta)
+    ]
+    await servers.delete_prefix(client, prefix)
+    return {"layout": layout, "expiring": expiring, "still_named": len(gone)}
 
 
 async def measure(
@@ -190,6 +306,8 @@ async def measure(
             for cluster in (False, True)
         ]
         converged = [await converge_layout(client, cluster, expired) for cluster in (False, True)]
+        drains = [await draining(client, cluster, expired) for cluster in (False, True)]
+        traffic = [await during_traffic(client, cluster, expired) for cluster in (False, True)]
         env = await report.server_environment(client)
     finally:
         await client.aclose()
@@ -200,6 +318,8 @@ async def measure(
         "layouts": layouts,
         "target": TARGET,
         "converged": converged,
+        "draining": drains,
+        "during_traffic": traffic,
     }
 
 
@@ -231,6 +351,7 @@ def text(result: dict[str, Any]) -> str:
             "layout",
             "expired",
             "stale before",
+            "after 1/10",
             "stale after",
             "left (B)",
             "had (B)",
@@ -243,6 +364,7 @@ def text(result: dict[str, Any]) -> str:
             row["layout"],
             f"{row['expired_sessions']:,}",
             f"{row['stale_members']['before']:,}",
+            f"{row['stale_members']['after_tenth']:,}",
             f"{row['stale_members']['after']:,}",
             f"{row['bytes']['expired_left']:,}",
             f"{row['bytes']['had']:,}",
@@ -255,6 +377,25 @@ def text(result: dict[str, Any]) -> str:
         "had / never: MEMORY USAGE of every key, after the writes, against a store that never "
         "had them"
     )
+    lines.append("")
+    table = report.Table(
+        ("layout", "taking 0 (µs)", "taking 4", f"taking {Layout.expired_per_write}")
+    )
+    for row in result["draining"]:
+        p50, ratio = row["p50_us"], row["ratio"]
+        takes = sorted(p50, key=int)
+        table.add(
+            row["layout"],
+            report.us(p50[takes[0]]),
+            *(f"{report.us(p50[t])} ({ratio[t]:.2f}x)" for t in takes[1:]),
+        )
+    lines.append(table.render())
+    lines.append("appends while a backlog drains: p50 by how many due entries a write takes")
+    lines.append("")
+    table = report.Table(("layout", "expiring during traffic", "gone, still in the index after"))
+    for row in result["during_traffic"]:
+        table.add(row["layout"], f"{row['expiring']:,}", f"{row['still_named']:,}")
+    lines.append(table.render())
     return "\n".join(lines)
 
 

@@ -46,7 +46,10 @@ FAILOVER_ERRORS: tuple[type[Exception], ...] = (
     TryAgainError,
 )
 """What redis-py may raise while a primary hands over (after its own retries): a worker
-retries the append with the same event."""
+retries the append with the same event. Its ConnectionError covers the library's
+ConnectionLostError, which is what a lost connection redis-py raised as a bare AttributeError
+or TypeError becomes (``tests/test_lost_connections.py``): those two, and any other type,
+fail the test."""
 
 
 @dataclass

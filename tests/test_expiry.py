@@ -1,5 +1,6 @@
-"""Expired sessions leave the indexes by themselves: ordinary writes check the app's expiry
-index a few members at a time, and drop the entries of sessions that are gone.
+"""Expired sessions leave the indexes by themselves: ordinary writes check the members of
+the app's expiry index that are due (up to ``Layout.expired_per_write`` a write), and drop
+the entries of sessions that are gone.
 
 Each test runs on fakeredis, on the cluster code path over a slot-checking fakeredis, on
 Redis 7 (as an admin, and as the documented least-privilege ACL user) and on a real cluster.
@@ -240,6 +241,55 @@ async def test_mixed_ttls_expire_alike_and_sessions_without_one_stay(
     assert {f"k{i}" for i in range(60)} <= kept
     for i in range(60):
         assert await plain.get_session(app_name=APP, user_id=users[i % 30], session_id=f"k{i}")
+
+
+async def test_a_burst_of_expiries_drains_within_a_few_writes(
+    admin: Any, worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 sessions of 30 users expire together; 40 ordinary writes of other users later
+    (20 turns: on a cluster only the 20 creates reach the app's slot), <= 1% of their index
+    members are left: a write takes every member due, up to ``expired_per_write``, not a
+    fixed few (4 a write left half of them)."""
+    expiring = service(worker, "ras:a", ttl_seconds=1)
+    users = [f"user{u}" for u in range(30)]
+    with monkeypatch.context() as patched:
+        patched.setattr(Layout, "expired_per_write", 0)  # as in the tests above
+        for i in range(300):
+            s = await expiring.create_session(
+                app_name=APP, user_id=users[i % 30], session_id=f"s{i}"
+            )
+            await append_unless_expired(expiring, s, event(i))
+    await expired(admin, "ras:a", made(users, 300))
+    left = await stale(admin, "ras:a", users)
+    assert len(left) == 300 * (3 if cluster_path(expiring) else 4)
+    await others_write(worker, "ras:a", 40, "o")
+    remaining = await stale(admin, "ras:a", users)
+    assert len(remaining) <= len(left) // 100, (len(remaining), remaining[:10])
+
+
+@pytest.mark.parametrize(("overdue_ms", "again_in_ms"), [(10, 1000), (20_000, 20_000)])
+async def test_a_session_alive_past_its_time_is_checked_again_soon(
+    admin: Any, worker: Any, overdue_ms: int, again_in_ms: int
+) -> None:
+    """A session whose expiry entry comes due while it still exists (most often it expires
+    that instant: Redis's deadline runs from when the write's script ran, its time from the
+    writer's clock before that; else a writer's clock runs behind) is checked again after a
+    second, or after as long as it has outlived its time: not a minute later, which left a
+    busy store's expiring sessions in the indexes for a minute."""
+    svc = service(worker, ttl_seconds=3600)
+    await svc.create_session(app_name=APP, user_id="ann", session_id="s")
+    keys = KeySpace("ras")
+    sk = keys.session(APP, "ann", "s")
+    past = int(time.time() * 1000) - overdue_ms
+    await admin.hset(sk.meta, "expires", past)
+    await admin.zadd(keys.app_expiry(APP), {sk.app_member: past}, xx=True)
+    before = int(time.time() * 1000)
+    await svc.create_session(app_name=APP, user_id="bob")  # a write: it takes what is due
+    after = int(time.time() * 1000)
+    score = await admin.zscore(keys.app_expiry(APP), sk.app_member)
+    assert score is not None
+    assert before + again_in_ms <= score <= after + again_in_ms + (after - past), score - after
+    assert await svc.get_session(app_name=APP, user_id="ann", session_id="s") is not None
 
 
 async def test_session_ttls_of_every_kind(admin: Any, worker: Any) -> None:

@@ -379,6 +379,32 @@ def _awaiting(model: Scripted) -> Any:
     return generate
 
 
+async def test_a_failure_undoes_only_its_own_step_of_50_events(client: Any) -> None:
+    """A call reads a long session in steps of 50 events, each applied on its own: when the
+    generator fails on the second step of a 120-event session, the first step's fact and
+    watermark stay, and the next call goes on from event 50 (docs/facts.md)."""
+
+    def broken(request: GenerationRequest) -> list[Any]:
+        raise TimeoutError("model unreachable")
+
+    model = Scripted(add("The user likes tea."), broken, add("The user likes jazz."), add("x y"))
+    memory = service(client, model)
+    events = [said(f"turn {i}", float(i + 1)) for i in range(120)]
+    session = Session(id="s1", app_name=APP, user_id=USER, events=events)
+    with pytest.raises(GenerationError, match="model unreachable"):
+        await memory.add_session_to_memory(session)
+    facts = await memory.list_facts(app_name=APP, user_id=USER)
+    assert [f.text for f in facts] == ["The user likes tea."]
+    mark = await client.get(KEYS.memory_watermark(APP, USER, "s1"))
+    assert mark is not None
+    assert mark.decode().split("\t")[0] == "50"
+
+    await memory.add_session_to_memory(session)
+    assert [len(r.events) for r in model.requests] == [50, 50, 50, 20]
+    assert model.requests[2].events[0].content == events[50].content
+    assert len(await memory.list_facts(app_name=APP, user_id=USER)) == 3
+
+
 async def test_endless_conflicts_are_a_typed_error(client: Any) -> None:
     seed = service(client, Scripted(add("The user has 1 cat.")))
     await seed.add_session_to_memory(

@@ -7,6 +7,7 @@ from redis_agent_sessions._version import __version__
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import (
     AlreadyExistsError,
+    ConnectionLostError,
     ConsolidationConflictError,
     CorruptDataError,
     EmbeddingError,
@@ -27,6 +28,7 @@ from redis_agent_sessions.memory import (
     CallableGenerator,
     Embedder,
     Fact,
+    FactRevision,
     FactSettings,
     GenerationRequest,
     GoogleEmbedder,
@@ -54,6 +56,7 @@ __all__ = [
     "CallableEmbedder",
     "CallableGenerator",
     "Check",
+    "ConnectionLostError",
     "ConsolidationConflictError",
     "Content",
     "CorruptDataError",
@@ -63,6 +66,7 @@ __all__ = [
     "EventActions",
     "EventsPage",
     "Fact",
+    "FactRevision",
     "FactSettings",
     "GenerationError",
     "GenerationRequest",

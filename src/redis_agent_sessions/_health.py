@@ -19,6 +19,7 @@ from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions._redis.identity import UNKNOWN, server_identity
+from redis_agent_sessions._redis.lost import lost_connection
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
@@ -163,6 +164,11 @@ async def run_checks(probes: Sequence[tuple[str, Probe]], timeout: float) -> Rea
             detail, ok = str(exc), False
         except (RedisSessionsError, RedisError, OSError) as exc:
             detail, ok = f"{type(exc).__name__}: {_first_line(exc)}", False
+        except (AttributeError, TypeError) as exc:
+            lost = lost_connection(exc)
+            if lost is None:
+                raise
+            detail, ok = f"{type(lost).__name__}: {_first_line(lost)}", False
         checks.append(Check(name, ok, detail, time.monotonic() - started))
         if not ok:
             failed = name

@@ -2,13 +2,18 @@
 
 Errors that ADK callers already catch as ``ValueError`` (stale and missing sessions,
 bad input) also derive from ``ValueError`` so existing ``except ValueError`` code keeps
-working. Errors from redis-py itself (connection loss, timeouts) propagate unwrapped.
+working. Errors from redis-py itself (connection loss, timeouts) propagate unwrapped, except
+a lost connection that redis-py lets out as a bare ``AttributeError`` or ``TypeError``:
+that one is a :class:`ConnectionLostError`, which is redis-py's ``ConnectionError`` too.
 """
 
 from __future__ import annotations
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 __all__ = [
     "AlreadyExistsError",
+    "ConnectionLostError",
     "ConsolidationConflictError",
     "CorruptDataError",
     "EmbeddingError",
@@ -123,13 +128,16 @@ class EmbeddingError(RedisSessionsError):
 class GenerationError(RedisSessionsError):
     """The memory service's generator failed, or returned what cannot be applied (not a list
     of operations, a fact too long or empty, an id it was not shown: another user's, or
-    none at all). Raised before anything is written: the facts and the session's
-    watermark stay as they were, so the same events are offered again next time."""
+    none at all). Raised before the step it failed is written: the facts and the session's
+    watermark stay as that step found them, so its events are offered again next time. A
+    long session is read in steps of 50 events, each written on its own: the steps of the
+    call before the failed one stay written."""
 
 
 class ConsolidationConflictError(RedisSessionsError):
     """Other workers kept changing the facts a generator's operations touch (or processed
-    the same events first) through every attempt: nothing of this call was written."""
+    the same events first) through every attempt: nothing of that step was written (the
+    steps of the call before it, 50 events each, stay written)."""
 
 
 class MemoryIndexError(RedisSessionsError):
@@ -160,6 +168,19 @@ class PermissionDeniedError(RedisSessionsError):
         )
         self.command = command.upper() if command else None
         self.key = key
+
+
+class ConnectionLostError(RedisSessionsError, RedisConnectionError):
+    """A connection to Redis was lost during the call, and redis-py said so with an
+    ``AttributeError`` or ``TypeError`` from inside its transport instead of its own
+    ``ConnectionError`` (a pooled connection reset by the server, or closed by redis-py's
+    own failover handling while in use: redis-py issue 4287). It derives from redis-py's
+    ``ConnectionError`` too, so code that retries on that retries on this.
+
+    Like any connection error, the call may have written in part, or not at all; retrying
+    it is safe (a retried append is recognised as a duplicate). ``__cause__`` is the error
+    redis-py raised.
+    """
 
 
 class WriteConcernError(RedisSessionsError):

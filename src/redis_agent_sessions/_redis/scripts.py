@@ -18,6 +18,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.lost import raise_if_lost
 from redis_agent_sessions._redis.prebuilt import evalsha
 from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError, StoreFullError
 
@@ -136,7 +137,8 @@ R = TypeVar("R")
 def typed_permissions(
     method: Callable[P, Coroutine[Any, Any, R]],
 ) -> Callable[P, Coroutine[Any, Any, R]]:
-    """``method`` with Redis's NOPERM replies raised as PermissionDeniedError."""
+    """``method`` with Redis's NOPERM replies raised as PermissionDeniedError, and a
+    connection redis-py lost without saying so as ConnectionLostError (``lost``)."""
 
     @functools.wraps(method)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -144,6 +146,9 @@ def typed_permissions(
             return await method(*args, **kwargs)
         except NoPermissionError as exc:
             raise permission_error(exc, None) from exc
+        except (AttributeError, TypeError) as exc:
+            raise_if_lost(exc)
+            raise
 
     return wrapper
 

@@ -167,6 +167,7 @@ async def _operate(args: argparse.Namespace) -> int:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import RedisError, TimeoutError
 
+    from redis_agent_sessions._redis.lost import lost_connection
     from redis_agent_sessions.errors import (
         CorruptDataError,
         InvalidInputError,
@@ -198,6 +199,8 @@ async def _operate(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         raise  # stdout's reader is gone: main ends every command alike
     except Exception as exc:  # an operator gets one line, even for what nobody foresaw
+        if lost_connection(exc) is not None:  # redis-py's, raised untyped: as above
+            return _fail(2, f"lost the connection to Redis: {_context.first_line(exc)}")
         return _fail(1, f"{type(exc).__name__}: {_context.first_line(exc)}")
     finally:
         if ctx is not None:

@@ -1,6 +1,6 @@
 """``expired``: drop the index entries of an app's sessions that no longer exist.
 
-Writes drop them as they go, a few at a time (the app's expiry index, see
+Writes drop them as they come due, up to 16 a write (the app's expiry index, see
 ``sessions/_layout.py``). What writes cannot find is a backlog: entries of sessions that
 expired before the expiry index existed, or whose TTL the index never learned of (a session
 created without one and appended by a worker that has one; on a cluster, sessions created

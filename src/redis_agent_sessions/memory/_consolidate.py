@@ -105,7 +105,8 @@ class Consolidator:
             else:
                 raise ConsolidationConflictError(
                     f"the facts of user {user!r} (app {app!r}) kept changing during "
-                    f"{ATTEMPTS} generations from session {sid!r}; nothing was written"
+                    f"{ATTEMPTS} generations from session {sid!r}; nothing of this step "
+                    f"(events {start + 1} to {end}) was written, earlier steps stay"
                 )
 
     async def events(self, app: str, user: str, sid: str, events: Sequence[Event]) -> int:
@@ -131,7 +132,8 @@ class Consolidator:
             else:
                 raise ConsolidationConflictError(
                     f"the facts of user {user!r} (app {app!r}) kept changing during "
-                    f"{ATTEMPTS} generations; nothing of these events was written"
+                    f"{ATTEMPTS} generations; nothing of this step ({len(step)} events) was "
+                    "written, earlier steps stay"
                 )
         return steps
 

@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions._redis.lost import lost_connection
 from redis_agent_sessions.errors import (
     IncompleteSessionError,
     InvalidInputError,
@@ -187,7 +188,10 @@ class EventStream(Generic[E]):
             pipe.hget(keys.meta, "create_time")
             try:
                 found, now_created = await _scripts.execute(pipe, [keys.events, keys.meta])
-            except (ConnectionError, TimeoutError):
+            except Exception as exc:
+                dropped = isinstance(exc, (ConnectionError, TimeoutError))
+                if not dropped and lost_connection(exc) is None:
+                    raise
                 failures += 1
                 if failures > self.reconnects:
                     raise

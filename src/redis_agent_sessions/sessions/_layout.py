@@ -20,8 +20,9 @@ sorted set). So each session that expires is also in its app's expiry index
 (``ras:{<app>}:sessions_expiry``, a zset), scored by when to check it, and writes take up to
 :attr:`Layout.expired_per_write` due members there (claiming them for a minute, so that
 concurrent writers take different ones) and hand them to :meth:`Layout.prune`, which drops
-the index entries of those that are gone and re-schedules the others: a score is never
-trusted, so no clock needs to agree with another. On one node the write scripts keep the
+the index entries of those that are gone and re-schedules the others (one alive past its
+time, most often expiring that instant, a second later): a score is never trusted, so no
+clock needs to agree with another. On one node the write scripts keep the
 scores exact (create and every append set them, from the worker's clock and the TTL they
 apply); on a cluster the index is in the app's slot, which an append without ``app:`` keys
 does not reach, so a create's app step sets it and a check that finds the session alive
@@ -32,7 +33,6 @@ the sweep, take the due ones.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from redis.exceptions import RedisError
 
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.lost import lost_connection
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import RedisSessionsError
 from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
@@ -61,9 +62,13 @@ class Layout(ABC):
     name: Literal["single", "cluster"]
     app_wide_by_update = True
     """Whether the app-wide by-update index (``sessions_updated``) is kept."""
-    expired_per_write = 4
-    """How many due members of the app's expiry index a write takes to check (0: none, the
-    cleanup off, for benchmarks)."""
+    expired_per_write = 16
+    """The most due members of the app's expiry index a write takes to check: all that are
+    due, up to this many, so that a burst of sessions expiring together drains in a few
+    writes, while a write that finds nothing due pays nothing more (0: none, the cleanup off,
+    for benchmarks). It bounds what one write pays for the check: on one node a script, a
+    few microseconds of server time per session; on a cluster a script in each session's
+    user's slot, concurrently, and the app step of each."""
 
     def __init__(self, topology: Topology, keys: KeySpace, runner: ScriptRunner) -> None:
         self.topology = topology
@@ -242,8 +247,13 @@ class Layout(ABC):
             return
         pairs = [split_app_member(text(member)) for member in due]
         # Raised, the write that landed would look failed; the next writer checks them.
-        with contextlib.suppress(RedisError, RedisSessionsError):
+        try:
             await self.prune(app_name, pairs)
+        except (RedisError, RedisSessionsError):
+            pass
+        except (AttributeError, TypeError) as exc:
+            if lost_connection(exc) is None:
+                raise
 
     @abstractmethod
     async def sweep(

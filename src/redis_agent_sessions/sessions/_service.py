@@ -13,6 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from redis_agent_sessions._health import Readiness, probe_app
 from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
+from redis_agent_sessions._redis.lost import type_losses, typed_stream
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 from redis_agent_sessions.sessions._pages import EventsPage, SessionsPage
@@ -34,6 +35,11 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         config: key prefix, TTL, stale-writer policy, size limit, write concern and read
             cache. Every service sharing the data must use the same key prefix.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # An override (the ADK drop-in's get_session reads by itself) is public too.
+        type_losses(cls, OPERATIONS)
 
     def __init__(self, client: AnyRedis, *, config: SessionServiceConfig | None = None) -> None:
         self._engine: SessionEngine[S, E] = SessionEngine(client, self._codec(), config)
@@ -248,13 +254,15 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
             SessionNotFoundError: (at the first iteration) no such session.
             InvalidInputError: ``after_event_id`` is not an event of this session.
         """
-        return self._engine.events.watch(
-            app_name,
-            user_id,
-            self._session_id(session_id),
-            after_event_id=after_event_id,
-            from_beginning=from_beginning,
-            block_ms=block_ms,
+        return typed_stream(
+            self._engine.events.watch(
+                app_name,
+                user_id,
+                self._session_id(session_id),
+                after_event_id=after_event_id,
+                from_beginning=from_beginning,
+                block_ms=block_ms,
+            )
         )
 
     async def check_ready(self, *, timeout: float = 5.0, app_name: str | None = None) -> Readiness:
@@ -325,7 +333,11 @@ OPERATIONS = (
     "check_ready",
     "sweep_app_writes",
 )
-"""What telemetry traces (``watch`` is not a call but a stream that may last for hours)."""
+"""What telemetry traces (``watch`` is not a call but a stream that may last for hours),
+and what raises a connection redis-py lost without saying so as ConnectionLostError (as
+``watch`` does, through its stream)."""
+
+type_losses(SessionServiceBase, OPERATIONS)
 
 
 def _user(user_id: str | None) -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Any
 from redis.exceptions import NoPermissionError, RedisError
 
 from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions._redis.lost import typed_losses
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import RedisSessionsError
@@ -34,6 +35,7 @@ class TenantProbe:
     detail: str
 
 
+@typed_losses
 async def check_tenant(
     client: Any, app_name: str, *, config: SessionServiceConfig | None = None
 ) -> list[TenantProbe]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions._redis.lost import typed_losses
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
@@ -55,6 +56,7 @@ def tenant_config(config: SessionServiceConfig | None) -> SessionServiceConfig:
     return SessionServiceConfig(**{**config.model_dump(), "memory_index": "per_app"})
 
 
+@typed_losses
 async def provision_tenant(
     client: Any,
     app_name: str,
@@ -95,6 +97,7 @@ async def provision_tenant(
     return report
 
 
+@typed_losses
 async def drop_tenant(
     client: Any, app_name: str, *, config: SessionServiceConfig | None = None
 ) -> TenantReport:

@@ -8,6 +8,9 @@
 --   writers take different ones, and one whose check never happens (its worker died) comes
 --   due again. The caller asked for ZRANGE and ZADD on key, and knows it holds a zset.
 local EXPIRY_RECHECK_MS = 60000
+-- A session found alive past the time its metadata gives is checked again this soon at first
+-- (see prune_index.lua), then less often the longer it outlives that time.
+local EXPIRY_SOON_MS = 1000
 
 local function expiry_due(key, now, n)
   if n <= 0 then return {} end

@@ -1,7 +1,8 @@
 -- Drops index entries of sessions that no longer exist (expired by TTL or deleted by hand).
 -- Each session is re-checked here, so one re-created since the caller looked is kept; a kept
 -- one that is in the app's expiry index is due there again when its metadata says it expires
--- (or in EXPIRY_RECHECK_MS, _expiry.lua, when that has passed or is not known).
+-- (when that has passed, in EXPIRY_SOON_MS or as long as it has outlived it, at most
+-- EXPIRY_RECHECK_MS, _expiry.lua; in EXPIRY_RECHECK_MS when it is not known).
 -- KEYS[1] app sessions zset, or (cluster layout) the user's app outbox stream;
 --   single node: KEYS[2] the app sessions-by-update zset, KEYS[3] the app's expiry index;
 --   then for each session: its meta hash, its user sessions zset and its user
@@ -55,7 +56,16 @@ for i = 0, (#KEYS - first + 1) / 3 - 1 do
     -- A metadata hash of a foreign type has no expiry to tell: checked again later.
     local expires = tonumber(redis.pcall('HGET', meta, 'expires'))
     local due = expires
-    if not expires or expires <= now then due = now + EXPIRY_RECHECK_MS end
+    if not expires then
+      due = now + EXPIRY_RECHECK_MS
+    elseif expires <= now then
+      -- Alive past its time. Mostly it is expiring this instant: Redis's deadline runs from
+      -- when the write's script ran, its time from the writer's clock reading before that,
+      -- and a busy worker is late to send. Else a writer's clock runs behind, or a TTL was
+      -- removed by hand: checked again after as long as it has outlived its time, so a
+      -- few checks cover any skew, and one a minute the session that never expires.
+      due = now + math.min(EXPIRY_RECHECK_MS, math.max(EXPIRY_SOON_MS, now - expires))
+    end
     due = string.format('%.0f', due)
     -- XX: only a session the index holds (one re-created without a TTL is not there).
     if cluster then
