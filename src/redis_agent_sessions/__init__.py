@@ -7,10 +7,12 @@ from redis_agent_sessions._version import __version__
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import (
     AlreadyExistsError,
+    BacklogFullError,
     ConsolidationConflictError,
     CorruptDataError,
     EmbeddingError,
     GenerationError,
+    GenerationTimeoutError,
     IncompleteSessionError,
     InvalidInputError,
     MemoryIndexError,
@@ -27,7 +29,9 @@ from redis_agent_sessions.memory import (
     CallableGenerator,
     Embedder,
     Fact,
+    FactJobs,
     FactSettings,
+    FactWorker,
     GenerationRequest,
     GoogleEmbedder,
     MemoryEntry,
@@ -51,6 +55,7 @@ from redis_agent_sessions.sessions._sweep import SweepReport
 
 __all__ = [
     "AlreadyExistsError",
+    "BacklogFullError",
     "CallableEmbedder",
     "CallableGenerator",
     "Check",
@@ -63,9 +68,12 @@ __all__ = [
     "EventActions",
     "EventsPage",
     "Fact",
+    "FactJobs",
     "FactSettings",
+    "FactWorker",
     "GenerationError",
     "GenerationRequest",
+    "GenerationTimeoutError",
     "GetSessionConfig",
     "GoogleEmbedder",
     "IncompleteSessionError",

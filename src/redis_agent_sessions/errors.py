@@ -9,10 +9,12 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadyExistsError",
+    "BacklogFullError",
     "ConsolidationConflictError",
     "CorruptDataError",
     "EmbeddingError",
     "GenerationError",
+    "GenerationTimeoutError",
     "IncompleteSessionError",
     "InvalidInputError",
     "MemoryIndexError",
@@ -130,6 +132,18 @@ class GenerationError(RedisSessionsError):
 class ConsolidationConflictError(RedisSessionsError):
     """Other workers kept changing the facts a generator's operations touch (or processed
     the same events first) through every attempt: nothing of this call was written."""
+
+
+class BacklogFullError(RedisSessionsError):
+    """Background generation's queue holds as many jobs as ``FactSettings.max_backlog``
+    allows for the user's shard (or one job's waiting events reached their bound): the
+    request was refused and nothing was written. The workers are behind or stopped; start
+    more, or retry later."""
+
+
+class GenerationTimeoutError(RedisSessionsError, TimeoutError):
+    """``wait_for_generation`` waited its ``timeout`` while jobs were still queued, deferred
+    or running for the session or user; they go on (nothing is cancelled)."""
 
 
 class MemoryIndexError(RedisSessionsError):
