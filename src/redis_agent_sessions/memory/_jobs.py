@@ -209,9 +209,8 @@ class JobQueue:
             else:
                 open_, failed = [bool(found[0])], []
             if not any(open_):
-                for name, at in failed:
-                    if at >= started:
-                        raise GenerationError(await self._dead_reason(app, shard, name))
+                for name, _ in failed:  # its last job is a dead letter (not retried since)
+                    raise GenerationError(await self._dead_reason(app, shard, name))
                 return
             left = deadline - time.monotonic()
             if left <= 0:

@@ -279,8 +279,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         """Return once background generation has nothing queued, deferred or running for
         the session (or, without ``session_id``, for the user): its facts are then stored.
         ``flush`` first makes the deferred jobs due now (triggers not reached). Raises
-        GenerationTimeoutError after ``timeout`` seconds, and GenerationError when a job
-        of the session failed its last attempt meanwhile (it is in the dead letters)."""
+        GenerationTimeoutError after ``timeout`` seconds, and GenerationError when the
+        session's last job failed its last attempt (it is in the dead letters)."""
         app, user = _owner(app_name, user_id)
         sid = None if session_id is None else check_id("session_id", session_id)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:

@@ -221,23 +221,28 @@ class FactWorker:
         self._shards = shards
 
     async def _read(self, free: int) -> list[Job]:
-        """Up to ``free`` new jobs, from the shards in turn (starting after the last one
-        read: a busy shard does not starve the others)."""
+        """Up to ``free`` new jobs: one from each of ``free`` shards at once (taken in turn,
+        after the last ones read: a busy shard does not starve the others), again from the
+        next shards while slots stay free. Never more than there are free slots: what this
+        worker does not run now stays for the others."""
         found: list[Job] = []
-        count = len(self._shards)
-        for i in range(count):
-            if len(found) >= free:
-                break
-            app, n = self._shards[(self._next + i) % count]
-            stream = self._keys.jobs(app, n).jobs
-            reply = await self._client.xreadgroup(
-                GROUP, self.name, {stream: ">"}, count=free - len(found)
-            )
-            for _, entries in reply or []:
-                found += [self._job(app, n, entry, fields) for entry, fields in entries]
-            if reply:
-                self._next = (self._next + i + 1) % count
+        count, tried = len(self._shards), 0
+        while len(found) < free and tried < count:
+            take = min(free - len(found), count - tried)
+            picked = [self._shards[(self._next + tried + i) % count] for i in range(take)]
+            tried += take
+            for job in await asyncio.gather(*(self._one(app, n) for app, n in picked)):
+                found += [job] if job is not None else []
+        self._next = (self._next + tried) % max(1, count)
         return found
+
+    async def _one(self, app: str, shard: int) -> Job | None:
+        stream = self._keys.jobs(app, shard).jobs
+        reply = await self._client.xreadgroup(GROUP, self.name, {stream: ">"}, count=1)
+        for _, entries in reply or []:
+            for entry, fields in entries:
+                return self._job(app, shard, entry, fields)
+        return None
 
     async def _claim(self, free: int) -> list[Job]:
         """Jobs of workers that stopped answering for the visibility timeout."""
@@ -259,8 +264,7 @@ class FactWorker:
         return Job(app, shard, text(entry), name, claimed)
 
     async def _sweep(self) -> None:
-        for app, n in self._shards:
-            await self._queue.sweep(app, n)
+        await asyncio.gather(*(self._queue.sweep(app, n) for app, n in self._shards))
 
     # -- running a job --------------------------------------------------------------------
 
