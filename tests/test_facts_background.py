@@ -506,3 +506,38 @@ async def test_a_worker_lacking_one_command_of_the_line_is_refused_naming_it(com
         await client.flushdb()
         await client.aclose()
     assert command[1:].upper() in refused, refused
+
+
+async def test_hostile_ids_round_trip_through_the_queue(client: Any) -> None:
+    model = Model()
+    sessions, memory = services(client, model)
+    user, sid = "a:b{c}% d", "s:1}{x"
+    session = await sessions.create_session(app_name=APP, user_id=user, session_id=sid)
+    await sessions.append_event(session, said("I like tea"))
+    await memory.add_session_to_memory(session)
+    await memory.add_events_to_memory(
+        app_name=APP, user_id=user, events=[said("I like jazz")], session_id=sid
+    )
+    async with FactWorker(memory, **QUICK):
+        await memory.wait_for_generation(app_name=APP, user_id=user, session_id=sid, timeout=WAIT)
+    assert await facts(memory, user) == ["said I like jazz", "said I like tea"]
+    assert {(r.user_id, r.session_id) for r in model.requests} == {(user, sid)}
+
+
+@pytest.mark.fake
+async def test_a_client_decoding_responses_runs_the_queue() -> None:
+    client = fakeredis.FakeAsyncRedis(decode_responses=True)
+    model = Model(poison=["bad"])
+    sessions, memory = services(client, model)
+    good = await session_with(sessions, "ok", "I like tea")
+    bad = await session_with(sessions, "bad", "I like poison")
+    await memory.add_session_to_memory(good)
+    await memory.add_session_to_memory(bad)
+    async with FactWorker(memory, max_attempts=1, **QUICK):
+        await memory.wait_for_generation(app_name=APP, user_id="ok", timeout=WAIT)
+        with pytest.raises(GenerationError):
+            await memory.wait_for_generation(app_name=APP, user_id="bad", session_id=bad.id)
+    assert await facts(memory, "ok") == ["said I like tea"]
+    [letter] = await FactJobs(memory).dead_letters(APP)
+    assert letter.session_id == bad.id
+    assert sum(b.dead_letters for b in await FactJobs(memory).backlog(APP)) == 1
