@@ -541,3 +541,43 @@ async def test_a_client_decoding_responses_runs_the_queue() -> None:
     [letter] = await FactJobs(memory).dead_letters(APP)
     assert letter.session_id == bad.id
     assert sum(b.dead_letters for b in await FactJobs(memory).backlog(APP)) == 1
+
+
+@pytest.mark.fake
+async def test_disable_consolidation_shows_the_generator_no_fact() -> None:
+    client = fakeredis.FakeAsyncRedis()
+    model = Model()
+    facts_ = FactSettings(disable_consolidation=True)
+    memory = RedisMemoryService(client, generator=model, facts=facts_)
+    for text in ("I like tea", "I like jazz"):
+        session = Session(id=text, app_name=APP, user_id="nia", events=[said(text)])
+        await memory.add_session_to_memory(session)
+    assert [r.facts for r in model.requests] == [[], []]  # so it can only add
+    assert await facts(memory, "nia") == ["said I like jazz", "said I like tea"]
+
+
+def test_the_url_carries_the_background_settings() -> None:
+    url = (
+        "redis://localhost:1/0?generator=import:facts_generators:likes&fact_mode=background"
+        "&fact_trigger_events=3&fact_trigger_idle_seconds=2.5&fact_max_backlog=100"
+        "&disable_consolidation=true"
+    )
+    settings = RedisMemoryService.from_url(url)._memory.fact_settings
+    assert (settings.mode, settings.trigger_events, settings.trigger_idle_seconds) == (
+        "background",
+        3,
+        2.5,
+    )
+    assert (settings.max_backlog, settings.disable_consolidation) == (100, True)
+    bad = {
+        "fact_mode=later": "mode must be 'inline' or 'background'",
+        "fact_trigger_events=x": "fact_trigger_events must be an int",
+        "fact_max_backlog=0": "max_backlog must be positive",
+        "disable_consolidation=maybe": "disable_consolidation must be true or false",
+    }
+    base = "redis://localhost:1/0?generator=import:facts_generators:likes&"
+    for query, message in bad.items():
+        with pytest.raises(InvalidInputError, match=message):
+            RedisMemoryService.from_url(base + query)
+    with pytest.raises(InvalidInputError, match="fact_mode need a generator"):
+        RedisMemoryService.from_url("redis://localhost:1/0?fact_mode=background")

@@ -37,6 +37,7 @@ _MEMORY = (
     "fact_topics",
     "fact_ttl_seconds",
     "keep_events",
+    "disable_consolidation",
     "fact_mode",
     "fact_trigger_events",
     "fact_trigger_idle_seconds",

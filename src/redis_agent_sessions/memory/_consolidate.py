@@ -58,6 +58,9 @@ class FactSettings:
     """Also keep every event as an entry, as without a generator (both are searched)."""
     history: int = 10
     """Revisions of a fact kept in its history."""
+    disable_consolidation: bool = False
+    """Only add facts, never update or delete one: the generator is shown no stored fact
+    (Memory Bank's ``disable_consolidation``)."""
     # -- background generation (memory/_jobs.py) --
     mode: Literal["inline", "background"] = "inline"
     """``inline``: adding a session runs the generator in the call; ``background``: it
@@ -166,7 +169,11 @@ class Consolidator:
         due = await self.facts.due(app, user, now)
         changes = [Change("expire", f.id, f.revision) for f in due]
         if said:
-            shown = await self._related(app, user, said, now, {f.id for f in due})
+            shown = (
+                []
+                if self.settings.disable_consolidation
+                else await self._related(app, user, said, now, {f.id for f in due})
+            )  # shown no fact, the generator may only add (Memory Bank's option)
             request = GenerationRequest(
                 app_name=app, user_id=user, session_id=sid, events=list(said), facts=shown,
                 topics=None if self.settings.topics is None else list(self.settings.topics),

@@ -134,7 +134,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         ``embedder_dimensions``, ``vector_index``, ``min_similarity``, and for learned
         facts ``generator`` (``import:<module>:<name>``, or ``adk:<model>`` with the
         ``[adk]`` extra), ``fact_topics`` (comma-separated), ``fact_ttl_seconds``,
-        ``keep_events``, and for background generation ``fact_mode``,
+        ``keep_events``, ``disable_consolidation``, and for background generation
+        ``fact_mode``,
         ``fact_trigger_events``, ``fact_trigger_idle_seconds``, ``fact_max_backlog``."""
         opened = open_memory_service_url(
             url,
