@@ -118,7 +118,7 @@ class MemoryEngine:
         topology = self._topology
         telemetry = Telemetry(self.config, topology.endpoint, lambda: read_identity(topology))
         instrument(service, operations, telemetry)
-        self._telemetry = telemetry
+        self._telemetry = self.jobs.telemetry = telemetry
 
     async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and

@@ -63,6 +63,8 @@ class Job:
     """``<kind>:<user>:<session>``, escaped."""
     claimed: bool = False
     """Taken over from a worker that stopped answering (counts as an attempt)."""
+    trace: str = ""
+    """The W3C traceparent of the request that queued it ('' without telemetry)."""
 
     @property
     def kind(self) -> str:
@@ -124,6 +126,9 @@ class JobQueue:
         self.keys = keys
         self.settings = settings
         self._max_bytes = max_bytes
+        self.telemetry: Any = None
+        """The instrumented service's Telemetry (telemetry on): a job keeps the trace that
+        asked for it, and a worker's span links to it."""
         self._scripts = {
             name: _scripts.register(client, f"jobs_{name}")
             for name in ("enqueue", "start", "finish", "due", "touch", "letter")
@@ -164,7 +169,8 @@ class JobQueue:
              self.keys.job_events(app, shard, user, sid)],
             [JobKeys.member(kind, user, sid), escape(user), _now_ms(),
              math.ceil(s.max_backlog / JobKeys.SHARDS), count, s.trigger_events or 0, idle_ms,
-             MAX_JOB_EVENTS, *given],
+             MAX_JOB_EVENTS, "" if self.telemetry is None else self.telemetry.traceparent(),
+             *given],
         )  # fmt: skip
         if reply[0] == -5:
             raise BacklogFullError(

@@ -260,8 +260,8 @@ class FactWorker:
 
     @staticmethod
     def _job(app: str, shard: int, entry: Any, fields: Any, claimed: bool = False) -> Job:
-        name = next((text(v) for f, v in fields.items() if text(f) == "job"), "")
-        return Job(app, shard, text(entry), name, claimed)
+        found = {text(f): text(v) for f, v in fields.items()}
+        return Job(app, shard, text(entry), found.get("job", ""), claimed, found.get("trace", ""))
 
     async def _sweep(self) -> None:
         await asyncio.gather(*(self._queue.sweep(app, n) for app, n in self._shards))
@@ -273,8 +273,15 @@ class FactWorker:
         self._held[job] = token
         try:
             started = await self._start(job, token)
-            if started is not None:
-                await self._consolidate(job, token, *started)
+            telemetry = self._engine._telemetry
+            if started is not None and telemetry is None:
+                await self._consolidate(job, token, started[0], started[1])
+            elif started is not None:
+                # Its own trace, linked to the request's (which ended long ago).
+                lag = time.time() - started[2] / 1000 if started[2] else 0.0
+                about = {"app_name": job.app, "job.kind": job.kind, "job.attempts": started[0]}
+                with telemetry.job(job.trace, lag, about):
+                    await self._consolidate(job, token, started[0], started[1])
         except asyncio.CancelledError:
             # Past the grace: queued again for another worker (what it applied stays, and
             # the watermark keeps it from being applied twice).
@@ -296,15 +303,16 @@ class FactWorker:
             self._fatal = exc
         self.stop()
 
-    async def _start(self, job: Job, token: str) -> tuple[int, list[Any]] | None:
-        """Started: (failed attempts, its events); None when there is nothing to run."""
+    async def _start(self, job: Job, token: str) -> tuple[int, list[Any], float] | None:
+        """Started: (failed attempts, its events, the ms it was queued at, 0: not known);
+        None when there is nothing to run."""
         for attempt in range(1_000_000):
             reply = await self._queue.start(job, token, self.visibility_ms)
             if reply[0] == -1:
                 await self._ack(job)  # ended meanwhile by a worker that claimed it
                 return None
             if reply[0] == 1:
-                return int(reply[1]), list(reply[2:])
+                return int(reply[1]), list(reply[3:]), float(text(reply[2]) or 0)
             if self._stopping.is_set():
                 await self._end(job, token, "release")
                 return None
@@ -366,6 +374,8 @@ class FactWorker:
     async def _end(self, job: Job, token: str, outcome: Any, **details: Any) -> None:
         said = await self._queue.finish(job, token, outcome, attempts=self.max_attempts, **details)
         self.counts[said] += 1
+        if self._engine._telemetry is not None:
+            self._engine._telemetry.count("facts.jobs", outcome=said)
         if said == "dead":
             _log.error("facts worker %s: job %s is in the dead letters", self.name, job.name)
 

@@ -7,7 +7,8 @@
 -- ARGV[3] now, ms   ARGV[4] most jobs waiting (queued or deferred) in this shard
 -- ARGV[5] a session job: the session's events (for the event-count trigger)
 -- ARGV[6] the event-count trigger (0: none)   ARGV[7] the idle trigger, ms (0: none)
--- ARGV[8] most events waiting for one job   ARGV[9..] events given one by one (JSON, in order)
+-- ARGV[8] most events waiting for one job   ARGV[9] the request's W3C traceparent ('': none)
+-- ARGV[10..] events given one by one (JSON, in order)
 -- returns {1} queued, {2} merged into the job waiting or running, {3} deferred,
 --         {-5, waiting} the shard's backlog is full, {-6, waiting} the job's events are,
 --         {-4, command, key} when the ACL user may not run a command it needs;
@@ -15,7 +16,7 @@
 local job, user, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local trigger, idle = tonumber(ARGV[6]), tonumber(ARGV[7])
 local session_job = string.sub(job, 1, 2) == 's:'
-local given = #ARGV - 8
+local given = #ARGV - 9
 local refused = denied('ZSCORE', KEYS[2], 'ZCARD', KEYS[2], 'ZADD', KEYS[2], 'ZSCORE', KEYS[3],
   'ZSCORE', KEYS[4], 'ZADD', KEYS[4], 'ZSCORE', KEYS[5], 'ZCARD', KEYS[5], 'ZADD', KEYS[5],
   'ZREM', KEYS[5], 'ZSCORE', KEYS[6], 'ZADD', KEYS[6], 'ZSCORE', KEYS[7], 'ZADD', KEYS[7],
@@ -35,7 +36,7 @@ end
 local mark = tonumber(redis.call('ZSCORE', KEYS[7], job) or '0')
 if given > 0 then
   if mark + given > tonumber(ARGV[8]) then return {-6, mark} end
-  for i = 9, #ARGV, 1000 do
+  for i = 10, #ARGV, 1000 do
     redis.call('LPUSH', KEYS[8], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
   mark = mark + given
@@ -68,7 +69,11 @@ if active then
   redis.call('ZADD', KEYS[4], now, job)
   return {2}
 end
-redis.call('XADD', KEYS[1], '*', 'job', job)
+if ARGV[9] ~= '' then
+  redis.call('XADD', KEYS[1], '*', 'job', job, 'trace', ARGV[9])
+else
+  redis.call('XADD', KEYS[1], '*', 'job', job)
+end
 redis.call('ZADD', KEYS[2], now, job)
 if session_job and trigger > 0 then redis.call('ZADD', KEYS[7], tonumber(ARGV[5]), job) end
 opened()
