@@ -116,6 +116,8 @@ class FactWorker:
         self._wake = asyncio.Event()
         self._held: dict[Job, str] = {}
         self._shards: list[tuple[str, int]] = []
+        self._grouped: set[tuple[str, int]] = set()
+        """The shards whose consumer group this worker made (or found)."""
         self._next = 0
         self._fatal: PermissionDeniedError | None = None
 
@@ -165,6 +167,7 @@ class FactWorker:
                 except (*_LOST, ResponseError) as exc:
                     _log.warning("facts worker %s: %s; trying again", self.name, exc)
                     next_apps, found = 0.0, []  # groups made again (a stream may be gone)
+                    self._grouped.clear()
                 for job in found:
                     task = asyncio.create_task(self._run_job(job))
                     tasks.add(task)
@@ -209,8 +212,15 @@ class FactWorker:
         apps = self._apps
         if apps is None:
             apps = [unescape(text(a)) for a in await self._client.zrange(self._keys.apps(), 0, -1)]
+        if not apps and not self._shards:
+            _log.warning(
+                "facts worker %s: no app in the registry %s yet (an app that only adds "
+                "events must be named: apps=, --app)", self.name, self._keys.apps(),
+            )  # fmt: skip
         shards = [(app, n) for app in apps for n in range(JobKeys.SHARDS)]
         for app, n in shards:
+            if (app, n) in self._grouped:
+                continue
             try:
                 await self._client.xgroup_create(
                     self._keys.jobs(app, n).jobs, GROUP, id="0", mkstream=True
@@ -218,6 +228,7 @@ class FactWorker:
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
+            self._grouped.add((app, n))
         self._shards = shards
 
     async def _read(self, free: int) -> list[Job]:
