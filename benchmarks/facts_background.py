@@ -17,13 +17,14 @@ queued yet (a new job: the script adds a stream entry); and of a session whose j
 already queued (coalesced: the script finds it and writes nothing). Target: the new job's
 p50 at most 1.5x the append's (the ratio is the median of the rounds' ratios).
 
-**Throughput.** ``--sessions`` sessions (2 per user) of 20 events are recorded as jobs, then
+**Throughput.** ``--sessions`` sessions (``--per-user`` each, default 1: many users) of 20
+events are recorded as jobs, then
 1, 2 and 4 worker processes (``--processes``), each a ``FactWorker`` of concurrency 4, are
 told to go at once; a scripted model answers each job after ``--latency`` (200 ms) with one
-fact. Jobs/s = sessions / the time until the queue is empty. Target: >= 3.4x at 4 processes
-over 1. The issue asks for 1,000 sessions and 8 processes; on the project's 2-core machine
-shared with others, the default is 200 sessions and 1/2/4 processes (``--sessions 1000
---processes 1,2,4,8`` runs the full size).
+fact. Jobs/s = sessions / the time until the queue is empty (polled every 50 ms). Target:
+>= 3.4x at 4 processes over 1. The issue asks for 1,000 sessions and 8 processes; on the
+project's 2-core machine shared with others, the default is 200 sessions and 1/2/4
+processes (``--sessions 1000 --processes 1,2,4,8`` runs the full size).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from benchmarks.harness import report, servers, timing
 from redis_agent_sessions import (
     Content,
     Event,
-    FactJobs,
     FactSettings,
     FactWorker,
     GenerationRequest,
@@ -54,6 +54,7 @@ from redis_agent_sessions import (
     Session,
     SessionServiceConfig,
 )
+from redis_agent_sessions.keys import JobKeys, KeySpace
 
 APP = "bg_bench"
 EVENTS = 20
@@ -163,13 +164,15 @@ class Throughput:
     speedup: float = 1.0
 
 
-async def throughput(url: str, processes: int, sessions_n: int, latency: float) -> Throughput:
+async def throughput(
+    url: str, processes: int, sessions_n: int, latency: float, per_user: int
+) -> Throughput:
     prefix = f"bgb-{uuid.uuid4().hex[:8]}"
     client = Redis.from_url(url)
     sessions, memory = services(client, prefix, latency)
     try:
         for n in range(sessions_n):
-            session = await sessions.create_session(app_name=APP, user_id=f"u{n // 2}")
+            session = await sessions.create_session(app_name=APP, user_id=f"u{n // per_user}")
             for i in range(EVENTS):
                 await sessions.append_event(session, said(i))
             await memory.add_session_to_memory(session)
@@ -187,11 +190,15 @@ async def throughput(url: str, processes: int, sessions_n: int, latency: float) 
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
             await proc.stdin.drain()
-        jobs = FactJobs(memory)
-        while True:  # polled: the end is the queue's, seen from outside the workers
-            if not any(b.queued or b.active or b.deferred for b in await jobs.backlog(APP)):
+        keys = [KeySpace(prefix).jobs(APP, n) for n in range(JobKeys.SHARDS)]
+        while True:  # polled, cheaply (the workers share the CPU): the queue's end
+            pipe = client.pipeline(transaction=False)
+            for k in keys:
+                pipe.zcard(k.queued)
+                pipe.zcard(k.active)
+            if not any(await pipe.execute()):
                 break
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)
         seconds = time.perf_counter() - started
         for proc in procs:
             assert proc.stdin is not None
@@ -233,11 +240,12 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     found: list[Throughput] = []
     for n in counts:
         progress(f"throughput, {n} worker process(es), {sessions_n} sessions")
-        found.append(await throughput(url, n, sessions_n, args.latency))
+        found.append(await throughput(url, n, sessions_n, args.latency, args.per_user))
     for row in found:
         row.speedup = row.jobs_per_s / found[0].jobs_per_s
     return {"enqueue": asdict(enqueue), "throughput": [asdict(t) for t in found],
-            "latency_s": args.latency, "concurrency": CONCURRENCY}  # fmt: skip
+            "latency_s": args.latency, "concurrency": CONCURRENCY,
+            "per_user": args.per_user}  # fmt: skip
 
 
 def show(result: dict[str, Any]) -> None:
@@ -255,7 +263,8 @@ def show(result: dict[str, Any]) -> None:
     print(f"  new job p50 / append p50: {e['new_over_append']:.2f}x (target <= 1.5x: {verdict});"
           f" coalesced: {e['coalesced_over_append']:.2f}x")  # fmt: skip
     print(f"Throughput, scripted model of {result['latency_s'] * 1000:.0f} ms, "
-          f"{result['concurrency']} jobs at once per process:")  # fmt: skip
+          f"{result['concurrency']} jobs at once per process, "
+          f"{result['per_user']} session(s) per user:")  # fmt: skip
     print(f"  {'processes':>9}{'sessions':>10}{'seconds':>9}{'jobs/s':>9}{'speedup':>9}")
     for t in result["throughput"]:
         print(f"  {t['processes']:>9}{t['sessions']:>10}{t['seconds']:>9.2f}"
@@ -277,6 +286,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="enqueue rounds (9)")
     parser.add_argument("--sessions", type=int, default=200, help="sessions of the throughput")
     parser.add_argument("--processes", default="1,2,4", help="worker processes (1,2,4)")
+    parser.add_argument(
+        "--per-user", type=int, default=1, help="sessions per user (1; a user's jobs run in turn)"
+    )
     parser.add_argument("--latency", type=float, default=0.2, help="the model's seconds (0.2)")
     parser.add_argument("--json", metavar="PATH", help="write the result as JSON")
     args = parser.parse_args()

@@ -111,7 +111,8 @@ class FactWorker:
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         """This worker's consumer name in the group (and its lease tokens' start)."""
         self.counts: Counter[str] = Counter()
-        """Jobs ended, by outcome: done, retry, dead, gone, released; and claimed."""
+        """Jobs ended, by outcome: done, retry, dead, gone, released; and claimed, and
+        waited (for another job of their user)."""
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._held: dict[Job, str] = {}
@@ -327,8 +328,10 @@ class FactWorker:
             if self._stopping.is_set():
                 await self._end(job, token, "release")
                 return None
-            # Another job of the user is running: wait for its end (a pause that grows).
-            await asyncio.sleep(random.uniform(0.5, 1) * min(1.0, 0.02 * 2**attempt))
+            # Another job of the user is running: wait for its end. The pause grows only to
+            # a tenth of a second: a longer one would idle this slot past that end.
+            self.counts["waited"] += attempt == 0
+            await asyncio.sleep(random.uniform(0.5, 1) * min(0.1, 0.01 * 2**attempt))
         return None
 
     async def _consolidate(self, job: Job, token: str, tries: int, raw: list[Any]) -> None:
