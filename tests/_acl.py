@@ -26,11 +26,11 @@ _LINE = re.compile(r"^ACL SETUSER ras-worker (.+)$", re.M)
 
 def readme_rules() -> dict[str, list[str]]:
     """The documented rules: ``base`` (sessions + plain memory), then the extras for the
-    ``search`` backend, learned ``facts``, the ``replicas`` and ``aof`` write concerns, and a
-    ``cluster``."""
+    ``search`` backend, learned ``facts``, their ``background`` generation's workers, the
+    ``replicas`` and ``aof`` write concerns, and a ``cluster``."""
     blocks = [_LINE.findall(block) for block in _BLOCK.findall(PAGE.read_text())]
     sets = [[rule for line in lines for rule in shlex.split(line)] for lines in blocks if lines]
-    names = ["base", "search", "facts", "replicas", "aof", "cluster"]
+    names = ["base", "search", "facts", "background", "replicas", "aof", "cluster"]
     assert len(sets) == len(names), sets
     return dict(zip(names, sets, strict=True))
 
@@ -48,18 +48,21 @@ async def acl_user(
     *,
     search: bool = False,
     facts: bool = False,
+    background: bool = False,
     concern: str | None = None,
     without: str | None = None,
     keys: list[str] | None = None,
 ) -> AsyncIterator[Any]:
     """A client logged in as a fresh user with the documented rules (the search ones with
-    ``search``, the learned facts' with ``facts``, those of a write ``concern``, the
+    ``search``, the learned facts' with ``facts``, those and the workers' with
+    ``background``, those of a write ``concern``, the
     cluster ones when ``admin`` is a RedisCluster: set on every node), minus ``+without``;
     with ``keys``, those key rules in place of the documented ``~ras:*`` (a tenant's)."""
     readme = readme_rules()
     cluster = isinstance(admin, RedisCluster)
     rules = readme["base"] + (readme["search"] if search else []) + readme.get(concern or "", [])
-    rules += readme["facts"] if facts else []
+    rules += readme["facts"] if facts or background else []
+    rules += readme["background"] if background else []
     rules += readme["cluster"] if cluster else []
     name, password = f"ras-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     rules = [f">{password}" if r.startswith(">") else r for r in rules]

@@ -29,6 +29,8 @@ from redis_agent_sessions import (
     Content,
     Event,
     EventActions,
+    FactSettings,
+    FactWorker,
     GenerationRequest,
     InvalidInputError,
     MemoryEntry,
@@ -365,6 +367,45 @@ async def test_the_generation_has_a_span_of_its_own(exported: Exported) -> None:
     # The model's time is inside the operation's, and the Redis work is outside the model's.
     assert add.start_time <= generate.start_time <= generate.end_time <= add.end_time
     assert exported.total("facts.generations", outcome="applied") == before + 1
+
+
+async def test_a_background_jobs_span_links_to_the_trace_that_queued_it(
+    exported: Exported,
+) -> None:
+    """Background generation: the worker's job is a trace of its own (kind CONSUMER), linked
+    to the span of the request that queued it; the model's span is inside it; the job's
+    outcome is counted and its wait measured."""
+
+    async def model(request: GenerationRequest) -> list[MemoryOperation]:
+        return [MemoryOperation(action="add", fact="The user likes trains.")]
+
+    redis = client()
+    sessions = RedisSessionService(redis)
+    facts = FactSettings(mode="background")
+    memory = RedisMemoryService(redis, config=ON, generator=CallableGenerator(model), facts=facts)
+    session = await sessions.create_session(app_name="shop", user_id="alice")
+    await sessions.append_event(
+        session, Event(author="user", content=Content(parts=[Part(text="I like trains")]))
+    )
+    before = exported.total("facts.jobs", outcome="done")
+    with trace.get_tracer("test").start_as_current_span("agent turn") as turn:
+        await memory.add_session_to_memory(session)
+    async with FactWorker(memory, poll_interval=0.01):
+        await memory.wait_for_generation(
+            app_name="shop", user_id="alice", session_id=session.id, timeout=30
+        )
+    spans = {s.name: s for s in exported.finished()}
+    job, generate = spans["facts_job"], spans["generate_memories"]
+    assert job.kind == SpanKind.CONSUMER
+    assert job.parent is None  # a trace of its own
+    [link] = job.links
+    assert link.context.trace_id == turn.get_span_context().trace_id
+    assert link.context.span_id == spans["add_session_to_memory"].context.span_id
+    assert generate.parent is not None
+    assert generate.parent.span_id == job.context.span_id
+    assert dict(job.attributes or {})[NS + "job.kind"] == "s"
+    assert exported.total("facts.jobs", outcome="done") == before + 1
+    assert sum(p.count for p in exported.points(NS + "facts.job.lag")) >= 1
 
 
 def test_off_nothing_is_imported_and_no_method_is_wrapped() -> None:

@@ -31,6 +31,8 @@ from redis_agent_sessions import (
     CorruptDataError,
     Event,
     EventActions,
+    FactSettings,
+    FactWorker,
     MemoryEntry,
     MemoryIndexError,
     Part,
@@ -179,6 +181,16 @@ async def work_as(worker: Any, app: str, user: str = "u1") -> None:
     await learner.add_session_to_memory(stored)
     facts = await learner.list_facts(app_name=app, user_id=user)
     assert [f.text for f in facts] == [f"The user said: I like {app} trains"]
+    # Background generation: the app's queue is in its key space; its worker names its app.
+    background = FactSettings(mode="background")
+    queued = RedisMemoryService(worker, config=CONFIG, generator=likes(), facts=background)
+    await sessions.append_event(stored, said(f"I like {app} boats"))
+    await queued.add_session_to_memory(stored)
+    async with FactWorker(queued, apps=[app], poll_interval=0.01):
+        await queued.wait_for_generation(app_name=app, user_id=user, session_id=sid, timeout=30)
+    facts = await learner.list_facts(app_name=app, user_id=user)
+    learned = {f"The user said: I like {app} {what}" for what in ("trains", "boats")}
+    assert {f.text for f in facts} == learned
     listed = await sessions.list_sessions(app_name=app, user_id=user)
     assert sid in [s.id for s in listed.sessions]
 

@@ -53,6 +53,7 @@ COUNTERS = {
     ),
     "write_concern.shortfalls": ("{write}", "writes the replicas or the AOF did not confirm"),
     "facts.generations": ("{generation}", "learned facts: generator calls (attribute outcome)"),
+    "facts.jobs": ("{job}", "background generation: jobs a worker ended (attribute outcome)"),
 }
 """The counters (``redis_agent_sessions.<name>``): unit and description."""
 
@@ -96,6 +97,12 @@ class Telemetry:
             name: meter.create_counter(_NS + name, unit=unit, description=description)
             for name, (unit, description) in COUNTERS.items()
         }
+        self._lag = meter.create_histogram(
+            _NS + "facts.job.lag",
+            unit="s",
+            description="Background generation: how long a job waited for a worker",
+            explicit_bucket_boundaries_advisory=[0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600.0],
+        )
         self._user_ids = config.telemetry_user_ids
         self._base: dict[str, Any] = {"db.system.name": "redis", **endpoint}
         self._identify = identify
@@ -111,6 +118,40 @@ class Telemetry:
             name,
             kind=self._trace.SpanKind.INTERNAL,
             attributes={_NS + k: v for k, v in attributes.items()},
+        )
+
+    def traceparent(self) -> str:
+        """The current span as a W3C ``traceparent`` ('' without one): what a background
+        job keeps, so that its worker's span links to the trace that asked for it."""
+        found = self._trace.get_current_span().get_span_context()
+        if not found.is_valid:
+            return ""
+        return f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"
+
+    def job(
+        self, traceparent: str, lag: float, attributes: Mapping[str, Any]
+    ) -> AbstractContextManager[Any]:
+        """A worker's span (kind CONSUMER) around one background job, linked to the span
+        that enqueued it (a trace of its own: the request's ended long ago); ``lag``, the
+        seconds the job waited, goes to the lag histogram."""
+        self._lag.record(max(0.0, lag))
+        links = []
+        parts = traceparent.split("-")
+        if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
+            try:
+                context = self._trace.SpanContext(
+                    int(parts[1], 16), int(parts[2], 16), is_remote=True,
+                    trace_flags=self._trace.TraceFlags(int(parts[3], 16)),
+                )  # fmt: skip
+            except ValueError:
+                context = None
+            if context is not None and context.is_valid:
+                links.append(self._trace.Link(context))
+        return self._tracer.start_as_current_span(
+            "facts_job",
+            kind=self._trace.SpanKind.CONSUMER,
+            attributes={_NS + k: v for k, v in attributes.items()},
+            links=links,
         )
 
     def count(self, name: str, amount: int = 1, **attributes: str) -> None:

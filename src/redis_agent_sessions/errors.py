@@ -13,11 +13,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 __all__ = [
     "AlreadyExistsError",
+    "BacklogFullError",
     "ConnectionLostError",
     "ConsolidationConflictError",
     "CorruptDataError",
     "EmbeddingError",
     "GenerationError",
+    "GenerationTimeoutError",
     "IncompleteSessionError",
     "InvalidInputError",
     "MemoryIndexError",
@@ -138,6 +140,18 @@ class ConsolidationConflictError(RedisSessionsError):
     """Other workers kept changing the facts a generator's operations touch (or processed
     the same events first) through every attempt: nothing of that step was written (the
     steps of the call before it, 50 events each, stay written)."""
+
+
+class BacklogFullError(RedisSessionsError):
+    """Background generation's queue holds as many jobs as ``FactSettings.max_backlog``
+    allows for the user's shard (or one job's waiting events reached their bound): the
+    request was refused and nothing was written. The workers are behind or stopped; start
+    more, or retry later."""
+
+
+class GenerationTimeoutError(RedisSessionsError, TimeoutError):
+    """``wait_for_generation`` waited its ``timeout`` while jobs were still queued, deferred
+    or running for the session or user; they go on (nothing is cancelled)."""
 
 
 class MemoryIndexError(RedisSessionsError):

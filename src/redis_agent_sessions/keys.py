@@ -72,6 +72,16 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:}:vidx                        (memory_index="per_app": one per app)
     ras:mem:{<app>:%i<n>}:vidx                   (per_app on a cluster: one per app and shard)
     ras:mem:{<app>:<user>}:vidx                  (cluster: one vector index per user)
+    ras:mem:{<app>:%j<n>}:jobs                   stream background generation, shard n of
+                                                        JobKeys.SHARDS (a user's jobs all in one)
+    ras:mem:{<app>:%j<n>}:jobs:<state>           zset   job ("<s|e>:<user>:<session>") by ms:
+                                                        queued, active, again, due, failed
+    ras:mem:{<app>:%j<n>}:jobs:<count>           zset   users (open jobs), marks (event count at
+                                                        the last job), tries (failed attempts)
+    ras:mem:{<app>:%j<n>}:jobs:dead              stream dead letters: the job and its last error
+    ras:mem:{<app>:%j<n>}:jobs:dropped           string jobs whose session was gone
+    ras:mem:{<app>:%j<n>}:job:<user>:<session>:events  list  events given one by one, for a worker
+    ras:mem:{<app>:%j<n>}:lease:<user>           string the worker generating for the user now
 
 Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
 characters, each as its code point: ``%3A``, ``%85``), so no two different (app, user,
@@ -84,8 +94,10 @@ keys carry the app's own tag.
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 from redis_agent_sessions.errors import InvalidInputError
 
@@ -139,6 +151,34 @@ class SessionKeys:
     app_pending: str
     app_name: str
     """The app's name as given (not a key): for the work a write leaves to its layout."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobKeys:
+    """Every key of one shard of an app's background-generation queue (one hash tag)."""
+
+    SHARDS: ClassVar[int] = 8
+    """Shards per app, each its own hash tag, so a cluster spreads an app's jobs; every
+    enqueuer and worker of a deployment must agree on it."""
+    jobs: str
+    queued: str
+    active: str
+    again: str
+    due: str
+    users: str
+    marks: str
+    tries: str
+    failed: str
+    dead: str
+    dropped: str
+    tag: str
+    """The shard's keys' common start: ``<prefix>:mem:{<app>:%j<n>}``."""
+
+    @staticmethod
+    def member(kind: str, user_id: str, session_id: str) -> str:
+        """A job's name in its shard: ``<kind>:<user>:<session>`` (escaped; kind ``s`` for
+        a session, ``e`` for events given one by one)."""
+        return f"{kind}:{escape(user_id)}:{escape(session_id)}"
 
 
 LAYOUT_WORDS = ("apps", "mem", "demo")
@@ -381,6 +421,33 @@ class KeySpace:
 
     def memory_gram(self, app_name: str, user_id: str, gram: str) -> str:
         return f"{self._memory(app_name, user_id)}:gram:{escape(gram)}"
+
+    def job_shard(self, app_name: str, user_id: str) -> int:
+        """The shard of the user's background-generation jobs: a stable hash of (app, user),
+        the same in every process (CRC-32, not Python's salted ``hash``)."""
+        owner = f"{app_name}\0{user_id}".encode("utf-8", "surrogatepass")
+        return zlib.crc32(owner) % JobKeys.SHARDS
+
+    def jobs(self, app_name: str, shard: int) -> JobKeys:
+        """One shard of the app's queue: its tag ``{<app>:%j<n>}`` is no user's (an escaped
+        id never holds ``%`` and a letter) and is inside the app's ACL key rules."""
+        tag = f"{self.prefix}:mem:{{{escape(app_name)}:%j{shard}}}"
+        jobs = f"{tag}:jobs"
+        return JobKeys(
+            jobs=jobs, queued=f"{jobs}:queued", active=f"{jobs}:active", again=f"{jobs}:again",
+            due=f"{jobs}:due", users=f"{jobs}:users", marks=f"{jobs}:marks",
+            tries=f"{jobs}:tries", failed=f"{jobs}:failed", dead=f"{jobs}:dead",
+            dropped=f"{jobs}:dropped", tag=tag,
+        )  # fmt: skip
+
+    def job_events(self, app_name: str, shard: int, user_id: str, session_id: str) -> str:
+        """Events given one by one, waiting for a worker (newest first)."""
+        tag = self.jobs(app_name, shard).tag
+        return f"{tag}:job:{escape(user_id)}:{escape(session_id)}:events"
+
+    def job_lease(self, app_name: str, shard: int, user_id: str) -> str:
+        """Which worker generates for the user now (a string with a time to live)."""
+        return f"{self.jobs(app_name, shard).tag}:lease:{escape(user_id)}"
 
     def demo(self, *parts: str) -> str:
         """Control keys of the demo's dispatcher and workers (queues, results, signals)."""

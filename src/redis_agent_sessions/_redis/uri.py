@@ -37,6 +37,11 @@ _MEMORY = (
     "fact_topics",
     "fact_ttl_seconds",
     "keep_events",
+    "disable_consolidation",
+    "fact_mode",
+    "fact_trigger_events",
+    "fact_trigger_idle_seconds",
+    "fact_max_backlog",
 )
 """The memory service's own settings (read by it; the session service ignores them, so one
 URL may serve both)."""

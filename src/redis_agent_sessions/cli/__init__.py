@@ -28,6 +28,9 @@ _COMMANDS = {
     "tail": ("_browse", "a session's newest events; -f follows new ones as workers append"),
     "search": ("_browse", "memory search over a user's past sessions"),
     "facts": ("_facts", "a user's learned facts (--history: with earlier revisions; --delete)"),
+    "facts worker": ("_facts_jobs", "run background generation's jobs until SIGTERM or Ctrl-C"),
+    "facts jobs": ("_facts_jobs", "background generation's backlog, pending and dead, by shard"),
+    "facts dead-letters": ("_facts_jobs", "jobs that failed their last attempt (--retry, --drop)"),
     "stats": ("_stats", "sessions, users, events, memory entries and bytes, per app"),
     "export": ("_transfer", "write sessions as JSON Lines, one session per line"),
     "import": ("_transfer", "write sessions from an export file"),
@@ -125,9 +128,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return SIGPIPE_STATUS
 
 
+_FACTS_SUBCOMMANDS = ("worker", "jobs", "dead-letters")
+"""``facts worker`` and the others: commands of their own (``facts`` takes APP USER; an app
+of one of these names is reached as ``facts -- worker USER``)."""
+
+
 def _command(argv: Sequence[str] | None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if len(words) > 1 and words[0] == "facts" and words[1] in _FACTS_SUBCOMMANDS:
+        words[:2] = [f"facts {words[1]}"]
+    args = parser.parse_args(words)
     if args.command == "demo":
         return _demo(parser, args)
     try:

@@ -93,6 +93,58 @@ def _facts(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _facts_worker(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--generator",
+        metavar="SPEC",
+        help="the model: import:<module>:<name> or adk:<model> (default: the URL's ?generator=)",
+    )
+    p.add_argument("--concurrency", type=_positive, default=4, help="jobs at once (default 4)")
+    p.add_argument(
+        "--app",
+        action="append",
+        metavar="APP",
+        help="only this app's jobs (repeat for more; default: every app in the registry)",
+    )
+    p.add_argument(
+        "--visibility-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="take over the jobs of a worker silent this long (default 60)",
+    )
+    p.add_argument(
+        "--max-attempts", type=_positive, default=5, help="attempts before a dead letter (5)"
+    )
+    p.add_argument(
+        "--retry-delay",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="pause before a failed job's first retry, doubling after (default 1)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, let running jobs finish this long, then release them (default 30)",
+    )
+
+
+def _facts_jobs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP", nargs="?", help="one app (default: every app)")
+    _json(p)
+
+
+def _facts_letters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", metavar="APP")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--retry", metavar="ID", help="queue this dead letter's job again")
+    what.add_argument("--drop", metavar="ID", help="forget this dead letter")
+    _json(p)
+
+
 def _stats(p: argparse.ArgumentParser) -> None:
     p.add_argument("app", metavar="APP", nargs="?", help="one app (default: every app)")
     p.add_argument(
@@ -298,6 +350,9 @@ _ADD = {
     "tail": _tail,
     "search": _search,
     "facts": _facts,
+    "facts worker": _facts_worker,
+    "facts jobs": _facts_jobs,
+    "facts dead-letters": _facts_letters,
     "stats": _stats,
     "export": _export,
     "import": _import,

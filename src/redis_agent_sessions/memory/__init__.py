@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from redis_agent_sessions.memory._consolidate import FactSettings
 from redis_agent_sessions.memory._embedders import CallableEmbedder, Embedder
+from redis_agent_sessions.memory._fact_jobs import FactJobs
 from redis_agent_sessions.memory._generators import (
     CallableGenerator,
     Fact,
@@ -23,20 +24,25 @@ from redis_agent_sessions.memory._generators import (
     MemoryOperation,
 )
 from redis_agent_sessions.memory._google import GoogleEmbedder
+from redis_agent_sessions.memory._jobs import DeadLetter, ShardBacklog
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._service import MemoryServiceBase
 from redis_agent_sessions.memory._vectors import VectorIndex
+from redis_agent_sessions.memory._worker import FactWorker
 from redis_agent_sessions.models import Event, Session
 
 __all__ = [
     "Backend",
     "CallableEmbedder",
     "CallableGenerator",
+    "DeadLetter",
     "Embedder",
     "Fact",
+    "FactJobs",
     "FactRevision",
     "FactSettings",
     "FactSource",
+    "FactWorker",
     "GenerationRequest",
     "GoogleEmbedder",
     "MemoryEntry",
@@ -44,6 +50,7 @@ __all__ = [
     "MemoryOperation",
     "RedisMemoryService",
     "SearchMemoryResponse",
+    "ShardBacklog",
     "VectorIndex",
 ]
 

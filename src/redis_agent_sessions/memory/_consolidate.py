@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions.errors import (
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from redis_agent_sessions.memory._ranking import Ranked
     from redis_agent_sessions.memory._store import Doc
 
-__all__ = ["Consolidator", "FactSettings", "checked_events"]
+__all__ = ["Consolidator", "FactSettings", "check_background", "checked_events"]
 
 EVENTS_PER_STEP = 50
 """Events one generation reads at most: a long session is read in steps, each applied."""
@@ -58,6 +58,23 @@ class FactSettings:
     """Also keep every event as an entry, as without a generator (both are searched)."""
     history: int = 10
     """Revisions of a fact kept in its history."""
+    disable_consolidation: bool = False
+    """Only add facts, never update or delete one: the generator is shown no stored fact
+    (Memory Bank's ``disable_consolidation``)."""
+    # -- background generation (memory/_jobs.py) --
+    mode: Literal["inline", "background"] = "inline"
+    """``inline``: adding a session runs the generator in the call; ``background``: it
+    records a job, run by a :class:`FactWorker` (docs/facts.md)."""
+    trigger_events: int | None = None
+    """Background: a session's job waits until it has this many new events (None: none)."""
+    trigger_idle_seconds: float | None = None
+    """Background: or until no request came for it this long (None: none)."""
+    max_backlog: int = 10_000
+    """Background: jobs waiting per app, at most; each of its shards refuses past its share
+    (``BacklogFullError``)."""
+
+    def __post_init__(self) -> None:
+        check_background(self)
 
 
 class Consolidator:
@@ -154,7 +171,11 @@ class Consolidator:
         due = await self.facts.due(app, user, now)
         changes = [Change("expire", f.id, f.revision) for f in due]
         if said:
-            shown = await self._related(app, user, said, now, {f.id for f in due})
+            shown = (
+                []
+                if self.settings.disable_consolidation
+                else await self._related(app, user, said, now, {f.id for f in due})
+            )  # shown no fact, the generator may only add (Memory Bank's option)
             request = GenerationRequest(
                 app_name=app, user_id=user, session_id=sid, events=list(said), facts=shown,
                 topics=None if self.settings.topics is None else list(self.settings.topics),
@@ -246,6 +267,16 @@ class Consolidator:
             )
         await self._embed(app, user, [c.doc for c in changes if c.doc is not None])
         return changes
+
+
+def check_background(settings: FactSettings) -> None:
+    """The background settings make sense, else InvalidInputError."""
+    if settings.mode not in ("inline", "background"):
+        raise InvalidInputError(f"mode must be 'inline' or 'background': {settings.mode!r}")
+    for name in ("trigger_events", "trigger_idle_seconds", "max_backlog"):
+        value = getattr(settings, name)
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            raise InvalidInputError(f"{name} must be positive: {value!r}")
 
 
 def checked_events(events: Sequence[Event]) -> None:

@@ -41,6 +41,7 @@ from redis_agent_sessions.memory._facts import FactStore
 from redis_agent_sessions.memory._generators import MemoryGenerator
 from redis_agent_sessions.memory._index_defs import Provisioned
 from redis_agent_sessions.memory._indexes import index_layout
+from redis_agent_sessions.memory._jobs import JobQueue
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker, search_terms
 from redis_agent_sessions.memory._record import check_vectors, recorded_vectors
@@ -93,6 +94,7 @@ class MemoryEngine:
         self._vectorizer: Vectorizer | None = None if semantic is None else semantic.vectorizer
         self.generator = generator
         self.fact_settings = facts or FactSettings()
+        self.jobs = JobQueue(client, self._keys, self.fact_settings, config.max_payload_bytes)
         self._facts: FactStore | None = None
         self._telemetry: Any = None
         """The Telemetry of the instrumented service (telemetry on): the generation's spans."""
@@ -116,7 +118,7 @@ class MemoryEngine:
         topology = self._topology
         telemetry = Telemetry(self.config, topology.endpoint, lambda: read_identity(topology))
         instrument(service, operations, telemetry)
-        self._telemetry = telemetry
+        self._telemetry = self.jobs.telemetry = telemetry
 
     async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and
@@ -287,7 +289,9 @@ class MemoryEngine:
         checked_events(session.events)
         await (await self._learner(app, user)).session(app, user, session)
 
-    async def _learner(self, app: str, user: str) -> Consolidator:
+    async def _learner(self, app: str, user: str, model: Any = None) -> Consolidator | JobQueue:
+        if model is None and self.fact_settings.mode == "background":  # a FactWorker's job
+            return self.jobs
         store, _ = await self._ready(app, user)
         assert self.generator is not None
         assert self._ranker is not None
@@ -296,7 +300,7 @@ class MemoryEngine:
             await self._embed_new(store, app, user, docs, keep=False)
 
         return Consolidator(
-            await self.facts(), self.generator, self.fact_settings, rank=self._ranker.rank,
+            await self.facts(), model or self.generator, self.fact_settings, rank=self._ranker.rank,
             embed=embed, telemetry=self._telemetry,
         )  # fmt: skip
 

@@ -134,7 +134,9 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         ``embedder_dimensions``, ``vector_index``, ``min_similarity``, and for learned
         facts ``generator`` (``import:<module>:<name>``, or ``adk:<model>`` with the
         ``[adk]`` extra), ``fact_topics`` (comma-separated), ``fact_ttl_seconds``,
-        ``keep_events``."""
+        ``keep_events``, ``disable_consolidation``, and for background generation
+        ``fact_mode``,
+        ``fact_trigger_events``, ``fact_trigger_idle_seconds``, ``fact_max_backlog``."""
         opened = open_memory_service_url(
             url,
             config=config,
@@ -266,6 +268,27 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         return self._response(found)
 
     @_scripts.typed_permissions
+    async def wait_for_generation(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str | None = None,
+        timeout: float = 60.0,
+        flush: bool = True,
+    ) -> None:
+        """Return once background generation has nothing queued, deferred or running for
+        the session (or, without ``session_id``, for the user): its facts are then stored.
+        ``flush`` first makes the deferred jobs due now (triggers not reached). Raises
+        GenerationTimeoutError after ``timeout`` seconds, and GenerationError when the
+        session's last job failed its last attempt (it is in the dead letters)."""
+        app, user = _owner(app_name, user_id)
+        sid = None if session_id is None else check_id("session_id", session_id)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise InvalidInputError(f"timeout must be a non-negative number: {timeout!r}")
+        await self._memory.jobs.wait(app, user, sid, float(timeout), bool(flush))
+
+    @_scripts.typed_permissions
     async def list_facts(self, *, app_name: str, user_id: str) -> list[Fact]:
         """The user's learned facts, most recently changed first (those past their time to
         live are not listed: they are forgotten at the next change or search)."""
@@ -331,6 +354,7 @@ OPERATIONS = (
     "add_events_to_memory",
     "add_memory",
     "delete_memory",
+    "wait_for_generation",
     "search_memory",
     "check_ready",
 )

@@ -89,14 +89,17 @@ def learning_settings(
     params: dict[str, str], generator: MemoryGenerator | None, facts: FactSettings | None
 ) -> tuple[MemoryGenerator | None, FactSettings | None]:
     """The arguments, completed by the URL's ``generator``, ``fact_topics``,
-    ``fact_ttl_seconds`` and ``keep_events``; a setting given in both places is refused."""
+    ``fact_ttl_seconds``, ``keep_events``, ``disable_consolidation`` and background
+    generation's ``fact_mode``, ``fact_trigger_events``, ``fact_trigger_idle_seconds`` and
+    ``fact_max_backlog``; a setting given in both places is refused."""
     if "generator" in params:
         if generator is not None:
             raise InvalidInputError(
                 "the URL names a generator and generator= was passed with it; give it in one place"
             )
         generator = generator_from_spec(params["generator"])
-    named = {"fact_topics", "fact_ttl_seconds", "keep_events"} & params.keys()
+    named = {"fact_topics", "fact_ttl_seconds", "keep_events", "disable_consolidation"}
+    named = (named | set(_BACKGROUND)) & params.keys()
     if not named:
         return generator, facts
     if facts is not None:
@@ -115,7 +118,26 @@ def learning_settings(
     ttl = _number(params, "fact_ttl_seconds", int, "an int")
     if ttl is not None and ttl <= 0:
         raise InvalidInputError(f"URL parameter fact_ttl_seconds must be positive: {ttl}")
-    return generator, FactSettings(topics=topics, ttl_seconds=ttl, keep_events=BOOLEANS[keep])
+    add_only = params.get("disable_consolidation", "false").lower()
+    if add_only not in BOOLEANS:
+        raise InvalidInputError(
+            f"URL parameter disable_consolidation must be true or false: {add_only!r}"
+        )
+    more: dict[str, Any] = {
+        "disable_consolidation": BOOLEANS[add_only],
+        "mode": params.get("fact_mode", "inline"),
+        "trigger_events": _number(params, "fact_trigger_events", int, "an int"),
+        "trigger_idle_seconds": _number(params, "fact_trigger_idle_seconds", float, "a number"),
+    }
+    if "fact_max_backlog" in params:
+        more["max_backlog"] = _number(params, "fact_max_backlog", int, "an int")
+    return generator, FactSettings(
+        topics=topics, ttl_seconds=ttl, keep_events=BOOLEANS[keep], **more
+    )
+
+
+_BACKGROUND = ("fact_mode", "fact_trigger_events", "fact_trigger_idle_seconds", "fact_max_backlog")
+"""Background generation's URL parameters (FactSettings without the ``fact_``)."""
 
 
 def _number(params: dict[str, str], name: str, kind: Callable[[str], T], what: str) -> T | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from redis_agent_sessions.keys import KeySpace
 
 __all__ = [
+    "BACKGROUND_COMMANDS",
     "CLUSTER_COMMANDS",
     "FACTS_COMMANDS",
     "SEARCH_READ_COMMANDS",
@@ -35,6 +36,13 @@ WORKER_SEARCH_COMMANDS = (*SEARCH_READ_COMMANDS, "+ft.create", "+ft.alter")
 FACTS_COMMANDS = ("+lpush", "+ltrim", "+lrange")
 """Learned facts: each fact's history is a list."""
 
+BACKGROUND_COMMANDS = (
+    "+xreadgroup", "+xack", "+xdel", "+xclaim", "+xautoclaim", "+xpending", "+xlen",
+    "+xgroup|create", "+xgroup|delconsumer",
+)  # fmt: skip
+"""Background generation's workers: the job streams' consumer group (an app's queue is in
+its own key space, so a tenant runs its own workers)."""
+
 CLUSTER_COMMANDS = ("+cluster|slots", "+command")
 """redis-py's cluster client learns the topology and the commands' keys."""
 
@@ -50,7 +58,7 @@ def tenant_acl_rules(
     (:meth:`KeySpace.app_acl_keys`), no channels."""
     rules = ["resetchannels", "-@all", *WORKER_COMMANDS]
     rules += SEARCH_READ_COMMANDS if search else ()
-    rules += FACTS_COMMANDS if facts else ()
+    rules += (*FACTS_COMMANDS, *BACKGROUND_COMMANDS) if facts else ()
     rules += CLUSTER_COMMANDS if cluster else ()
     return [*rules, "resetkeys", *keys.app_acl_keys(app_name)]
 
