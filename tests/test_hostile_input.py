@@ -5,6 +5,7 @@ type and DUMP bytes after it as before."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -202,7 +203,14 @@ _IDS = st.sampled_from(["a", "u", "mem", "apps", "demo", "s1", "a:b", "{x}", "x}
 # What a KeySpace builds besides keys and index names: patterns, a parser, and what each
 # search index covers (checked apart).
 _COVERS = {"memory_index_prefix", "memory_user_index_prefix", "memory_app_index_prefix"}
-_NOT_KEYS = {"app_acl_keys", "memory_entries_pattern", "memory_owner", "session", *_COVERS}
+_NOT_KEYS = {
+    "app_acl_keys",
+    "job_shard",
+    "memory_entries_pattern",
+    "memory_owner",
+    "session",
+    *_COVERS,
+}
 _NOT_KEY_FIELDS = {"app_member", "user_member", "app_name"}
 
 
@@ -217,7 +225,11 @@ def _built(space: KeySpace, ids: list[str]) -> tuple[set[str], set[str]]:
         if name == "demo":  # any number of parts
             names.update(method(*ids[:n]) for n in range(1, len(ids) + 1))
             continue
-        (covers if name in _COVERS else names).add(method(*ids[:arity]))
+        built = method(*ids[:arity])
+        if dataclasses.is_dataclass(built):  # a set of keys (one queue shard's)
+            names.update(v for v in dataclasses.asdict(built).values() if isinstance(v, str))
+            continue
+        (covers if name in _COVERS else names).add(built)
     keys = space.session(*ids[:3])
     names.update(
         getattr(keys, f) for f in SessionKeys.__dataclass_fields__ if f not in _NOT_KEY_FIELDS

@@ -167,6 +167,11 @@ RUNS: dict[str, list[tuple[tuple[str, ...], int, str]]] = {
     "sweep": [(("booking",), 0, "")],
     "ping": [((), 0, "ready"), (("--memory",), 0, "plain backend")],
     "tenant": [(("create", "booking"), 0, "ACL SETUSER")],
+    # A worker runs until stopped (tests/test_facts_background*.py run it): here, that it
+    # starts and says what it needs.
+    "facts worker": [((), 2, "name the model: --generator")],
+    "facts jobs": [((), 0, "booking"), (("booking",), 0, "booking")],
+    "facts dead-letters": [(("booking",), 1, "no dead letters in app 'booking'")],
 }
 
 
@@ -193,7 +198,7 @@ async def test_every_command_works(managed: Managed, command: str, tmp_path: Pat
         setup = run(managed, "export", "booking", "-o", f"{tmp_path}/out.jsonl")
         assert setup.returncode == 0, setup.stderr
     for args, code, expected in RUNS[command]:
-        result = run(managed, command, *(a.format(tmp=tmp_path) for a in args))
+        result = run(managed, *command.split(), *(a.format(tmp=tmp_path) for a in args))
         assert (result.returncode, command, args) == (code, command, args), result.stderr
         assert expected in result.stdout + result.stderr, (result.stdout, result.stderr)
 

@@ -11,7 +11,7 @@ local refused = denied('ZRANGE', KEYS[5], 'ZREM', KEYS[5], 'ZSCORE', KEYS[2], 'Z
   'ZSCORE', KEYS[3], 'ZADD', KEYS[4], 'XADD', KEYS[1])
 if refused then return refused end
 
-local jobs
+local jobs = {}
 if #ARGV == 2 then
   jobs = redis.call('ZRANGE', KEYS[5], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 elseif string.sub(ARGV[3], -1) == ':' and #ARGV == 3 then
