@@ -21,7 +21,17 @@ from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import SessionServiceConfig
 from redis_agent_sessions.sessions._engine import SessionEngine
 
-__all__ = ["BACKENDS", "NOT_ON_VALKEY", "backend", "every_config", "worker"]
+__all__ = [
+    "BACKENDS",
+    "CACHE_ON",
+    "NOT_ON_VALKEY",
+    "SMOKE",
+    "STORED_DATA",
+    "VALIDATION",
+    "backend",
+    "every_config",
+    "worker",
+]
 
 
 BACKENDS = [
@@ -50,6 +60,34 @@ NOT_ON_VALKEY = {
     "test_expiry": frozenset({"valkey-cluster"}),
 }
 """Contract suites (module names) and the Valkey backends conftest.py deselects them on."""
+
+CACHE_ON = frozenset({"fake", "fake-slots", "validate", "real", "cluster"})
+"""The backends the contract suites' read-cache variant runs on. The cache lives in the
+client: what it changes is which reads go to Redis (catch-ups from an event id instead of
+whole sessions), and those differ by layout (one node, cluster; both on fakeredis and on a
+real server), not by who serves them or as which user. The least-privilege user sends the
+same commands as the admin, and Valkey answers them as Redis does (the cache-off runs there
+prove both)."""
+
+VALIDATION = {"test_bad_input": frozenset({"fake", "fake-slots", "real", "cluster"})}
+"""Suites of input validation, which refuses before any command, and the backends they run
+on (each layout, fakeredis and real, cache off: the cache is never reached). Every backend
+runs the suites' ``test_every_backend_*`` tests, which check that each refuses the same
+inputs through the same validation, and their tests of stored data (names holding one of
+``STORED_DATA``), which Redis answers."""
+
+STORED_DATA = ("every_backend", "corrupt", "foreign_type", "evicted")
+
+SMOKE = {
+    "test_sessions": frozenset({"real", "cluster"}),
+    "test_memory": frozenset({"real", "search"}),
+    "test_lost_connections": None,
+    "test_tenants": None,
+}
+"""The real-server tests the other Pythons run besides the fakeredis suites (``-m "fake or
+smoke"``, .ci/run): the session and memory contracts on a real node and cluster (cache
+off), and the suites whose outcome depends on the Python's own asyncio or sockets (None:
+the whole module)."""
 
 
 @asynccontextmanager

@@ -24,7 +24,17 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from _backends import BACKENDS, NOT_ON_VALKEY, backend, every_config, worker
+from _backends import (
+    BACKENDS,
+    CACHE_ON,
+    NOT_ON_VALKEY,
+    SMOKE,
+    STORED_DATA,
+    VALIDATION,
+    backend,
+    every_config,
+    worker,
+)
 from _cli import cli, cli_forker  # noqa: F401 - the operator CLI fixtures, for every module
 from _processes import processes  # noqa: F401 - helper processes killed at the end, for every module
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
@@ -49,6 +59,10 @@ EXTRAS = {"adk": ("google.adk", "[adk]"), "cli": ("rich", "[cli]")}
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _leave_off_valkey(config, items)
+    _leave_off(config, items, _not_needed)
+    for item in items:
+        if _smoke(item):
+            item.add_marker(pytest.mark.smoke)
     for marker, (module, extra) in EXTRAS.items():
         if _installed(module):
             continue
@@ -71,6 +85,45 @@ def _leave_off_valkey(config: pytest.Config, items: list[pytest.Item]) -> None:
     if left_off:
         config.hook.pytest_deselected(items=left_off)
         items[:] = kept
+
+
+def _params(item: pytest.Item) -> dict[str, Any]:
+    callspec = getattr(item, "callspec", None)
+    return dict(callspec.params) if callspec is not None else {}
+
+
+def _not_needed(item: pytest.Item) -> bool:
+    """A variant that adds no code path (see ``_backends.CACHE_ON`` and ``VALIDATION``)."""
+    params = _params(item)
+    kind, cache = params.get("redis_client"), params.get("read_cache")
+    if kind is None:
+        return False
+    if cache == "cache" and kind not in CACHE_ON:
+        return True
+    kinds = VALIDATION.get(item.path.stem)
+    if kinds is None or any(part in item.name for part in STORED_DATA):
+        return False
+    return cache == "cache" or kind not in kinds
+
+
+def _smoke(item: pytest.Item) -> bool:
+    if item.path.stem not in SMOKE:
+        return False
+    kinds = SMOKE[item.path.stem]
+    if kinds is None:
+        return True
+    params = _params(item)
+    kind = params.get("redis_client", params.get("memory_client"))
+    if params.get("read_cache", "nocache") != "nocache" or params.get("memory") == "semantic":
+        return False
+    return kind in kinds
+
+
+def _leave_off(config: pytest.Config, items: list[pytest.Item], off: Any) -> None:
+    left_off = [item for item in items if off(item)]
+    if left_off:
+        config.hook.pytest_deselected(items=left_off)
+        items[:] = [item for item in items if not off(item)]
 
 
 def _installed(module: str) -> bool:

@@ -55,6 +55,29 @@ async def populated(service: RedisSessionService) -> Any:
     return s
 
 
+async def test_every_backend_refuses_through_the_same_validation(
+    populated: Any, service: RedisSessionService, make_service: Any, redis_client: Any
+) -> None:
+    """The suite's validation cases run on one backend per layout (tests/_backends.py
+    VALIDATION): validation refuses before any command, so every backend must refuse each
+    kind of bad input alike, with nothing written."""
+    before = await snapshot(redis_client)
+    refusals = [
+        service.create_session(app_name="", user_id=USER),
+        service.create_session(app_name=APP, user_id=USER, ttl="soon"),
+        service.create_session(app_name=APP, user_id=USER, state={1: "x"}),
+        service.append_event(populated, Event(actions=EventActions(state_delta={"k": {1, 2}}))),
+        service.append_event(populated, Event(timestamp=1e300)),
+        make_service(max_payload_bytes=64).append_event(
+            populated, Event(actions=EventActions(state_delta={"k": "x" * 100}))
+        ),
+    ]
+    for call in refusals:
+        with pytest.raises(InvalidInputError):
+            await call
+    assert await snapshot(redis_client) == before
+
+
 @pytest.mark.parametrize(
     "ttl", [-1, 1.5, "soon", "10m", True, "", [60], datetime.timedelta(seconds=0.5)]
 )
