@@ -64,9 +64,13 @@ fail() {  # message log: say what failed, with the end of the log that tells why
 }
 
 wait_ping() {  # name port pid: the server we started must be the one answering
+  # By its process id, not a PONG: runs side by side pick ports at the same time, and
+  # another run's server may hold the port ours failed to bind (then ours has exited).
   for _ in $(seq 1 100); do
     kill -0 "$3" 2>/dev/null || break
-    redis-cli -p "$2" PING >/dev/null 2>&1 && return 0
+    if redis-cli -p "$2" INFO server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$3"; then
+      return 0
+    fi
     sleep 0.1
   done
   fail "redis-server $1 (pid $3) on port $2 did not start" "$DIR/$1.log"

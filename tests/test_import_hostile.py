@@ -25,10 +25,18 @@ from _cli import Cli, drop
 from _servers import skip_without
 from redis_agent_sessions import Event, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions._redis.codec import MAX_TIME, MIN_TIME
-from redis_agent_sessions.cli._jsonl import LineTooLong, count_lines, lines, loads
-from redis_agent_sessions.cli._records import import_record, read_record
 from redis_agent_sessions.config import MAX_TTL_SECONDS
 from redis_agent_sessions.errors import InvalidInputError
+
+# The import's own modules show what they print with rich, the [cli] extra.
+pytest.importorskip("rich", reason="needs the [cli] extra (rich is not installed)")
+from redis_agent_sessions.cli._jsonl import (
+    LineTooLong,
+    count_lines,
+    lines,
+    loads,
+)
+from redis_agent_sessions.cli._records import import_record, read_record
 
 APP, USER, SID = "a", "u", "s1"
 MIB = 1 << 20
