@@ -119,36 +119,33 @@ async def drop_tenant(
     await topology.ready()
     report.cluster = topology.cluster
     patterns = [rule[1:] for rule in keys.app_acl_keys(app) if rule.startswith("~")]
-    nodes = client.get_primaries() if topology.routes_by_slot else [None]
-    for node in nodes:
-        report.keys_deleted += await _unlink_matching(client, node, patterns, topology.cluster)
+    for pattern in patterns:
+        report.keys_deleted += await _unlink_matching(client, pattern, topology.cluster)
     await client.zrem(keys.apps(), escape(app))
     return report
 
 
-async def _unlink_matching(client: Any, node: Any, patterns: list[str], cluster: bool) -> int:
+async def _unlink_matching(client: Any, pattern: str, cluster: bool) -> int:
+    """Unlink every key matching ``pattern`` (redis-py's SCAN walk: every primary of a
+    cluster), a batch at a time."""
     deleted = 0
-    options = {} if node is None else {"target_nodes": node}
-    for pattern in patterns:
-        cursor: Any = 0
-        while True:
-            scan = ("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            reply = await client.execute_command(*scan, **options)
-            cursor, found = reply
-            if isinstance(cursor, dict):  # a cluster client's, by node
-                cursor = next(iter(cursor.values()))
-            for at in range(0, len(found), _UNLINK_BATCH):
-                batch = found[at : at + _UNLINK_BATCH]
-                if not cluster:
-                    deleted += int(await client.unlink(*batch))
-                else:  # one slot per key on a cluster: a pipeline sends each to its node
-                    pipe = client.pipeline(transaction=False)
-                    for key in batch:
-                        pipe.execute_command("UNLINK", key)
-                    deleted += sum(int(n) for n in await pipe.execute())
-            if int(cursor) == 0:
-                break
-    return deleted
+    batch: list[Any] = []
+    async for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) == _UNLINK_BATCH:
+            deleted += await _unlink(client, batch, cluster)
+            batch = []
+    return deleted + (await _unlink(client, batch, cluster) if batch else 0)
+
+
+async def _unlink(client: Any, batch: list[Any], cluster: bool) -> int:
+    if not cluster:
+        return int(await client.unlink(*batch))
+    # One slot per key on a cluster: a pipeline sends each to its node.
+    pipe = client.pipeline(transaction=False)
+    for key in batch:
+        pipe.execute_command("UNLINK", key)
+    return sum(int(n) for n in await pipe.execute())
 
 
 def _algorithm(name: str) -> str:
