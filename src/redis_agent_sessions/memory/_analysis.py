@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 ANALYSIS = 2
-"""The analysis entries are indexed with; 1 was the word sets of 0.x (no ranking)."""
+"""The version of the analysis, recorded in each entry: a change of what an entry is indexed
+or scored by takes a new one, and ``reindex`` analyses the entries of another again."""
 K1 = 1.2
 B = 0.75
 AUTHOR_WEIGHT = 2.0

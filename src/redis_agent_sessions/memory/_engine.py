@@ -54,7 +54,6 @@ from redis_agent_sessions.memory._store import (
     MemoryStore,
     batches,
 )
-from redis_agent_sessions.memory._text import query_words
 from redis_agent_sessions.memory._vectors import FUSION_DEPTH, Hit, Semantic, fuse
 from redis_agent_sessions.models import Event, Session
 
@@ -406,12 +405,6 @@ class MemoryEngine:
                 self._ranker.rank(app, user, terms, depth), search.nearest(app, user, vector, depth)
             )
         ids = [memory_id for memory_id, _ in ranked.hits]
-        if ranked.legacy > 0 and len(ids) < depth:
-            # Entries indexed by 0.1 are found by its rule until `reindex` has run: after
-            # the ranked ones, as they have no score to compare.
-            seen = set(ids)
-            old = await search.search(app, user, query_words(query), depth)
-            ids += [memory_id for memory_id in old if memory_id not in seen][: depth - len(ids)]
         if hybrid:
             assert self.semantic is not None
             scores = dict(ranked.hits)

@@ -263,7 +263,7 @@ class FactStore:
         ops, vectors = [], []
         for change in changes:
             row = stored.get(change.fact_id)
-            if row is not None and text(row[6] or "") != str(change.seen):
+            if row is not None and text(row[5] or "") != str(change.seen):
                 return "fact changed"  # read after the generator's view: generate again
             op: dict[str, Any] = {
                 "id": change.fact_id,

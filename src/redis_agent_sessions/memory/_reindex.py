@@ -1,5 +1,6 @@
-"""Indexing stored entries again: a store written by 0.1 moved to the ranking (``reindex``),
-and the turns around a deleted entry, which were found by its words.
+"""Indexing stored entries again: every entry analysed by another version of the analysis
+(``reindex``, after a change of ``_analysis``), and the turns around a deleted entry, which
+were found by its words.
 
 An entry is scored with the words of the turns around it in its session (``_analysis``), so
 it is analysed with its session's stored entries in order (time, then id). Entries added

@@ -312,10 +312,11 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         dry_run: bool = False,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> ReindexReport:
-        """Index stored entries by this version's analysis (entries written by 0.1 are found
-        by its rule, after the ranked ones, until this has run): every entry of the store,
-        of an app, or of one user, session by session. Resumable: entries already current
-        are skipped, so a run that stopped is run again. ``on_progress(done, total)``."""
+        """Analyse stored entries again with this version's analysis, after an upgrade that
+        changed it (each entry records the analysis it was indexed with): every entry of the
+        store, of an app, or of one user, session by session. Resumable: entries already
+        current are skipped, so a run that stopped is run again.
+        ``on_progress(done, total)``."""
         await self._memory.backend()
         return await reindex(
             self._memory, app=app_name, user=user_id, dry_run=dry_run, on_progress=on_progress

@@ -43,7 +43,7 @@ _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
-_SIG_FIELDS = ("own", "tf", "dl", "au", "grams", "words")
+_SIG_FIELDS = ("own", "tf", "dl", "au", "grams")
 _ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
 
@@ -149,14 +149,12 @@ def make_doc(
 
 
 def stored_sig(row: Sequence[Any]) -> str | None:
-    """What an entry read as (own, tf, dl, au, grams, words) is found by, as the scripts
-    spell it; None when it does not exist."""
-    own, tf, dl, au, grams, words = row[:6]
-    if tf is not None:
-        return f"{text(own or '')}|{text(tf)}|{text(dl)}|{text(au or '')}|{text(grams or '')}"
-    if words is not None:
-        return f"v1|{text(words)}|{text(grams or '')}"
-    return None
+    """What an entry read as (own, tf, dl, au, grams) is found by, as the scripts spell it;
+    None when it does not exist."""
+    own, tf, dl, au, grams = row[:5]
+    if tf is None:
+        return None
+    return f"{text(own or '')}|{text(tf)}|{text(dl)}|{text(au or '')}|{text(grams or '')}"
 
 
 def iso_timestamp(ts: float) -> str:
@@ -233,14 +231,11 @@ class MemoryStore:
         return [self.keys.memory_gram(app, user, g) for g in grams]
 
     def stored_postings(self, app: str, user: str, row: Sequence[Any]) -> list[str]:
-        """The postings an entry read as (own, tf, dl, au, grams, words) is in."""
-        own, tf, _, _, grams, words = row[:6]
-        if not self.postings or (tf is None and words is None):
+        """The postings an entry read as (own, tf, dl, au, grams) is in."""
+        own, tf, _, _, grams = row[:5]
+        if not self.postings or tf is None:
             return []
         grams_ = self._gram_keys(app, user, text(grams or "").split())
-        if tf is None:  # indexed by 0.1: one word posting per ASCII word
-            ascii_words = [w for w in text(words).split() if w.isascii()]
-            return [self.keys.memory_word(app, user, w) for w in ascii_words] + grams_
         terms = [pair.rpartition(":")[0] for pair in text(own or "").split()]
         return [self.keys.memory_term(app, user, t) for t in terms] + grams_
 
@@ -407,7 +402,7 @@ class MemoryStore:
             )
             ops = []
             for memory_id, row in zip(ids, rows, strict=True):
-                session = row[6]
+                session = row[5]
                 owner = only_session if only_session is not None else text(session or "")
                 op: dict[str, Any] = {
                     "id": memory_id,

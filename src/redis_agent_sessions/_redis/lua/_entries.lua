@@ -3,13 +3,13 @@
 -- K names the user's fixed keys: {entries = zset, texts = hash, stats = hash, df = hash,
 -- ctx = hash}.
 -- write_entries(K, todo, opt): stores each op of todo as memory_put.lua describes it, with
---   op.old = its stored fields (HMGET own tf dl au grams words vkey), op.same = whether they
+--   op.old = its stored fields (HMGET own tf dl au grams vkey), op.same = whether they
 --   are found by what op is, op.stale = stored and not same; the user's counts and postings
 --   follow, each term and posting written once. opt = {postings = plain backend's postings
 --   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
 --   ids out of (or nil)}.
 -- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
---   with op.cur = its stored fields (HMGET own tf dl au grams words), op.drop = delete it,
+--   with op.cur = its stored fields (HMGET own tf dl au grams), op.drop = delete it,
 --   op.missing = it was not stored; returns how many were deleted. opt = {postings,
 --   tombstone = deleted set to remember ids in (or nil)}.
 local function write_entries(K, todo, opt)
@@ -20,7 +20,7 @@ local function write_entries(K, todo, opt)
   for _, op in ipairs(todo) do
     local cur = op.old
     if not op.same then
-      if op.stale and cur[2] then  -- the entry's old terms leave the statistics
+      if op.stale then  -- the entry's old terms leave the statistics
         n, total = n - 1, total - tonumber(cur[3])
         count_terms(deltas, cur[2], cur[4], -1)
       end
@@ -76,7 +76,7 @@ local function drop_entries(K, todo, opt)
   local counted_any = false
   local n = 0
   for _, op in ipairs(todo) do
-    if op.drop and op.cur[2] then  -- its terms leave the statistics
+    if op.drop then  -- its terms leave the statistics
       entries, total, counted_any = entries - 1, total - tonumber(op.cur[3]), true
       count_terms(deltas, op.cur[2], op.cur[4], -1)
     end

@@ -1,14 +1,13 @@
 -- Memory scripts' shared helpers. Prepended to every script by _scripts.py (a library, not a
 -- script: no KEYS, no ARGV).
--- stored_sig(own, tf, dl, au, grams, words): what an entry (those fields, as HMGET read
---   them) is found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
+-- stored_sig(own, tf, dl, au, grams): what an entry (those fields, as HMGET read them) is
+--   found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
 -- idf(n, df): Lucene's BM25 idf of a term in df of n entries (never negative).
 -- count_terms(deltas, tf, au, by): adds by to deltas[term] for each term of an entry's tf
 --   ("term:quarters ...") and each of its author terms ("@a @b").
 -- write_counts(key, deltas): applies deltas to the counts hash key, a term at 0 removed.
-local function stored_sig(own, tf, dl, au, grams, words)
+local function stored_sig(own, tf, dl, au, grams)
   if tf then return (own or '') .. '|' .. tf .. '|' .. dl .. '|' .. (au or '') .. '|' .. (grams or '') end
-  if words then return 'v1|' .. words .. '|' .. (grams or '') end
   return nil
 end
 

@@ -47,11 +47,11 @@ for _, id in ipairs(read) do
 end
 local puts, drops = {}, {}
 for _, op in ipairs(ops) do
-  local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'words', 'vkey',
-    'rev', 'expires')
-  local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5], cur[6])
-  if (cur[8] or '') ~= op.rev then return {0, op.id} end
-  if op.a == 'expire' and not (cur[9] and cur[9] ~= '' and tonumber(cur[9]) <= now) then
+  local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'vkey', 'rev',
+    'expires')
+  local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5])
+  if (cur[7] or '') ~= op.rev then return {0, op.id} end
+  if op.a == 'expire' and not (cur[8] and cur[8] ~= '' and tonumber(cur[8]) <= now) then
     return {0, op.id}
   end
   if op.a ~= 'add' and postings and stored ~= op.x then return {0, op.id} end

@@ -59,16 +59,15 @@ local todo, unembedded = {}, {2}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   local skip = mode ~= 'explicit' and redis.call('SISMEMBER', KEYS[2], op.id) == 1
-  local cur = redis.call('HMGET', key, 'own', 'tf', 'dl', 'au', 'grams', 'words', 'vkey')
-  local exists = cur[2] ~= false or cur[6] ~= false
-  if mode == 'keep' and exists then skip = true end
+  local cur = redis.call('HMGET', key, 'own', 'tf', 'dl', 'au', 'grams', 'vkey')
+  if mode == 'keep' and cur[2] then skip = true end
   if not skip then
-    local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5], cur[6])
+    local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5])
     if postings and stored and stored ~= op.sig and stored ~= op.x then return {0} end
     op.same = stored == op.sig
     op.stale = stored ~= nil and not op.same
     op.old = cur
-    if op.vk and op.v == 0 and cur[7] ~= op.vk then unembedded[#unembedded + 1] = op.id end
+    if op.vk and op.v == 0 and cur[6] ~= op.vk then unembedded[#unembedded + 1] = op.id end
     todo[#todo + 1] = op
   end
   if ingest then redis.call('SADD', KEYS[4], op.id) end

@@ -1,18 +1,17 @@
 #!lua flags=no-writes
 -- Plain-backend search: one user's entries ranked by BM25 (memory/_ranking.py), best first.
--- KEYS[1] stats hash (n, len)   KEYS[2] entries zset (id by time)   KEYS[3] texts hash
--- KEYS[4] document frequencies hash   KEYS[5] context hash (see _memory.lua)
--- KEYS[6..] posting zsets: a term's (entry id by weight) and gram ones (id by time)
+-- KEYS[1] stats hash (n, len)   KEYS[2] texts hash   KEYS[3] document frequencies hash
+-- KEYS[4] context hash (see _memory.lua)
+-- KEYS[5..] posting zsets: a term's (entry id by weight) and gram ones (id by time)
 -- ARGV[1] limit   ARGV[2] most postings read in all   ARGV[3] most substring matches per
 -- term   ARGV[4] substring weight   ARGV[5] candidates scored   ARGV[6] of which the best
 -- have their neighbours scored too   ARGV[7] author weight   ARGV[8] BM25 k1   ARGV[9] BM25 b
 -- ARGV[10] number of query terms, then for each (in the order scores are summed): the
 --   term, times the query says it, its posting's KEYS index, the number of gram postings
 --   and their KEYS indexes (an entry must be in all), and the substring to verify ('' = none)
--- returns {the user's entries, those indexed by terms (the others by 0.1: see `reindex`),
---         postings read, id, score, ...}, best first (equal scores: newest, then larger
---         id), at most ARGV[1] entries, or {-4, command, key} when the ACL user may not run
---         a command
+-- returns {the user's entries, postings read, id, score, ...}, best first (equal scores:
+--         newest, then larger id), at most ARGV[1] entries, or {-4, command, key} when the
+--         ACL user may not run a command
 -- Candidates: postings are read best weight first, a chunk at a time from the term whose
 -- next weight could add most; each entry met is scored on its own words as far as read
 -- (what it scored in the postings read so far). Reading stops once the limit-th best of
@@ -20,17 +19,16 @@
 -- ARGV[2] postings: a term in most entries is never read whole. The best ARGV[5] (all, when they are at most four times as many) are then
 -- scored with their context, and the turns around the best ARGV[6] of them too
 -- (_memory.lua's best_entries).
-local refused = denied_each('ZCARD', KEYS, 6) or denied_each('ZSCORE', KEYS, 6)
-  or denied_each('ZREVRANGE', KEYS, 6) or denied('HMGET', KEYS[1], 'HGET', KEYS[3])
-  or denied('ZCARD', KEYS[2], 'HMGET', KEYS[4], 'HMGET', KEYS[5])
+local refused = denied_each('ZCARD', KEYS, 5) or denied_each('ZSCORE', KEYS, 5)
+  or denied_each('ZREVRANGE', KEYS, 5) or denied('HMGET', KEYS[1], 'HGET', KEYS[2])
+  or denied('HMGET', KEYS[3], 'HMGET', KEYS[4])
 if refused then return refused end
 local limit, budget, sub_cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local sub_weight, wanted, expand = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local author_weight, k1, b = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local stats = redis.call('HMGET', KEYS[1], 'n', 'len')
 local n, len = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
-local total = redis.call('ZCARD', KEYS[2])
-if n <= 0 or limit <= 0 then return {total, n, 0} end
+if n <= 0 or limit <= 0 then return {n, 0} end
 
 -- The newest entries (at most sub_cap) in every gram posting, whose text holds the word.
 local function substring(keys, word)
@@ -50,7 +48,7 @@ local function substring(keys, word)
       end
       if all then
         count = count + 1
-        local said = redis.call('HGET', KEYS[3], id)
+        local said = redis.call('HGET', KEYS[2], id)
         if said and string.find(said, word, 1, true) then found[#found + 1] = id end
         if count >= sub_cap then break end
       end
@@ -87,7 +85,7 @@ for i = 1, #terms do names[#names + 1] = '@' .. names[i] end
 -- In slices: unpack() is bounded by the Lua stack, and a query may have many terms.
 local df = {}
 for at = 1, #names, 500 do
-  local part = redis.call('HMGET', KEYS[4], unpack(names, at, math.min(at + 499, #names)))
+  local part = redis.call('HMGET', KEYS[3], unpack(names, at, math.min(at + 499, #names)))
   for _, value in ipairs(part) do df[#df + 1] = value end
 end
 for i, t in ipairs(terms) do
@@ -167,5 +165,5 @@ table.sort(met, function(x, y)
 end)
 -- A few hundred are scored whole (a small store is ranked exactly).
 local chosen = #met <= 4 * wanted and met or {unpack(met, 1, math.min(wanted, #met))}
-local rows = best_entries(KEYS[5], terms, {len / n, k1, b, sub_weight}, chosen, expand, limit)
-return rows_reply(rows, {total, n, read})
+local rows = best_entries(KEYS[4], terms, {len / n, k1, b, sub_weight}, chosen, expand, limit)
+return rows_reply(rows, {n, read})
