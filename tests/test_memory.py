@@ -438,17 +438,16 @@ async def test_plain_backend_never_reads_a_common_word_whole(
         user_id=USER,
         memories=[MemoryEntry(content=Content(parts=[Part(text=t)])) for t in notes],
     )
-    engine = memory._memory
-    await engine.backend()
-    assert engine._ranker is not None
-    rare = await engine._ranker.rank(APP, USER, _ranking.prepare("common rare"), 5)
+    ctx = memory._memory.ctx
+    await ctx.ready()
+    rare = await ctx.ranker.rank(APP, USER, _ranking.prepare("common rare"), 5)
     assert sorted(i for i, _ in rare.hits) == sorted(
         m.id or ""
         for m in (await memory.search_memory(app_name=APP, user_id=USER, query="rare")).memories
     )
     assert rare.read is not None
     assert rare.read < 100
-    common = await engine._ranker.rank(APP, USER, _ranking.prepare("common note"), 10)
+    common = await ctx.ranker.rank(APP, USER, _ranking.prepare("common note"), 10)
     assert len(common.hits) == 10
     assert common.read is not None
     assert common.read <= 300

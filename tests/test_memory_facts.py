@@ -513,7 +513,7 @@ async def test_the_url_turns_learning_on() -> None:
     memory = RedisMemoryService.from_url(url)
     engine = memory._memory
     assert getattr(engine.generator, "name", None) == "likes"
-    assert engine.fact_settings == FactSettings(
+    assert engine.ctx.fact_settings == FactSettings(
         topics=["likes", "plans"], ttl_seconds=60, keep_events=True
     )
     await memory.aclose()

@@ -180,7 +180,7 @@ async def test_reingestion_and_deletes_leave_no_orphan_vectors(
     assert len(entries) == 2
     embedder = SynonymEmbedder()
     for fields in entries.values():
-        stored = memory._memory._vectorizer.unpack(fields[b"vec"])  # type: ignore[union-attr]
+        stored = memory._memory.ctx.vectorizer.unpack(fields[b"vec"])  # type: ignore[union-attr]
         text = fields[b"lower"].decode()
         want = embedder.vector(text)
         norm = math.sqrt(sum(x * x for x in want))
@@ -224,13 +224,13 @@ async def test_vector_lost_in_a_race_is_made_again(
     embedder = SynonymEmbedder()
     memory = service(worker, request, embedder=embedder)
     await memory.add_session_to_memory(session("s1", event(SKODA, ts=1, id="e1")))
-    store, _ = await memory._memory._ready(APP, USER)
+    store, _ = await memory._memory.ctx.ready(APP, USER)
     real = store.vector_keys
 
     async def stale(app: str, user: str, ids: Sequence[str]) -> list[Any]:
         rows = await real(app, user, ids)
         # Pretend e2 was stored with the key it is about to get: no vector is sent.
-        vkey = memory._memory._vectorizer.key(BLUE)  # type: ignore[union-attr]
+        vkey = memory._memory.ctx.vectorizer.key(BLUE)  # type: ignore[union-attr]
         return [
             (b"x", vkey.encode()) if i == "e2" else row for i, row in zip(ids, rows, strict=True)
         ]

@@ -208,7 +208,7 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
         # Searching would pick and record a backend: a read-only command must not.
         raise NotFound("nothing is in memory yet (no memory backend was ever chosen)")
     memory = ctx.memory()
-    found = await memory._memory.search(
+    found = await memory._memory.reads.search(
         app_name=args.app, user_id=args.user, query=args.query, limit=args.limit, explain=True
     )
     if not found.memories:
