@@ -72,19 +72,16 @@ class Reads:
         ids = [memory_id for memory_id, _ in ranked.hits]
         if hybrid:
             assert ctx.semantic is not None
-            scores = dict(ranked.hits)
-            keyword = [(memory_id, scores.get(memory_id, 0.0)) for memory_id in ids]
-            fused = fuse(keyword, hits, ctx.semantic.min_similarity, limit, ranked.entries)
+            fused = fuse(ranked.hits, hits, ctx.semantic.min_similarity, limit, ranked.entries)
             ids, found = [memory_id for memory_id, _ in fused], dict(fused)
         elif explain:
-            scores = dict(ranked.hits)
             found = {
                 memory_id: {
                     "found_by": ["keyword"],
                     "keyword_rank": rank,
-                    "keyword_score": round(scores[memory_id], 6) if memory_id in scores else None,
+                    "keyword_score": round(score, 6),
                 }
-                for rank, memory_id in enumerate(ids, 1)
+                for rank, (memory_id, score) in enumerate(ranked.hits, 1)
             }
         entries = await store.fetch(app, user, ids)
         now = time.time()
