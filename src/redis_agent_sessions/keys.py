@@ -42,6 +42,8 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
                                                         last change
     ras:mem:{<app>:<user>}:facts:expiry          zset   facts with a time to live, by when (ms)
     ras:mem:{<app>:<user>}:fact:<id>:history     list   what a fact said before, newest first (JSON)
+    ras:mem:factrec:{<app>:<user>}               hash   fact id -> what a generator is shown of it
+                                                        and what a change compares (JSON)
     ras:mem:{<app>:<user>}:session:<id>:facts    string "<events processed>\t<last event id>": the
                                                         generator's watermark in that session
     ras:mem:{<app>:<user>}:session:<id>:facts:read  set  ids of events given it one by one
@@ -282,7 +284,10 @@ class KeySpace:
         own = [
             f"~{prefix}:{{{app}}}:*",
             f"~{prefix}:{{{app}:*",
-            *(f"~{prefix}:mem:{part}{{{app}:*" for part in ("", "stats:", "df:", "ctx:")),
+            *(
+                f"~{prefix}:mem:{part}{{{app}:*"
+                for part in ("", "stats:", "df:", "ctx:", "factrec:")
+            ),
         ]
         records = [self.apps(), self.memory_backend(), self.memory_vectors()]
         return own + [f"%R~{glob_escape(key)}" for key in records]
@@ -337,6 +342,11 @@ class KeySpace:
 
     def memory_fact_expiry(self, app_name: str, user_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:facts:expiry"
+
+    def memory_fact_records(self, app_name: str, user_id: str) -> str:
+        """Each fact as a consolidation step reads it (one HMGET, in the script that chooses
+        the facts); outside the index's prefix, as ``memory_stats``."""
+        return f"{self.prefix}:mem:factrec:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_fact_history(self, app_name: str, user_id: str, fact_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:fact:{escape(fact_id)}:history"

@@ -139,20 +139,30 @@ class PlainRanker:
             k.memory_df(app, user),
             k.memory_context(app, user),
         ]
+        postings, args = self.call(app, user, terms, limit, after=len(keys))
+        reply = await _scripts.call(self._script, keys + postings, args)
+        n, read = int(reply[0]), int(reply[1])
+        hits = [(text(i), float(s)) for i, s in zip(reply[2::2], reply[3::2], strict=True)]
+        return Ranked(hits, n, read)
+
+    def call(
+        self, app: str, user: str, terms: Sequence[QueryTerm], limit: int, *, after: int
+    ) -> tuple[list[str], list[Any]]:
+        """The posting keys and the arguments of ``memory_rank.lua``'s ranking, for a script
+        whose KEYS hold ``after`` others first (it ranks in ``memory_related.lua`` too)."""
+        k = self._keys
+        keys: list[str] = []
         args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT]
         args += [max(CANDIDATES, 2 * limit), max(EXPAND, limit), AUTHOR_WEIGHT, K1, B]
         args.append(len(terms))
         for t in terms:
             keys.append(k.memory_term(app, user, t.term))
-            args += [t.term, t.times, len(keys), len(t.grams)]
+            args += [t.term, t.times, after + len(keys), len(t.grams)]
             for gram in t.grams:
                 keys.append(k.memory_gram(app, user, gram))
-                args.append(len(keys))
+                args.append(after + len(keys))
             args.append(t.term if t.grams else "")
-        reply = await _scripts.call(self._script, keys, args)
-        n, read = int(reply[0]), int(reply[1])
-        hits = [(text(i), float(s)) for i, s in zip(reply[2::2], reply[3::2], strict=True)]
-        return Ranked(hits, n, read)
+        return keys, args
 
 
 class IndexRanker:

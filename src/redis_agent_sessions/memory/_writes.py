@@ -79,7 +79,7 @@ class Writes:
             await self.embed_new(store, app, user, docs, keep=False)
 
         return Consolidator(
-            await ctx.facts(), ctx.generator, ctx.fact_settings, rank=ctx.ranker.rank,
+            await ctx.facts(), ctx.generator, ctx.fact_settings, ranker=ctx.ranker,
             embed=embed, telemetry=ctx.telemetry,
         )  # fmt: skip
 
