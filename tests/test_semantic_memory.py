@@ -9,6 +9,7 @@ import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import orjson
 import pytest
 
 from _acl import acl_user
@@ -181,7 +182,7 @@ async def test_reingestion_and_deletes_leave_no_orphan_vectors(
     embedder = SynonymEmbedder()
     for fields in entries.values():
         stored = memory._memory.ctx.vectorizer.unpack(fields[b"vec"])  # type: ignore[union-attr]
-        text = fields[b"lower"].decode()
+        text = orjson.loads(fields[b"content"])["parts"][0]["text"]
         want = embedder.vector(text)
         norm = math.sqrt(sum(x * x for x in want))
         assert stored == pytest.approx([x / norm for x in want], abs=1e-6)

@@ -56,7 +56,8 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
                                                         "<ts>\t<length>\t<author terms>\t<JSON
                                                         neighbour ids>\t<term>:<quarters> ..."
     ras:mem:{<app>:<user>}:term:<term>           zset   plain backend: entry ids saying the term,
-                                                        by its BM25 weight in them
+                                                        by its BM25 weight in them (in
+                                                        ten-thousandths: integers)
     ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: entry ids holding a CJK
                                                         character or pair, by time
     ras:mem:backend                              string "search" or "plain", set on first use

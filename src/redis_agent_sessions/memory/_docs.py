@@ -7,6 +7,7 @@ turns around a deleted one) builds them here, so they are analysed alike.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Collection, Mapping, Sequence
@@ -109,7 +110,7 @@ def entry_doc(
     ts = time.time() if entry.timestamp is None else parse_iso(entry.timestamp)
     said, content = entry.content.text, content_json(entry.content)
     meta = {**shared, **metadata(entry.custom_metadata)}
-    check_entry(memory_id, said, content, meta, entry.author, max_bytes)
+    check_entry(memory_id, said, content, meta_size(meta), entry.author, max_bytes)
     return make_doc(
         app_name=app,
         user_id=user,
@@ -131,6 +132,7 @@ def event_docs(
     """The entries of events in conversation order (events with no text are not turns),
     each within the limits (:func:`check_entry`)."""
     turns: list[Turn] = []
+    size = -1  # the metadata's, every event's: checked with the first text
     for event in events:
         if not isinstance(event, Event):
             raise InvalidInputError(f"not an event: {type(event).__name__}")
@@ -143,39 +145,50 @@ def event_docs(
         said = event.content.text
         if said:
             content = content_json(event.content)
-            check_entry(event.id, said, content, meta, event.author, max_bytes)
+            size = meta_size(meta) if size < 0 else size
+            check_entry(event.id, said, content, size, event.author, max_bytes)
             turns.append(
                 Turn(event.id, sid, event.author, float(ts), iso_timestamp(ts), content, said, meta)
             )
     return turn_docs(app, user, turns)
 
 
+def meta_size(meta: dict[str, Any]) -> int:
+    """The bytes of an entry's metadata as JSON, once JSON can hold it."""
+    _check_json(meta, "in custom_metadata")
+    return len(orjson.dumps(meta))
+
+
 def check_entry(
     memory_id: str,
     said: str,
     content: bytes,
-    meta: dict[str, Any],
+    meta_bytes: int,
     author: str | None,
     max_bytes: int,
 ) -> None:
-    """PayloadTooLargeError when an entry's content and metadata (as JSON) and author come
-    to more than ``max_bytes``, InvalidInputError when it has more than ``MAX_ENTRY_TERMS``
-    terms. Asked before the entry is analysed: stemming a megabyte of distinct words takes
-    seconds."""
-    _check_json(meta, "in custom_metadata")
+    """PayloadTooLargeError when an entry's content and metadata (``meta_bytes`` of JSON:
+    :func:`meta_size`) and author come to more than ``max_bytes``, InvalidInputError when
+    it has more than ``MAX_ENTRY_TERMS`` terms. Asked before the entry is analysed: stemming
+    a megabyte of distinct words takes seconds."""
     if author is not None and not isinstance(author, str):
         raise InvalidInputError(f"author must be a string, got {type(author).__name__}")
     _check_json(author, "of the author")  # a lone surrogate cannot be encoded
-    size = len(content) + len(orjson.dumps(meta)) + len((author or "").encode())
+    size = len(content) + meta_bytes + len((author or "").encode())
     if size > max_bytes:
         raise PayloadTooLargeError(f"memory entry {memory_id!r}", size, max_bytes)
-    terms = term_count(said) + len(query_words(author or ""))
+    terms = term_count(said) + _author_words(author or "")
     if terms > MAX_ENTRY_TERMS:
         raise InvalidInputError(
             f"memory entry {memory_id!r} has {terms} distinct terms, over the limit of "
             f"{MAX_ENTRY_TERMS} (its words and its author's, and outside ASCII their "
             "characters and pairs of characters)"
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _author_words(author: str) -> int:
+    return len(query_words(author))
 
 
 def metadata(value: Mapping[str, object] | None) -> dict[str, Any]:

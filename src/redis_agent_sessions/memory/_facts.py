@@ -24,7 +24,7 @@ import orjson
 from pydantic import ValidationError
 
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.codec import _check_json, text
 from redis_agent_sessions.errors import (
     ConsolidationConflictError,
     CorruptDataError,
@@ -269,6 +269,8 @@ class FactStore:
             "sources": source_list,
             "expires": expires,
         }
+        meta = {RETRIEVAL_KEY: {"fact": about}}
+        _check_json(meta, "in custom_metadata")  # the generator's topics: JSON must hold them
         doc = make_doc(
             app_name=app,
             user_id=user,
@@ -279,7 +281,7 @@ class FactStore:
             iso=iso_timestamp(now),
             text_=text_,
             content_json=content_json(Content(role="user", parts=[Part(text=text_)])),
-            meta={RETRIEVAL_KEY: {"fact": about}},
+            meta=meta,
             analysed=analyse(text_terms(text_), (), None),
         )
         if doc is None:

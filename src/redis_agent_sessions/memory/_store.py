@@ -22,7 +22,7 @@ import orjson
 from redis.exceptions import NoPermissionError
 
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions._redis.codec import _check_json, text
+from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
@@ -66,14 +66,25 @@ class Doc:
     id: str
     ts: float
     fields: dict[str, str]
+    """The entry hash's fields but those it is found by (the script adds those)."""
     analysed: Analysed
     grams: list[str]
     text: str
     """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
     raw: str = ""
     """The text as given: what an embedder embeds."""
-    context: str = ""
-    """The entry's field of the context hash (``keys.memory_context``)."""
+    lower: str = ""
+    """The text lowercased: the search backend's substring check reads it from the hash."""
+    own: str = ""
+    """``own``: its terms, ``term:count`` (the postings it is in)."""
+    tf: str = ""
+    """``tf``: its terms with the context, ``term:quarters`` (what it is scored by)."""
+    au: str = ""
+    """``au``: its author's terms."""
+    gram_field: str = ""
+    """``grams``: its grams, space-separated and -enclosed."""
+    near: str = "[]"
+    """Its neighbours' ids (JSON), for its field of the context hash."""
     vkey: str | None = None
     """With an embedder: what the vector is made from (model, dimension, text)."""
     vec: bytes | None = None
@@ -83,8 +94,8 @@ class Doc:
 
     @property
     def sig(self) -> str:
-        f = self.fields
-        return f"{f['own']}|{f['tf']}|{f['dl']}|{f['au']}|{f['grams']}"
+        """What it is found by, as the scripts spell it (``entry_sig``)."""
+        return f"{self.own}|{self.tf}|{self.analysed.length}|{self.au}|{self.gram_field}"
 
 
 @dataclass(slots=True)
@@ -113,39 +124,30 @@ def make_doc(
     analysed: Analysed,
     neighbours: Sequence[str] = (),
 ) -> Doc | None:
-    """The encoded entry, or None when it has no term to be found by."""
+    """The encoded entry, or None when it has no term to be found by. ``meta`` and
+    ``author`` are the caller's to check (``_docs.check_entry``): JSON can hold them."""
     if not analysed.tf:
         return None
-    _check_json(meta, "in custom_metadata")
-    _check_json(author, "of the author")  # a lone surrogate cannot be sent
     grams = set() if text_.isascii() else entry_grams(searchable_words(text_))
     lower = lowered_text(text_)
     fields = {
         "id": memory_id,
         "app_name": app_name,
         "user_id": user_id,
-        "app": owner_tag(app_name),
-        "user": owner_tag(user_id),
         "session": session_id,
         "author": "" if author is None else "=" + author,
         "ts": repr(ts),
         "timestamp": "" if iso is None else "=" + iso,
         "content": content_json.decode(),
         "meta": orjson.dumps(meta).decode(),
-        "lower": lower,
-        "own": analysed.encoded_own(),
-        "tf": analysed.encoded_tf(),
-        "dl": str(analysed.length),
-        "terms": analysed.indexed_terms(),
-        "au": " ".join(analysed.authors),
-        "grams": " " + " ".join(sorted(grams)) + " ",
         "an": str(ANALYSIS),
     }
-    near = orjson.dumps(list(neighbours)).decode()
-    context = "\t".join((repr(ts), fields["dl"], fields["au"], near, fields["tf"]))
+    ordered = sorted(grams)
     return Doc(
-        memory_id, ts, fields, analysed, sorted(grams), lower if grams else "", text_, context
-    )
+        memory_id, ts, fields, analysed, ordered, lower if grams else "", text_, lower,
+        own=analysed.encoded_own(), tf=analysed.encoded_tf(), au=" ".join(analysed.authors),
+        gram_field=" " + " ".join(ordered) + " ", near=orjson.dumps(list(neighbours)).decode(),
+    )  # fmt: skip
 
 
 def stored_sig(row: Sequence[Any]) -> str | None:
@@ -193,6 +195,7 @@ def batches(docs: Sequence[Doc], entries: int = BATCH_ENTRIES) -> Iterator[list[
     size = terms = 0
     for doc in docs:
         doc_size = sum(len(v) for v in doc.fields.values()) + len(doc.vec or b"")
+        doc_size += len(doc.own) + len(doc.tf) + len(doc.near)
         doc_terms = len(doc.analysed.tf) + len(doc.grams)
         full = size + doc_size > _BATCH_BYTES or terms + doc_terms > _BATCH_TERMS
         if batch and (len(batch) >= entries or full):
@@ -223,7 +226,7 @@ class MemoryStore:
         # Thousands of keys per batch: the user's part of the name is built once.
         base = self.keys.memory_term(app, user, "")
         tf = doc.analysed.tf
-        return [[ks.ref(base + _escaped(t)), tf[t]] for t in sorted(doc.analysed.own)]
+        return [[ks.ref(base + _escaped(t)), tf[t]] for t in doc.analysed.own]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.postings:
@@ -252,16 +255,24 @@ class MemoryStore:
     def entry_op(self, ks: _Keys, app: str, user: str, doc: Doc) -> dict[str, Any]:
         """How the write scripts receive an entry (memory_put.lua's ops); ``v``, the ARGV
         index of its vector, is the caller's to set."""
+        fields = [v for item in doc.fields.items() for v in item]
+        if not self.postings:
+            # What the search module indexes (the owners' tags, the terms) and the substring
+            # check reads: the plain backend has postings and its texts hash instead.
+            fields += ["app", owner_tag(app), "user", owner_tag(user), "lower", doc.lower]
+            fields += ["terms", doc.analysed.indexed_terms()]
         op: dict[str, Any] = {
             "id": doc.id,
             "k": ks.ref(self.keys.memory_entry(app, user, doc.id)),
             "ts": repr(doc.ts),
-            "f": [v for item in doc.fields.items() for v in item],
-            "sig": doc.sig,
-            "c": [*sorted(doc.analysed.tf), *doc.analysed.authors],
+            "f": fields,
+            "own": doc.own,
+            "tf": doc.tf,
+            "au": doc.au,
+            "gr": doc.gram_field,
+            "nb": doc.near,
             "dl": doc.analysed.length,
             "p": self._postings(ks, app, user, doc),
-            "cx": doc.context,
             "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
             "o": [],
             "t": doc.text,

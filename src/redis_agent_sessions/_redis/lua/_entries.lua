@@ -8,10 +8,16 @@
 --   follow, each term and posting written once. opt = {postings = plain backend's postings
 --   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
 --   ids out of (or nil)}.
+-- entry_sig(op): what the entry of op (memory_put.lua's) is found by: own|tf|dl|au|grams,
+--   as memory/_store.py's Doc.sig spells it.
 -- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
 --   with op.cur = its stored fields (HMGET own tf dl au grams), op.drop = delete it,
 --   op.missing = it was not stored; returns how many were deleted. opt = {postings,
 --   tombstone = deleted set to remember ids in (or nil)}.
+local function entry_sig(op)
+  return op.own .. '|' .. op.tf .. '|' .. op.dl .. '|' .. op.au .. '|' .. op.gr
+end
+
 local function write_entries(K, todo, opt)
   local postings = opt.postings
   local deltas, adds = {}, {}
@@ -28,7 +34,7 @@ local function write_entries(K, todo, opt)
         for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
       end
       n, total = n + 1, total + op.dl
-      for _, term in ipairs(op.c) do deltas[term] = (deltas[term] or 0) + 1 end
+      count_terms(deltas, op.tf, op.au, 1)
       if postings then
         -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
         local norm = opt.k1 * (1 - opt.b + opt.b * op.dl * n / total)
@@ -36,14 +42,20 @@ local function write_entries(K, todo, opt)
           local tf = p[2] / 4
           local add = adds[p[1]]
           if not add then add = {}; adds[p[1]] = add end
-          add[#add + 1] = tf * (opt.k1 + 1) / (tf + norm)
+          add[#add + 1] = math.floor(POSTING_SCALE * tf * (opt.k1 + 1) / (tf + norm) + 0.5)
           add[#add + 1] = op.id
         end
         for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
         if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
       end
     end
-    redis.call('HSET', K.ctx, op.id, op.cx)
+    redis.call('HSET', K.ctx, op.id, op.ts .. '\t' .. op.dl .. '\t' .. op.au .. '\t' .. op.nb .. '\t' .. op.tf)
+    local f = op.f
+    f[#f + 1] = 'own'; f[#f + 1] = op.own
+    f[#f + 1] = 'tf'; f[#f + 1] = op.tf
+    f[#f + 1] = 'dl'; f[#f + 1] = op.dl
+    f[#f + 1] = 'au'; f[#f + 1] = op.au
+    f[#f + 1] = 'grams'; f[#f + 1] = op.gr
     if op.kv then
       local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
       for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do

@@ -6,6 +6,10 @@
 -- count_terms(deltas, tf, au, by): adds by to deltas[term] for each term of an entry's tf
 --   ("term:quarters ...") and each of its author terms ("@a @b").
 -- write_counts(key, deltas): applies deltas to the counts hash key, a term at 0 removed.
+-- POSTING_SCALE: a posting's score is its BM25 weight in units of 1/POSTING_SCALE, an
+--   integer: a small sorted set compares integer scores without parsing each one.
+local POSTING_SCALE = 10000
+
 local function stored_sig(own, tf, dl, au, grams)
   if tf then return (own or '') .. '|' .. tf .. '|' .. dl .. '|' .. (au or '') .. '|' .. (grams or '') end
   return nil
@@ -211,7 +215,7 @@ local function rank_postings(K, A, o)
       end
     end
     local top = redis.call('ZREVRANGE', t.posting, 0, 0, 'WITHSCORES')
-    t.next = top[2] and tonumber(top[2]) or 0
+    t.next = top[2] and tonumber(top[2]) / POSTING_SCALE or 0
     t.done = top[2] == nil
     terms[#terms + 1] = t
     names[#names + 1] = t.term
@@ -269,7 +273,7 @@ local function rank_postings(K, A, o)
     local weight = pick.qtf * pick.idf
     for r = 1, #rows, 2 do
       local id = rows[r]
-      local s = weight * tonumber(rows[r + 1])
+      local s = weight * tonumber(rows[r + 1]) / POSTING_SCALE
       -- A word the entry says is not also counted as found inside its text.
       if pick.sub and pick.sub[id] then s = s - weight * sub_weight end
       if candidates[id] then
@@ -285,7 +289,7 @@ local function rank_postings(K, A, o)
       pick.done = true
     else
       local peek = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i, 'WITHSCORES')
-      if peek[2] then pick.next = tonumber(peek[2]) else pick.done = true end
+      if peek[2] then pick.next = tonumber(peek[2]) / POSTING_SCALE else pick.done = true end
     end
   end
 
