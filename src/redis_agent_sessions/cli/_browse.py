@@ -26,7 +26,7 @@ from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
 from redis_agent_sessions.keys import unescape
 from redis_agent_sessions.memory._analysis import text_terms
-from redis_agent_sessions.memory._store import parse_iso
+from redis_agent_sessions.memory._encoding import parse_iso
 from redis_agent_sessions.memory._text import query_words
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 

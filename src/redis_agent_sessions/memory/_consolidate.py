@@ -41,7 +41,7 @@ from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, IndexRanker, P
 from redis_agent_sessions.models import Event, Session
 
 if TYPE_CHECKING:
-    from redis_agent_sessions.memory._store import Doc
+    from redis_agent_sessions.memory._encoding import Doc
 
 __all__ = ["Consolidator", "FactSettings", "checked_events"]
 

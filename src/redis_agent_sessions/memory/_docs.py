@@ -19,15 +19,15 @@ import orjson
 from redis_agent_sessions._redis.codec import _check_json, check_id
 from redis_agent_sessions.errors import InvalidInputError, PayloadTooLargeError
 from redis_agent_sessions.memory._analysis import analyse, neighbours, text_terms
-from redis_agent_sessions.memory._models import MemoryEntry, SearchMemoryResponse
-from redis_agent_sessions.memory._store import (
+from redis_agent_sessions.memory._encoding import (
     UNKNOWN_SESSION_ID,
     Doc,
-    StoredEntry,
     iso_timestamp,
     make_doc,
     parse_iso,
 )
+from redis_agent_sessions.memory._models import MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._store import StoredEntry
 from redis_agent_sessions.memory._text import query_words, term_count
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 from redis_agent_sessions.models import Content, Event

@@ -33,8 +33,9 @@ from redis_agent_sessions.errors import (
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import K1, B, analyse, text_terms
 from redis_agent_sessions.memory._docs import content_json
+from redis_agent_sessions.memory._encoding import Doc, ScriptKeys, iso_timestamp, make_doc
 from redis_agent_sessions.memory._generators import Fact, FactRevision, FactSource
-from redis_agent_sessions.memory._store import Doc, MemoryStore, _Keys, iso_timestamp, make_doc
+from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 from redis_agent_sessions.models import Content, Part
 
@@ -318,7 +319,7 @@ class FactStore:
         in the session, unless one already is; all or nothing."""
         k = self.keys
         sid = session_id if session_id is not None else ""
-        ks = _Keys([
+        ks = ScriptKeys([
             k.memory_entries(app, user), k.memory_texts(app, user), k.memory_stats(app, user),
             k.memory_df(app, user), k.memory_context(app, user), k.memory_facts(app, user),
             k.memory_fact_expiry(app, user), k.memory_watermark(app, user, sid),

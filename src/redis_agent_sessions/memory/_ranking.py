@@ -47,8 +47,8 @@ from redis_agent_sessions.memory._analysis import (
     B,
     query_terms,
 )
+from redis_agent_sessions.memory._encoding import owner_tag
 from redis_agent_sessions.memory._search import escape_term
-from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams, term_count
 
 __all__ = [

@@ -25,13 +25,8 @@ from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import ANALYSIS
 from redis_agent_sessions.memory._docs import Turn, turn_docs
-from redis_agent_sessions.memory._store import (
-    BATCH_ENTRIES,
-    UNKNOWN_SESSION_ID,
-    Doc,
-    MemoryStore,
-    batches,
-)
+from redis_agent_sessions.memory._encoding import BATCH_ENTRIES, UNKNOWN_SESSION_ID, Doc, batches
+from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.models import Content
 
 __all__ = ["ReindexReport", "owners", "refresh_around", "reindex", "session_of"]

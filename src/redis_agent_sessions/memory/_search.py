@@ -13,9 +13,9 @@ from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace, escape
+from redis_agent_sessions.memory._encoding import owner_tag
 from redis_agent_sessions.memory._index_defs import IndexDefinitions, as_dict, missing_index
 from redis_agent_sessions.memory._indexes import IndexLayout, provision_hint
-from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._vectors import (
     PLAIN_SCAN,
     Hit,

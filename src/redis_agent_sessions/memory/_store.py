@@ -1,4 +1,5 @@
-"""Memory entries in Redis: encoding, batched atomic writes and deletes, reading back.
+"""Memory entries in Redis: batched atomic writes and deletes, reading back (the entries
+as the scripts take them: ``_encoding``).
 
 Both backends store the same entry hashes; the plain backend also keeps per-word
 postings, which a write must update for the words the entry had before. Those keys
@@ -10,12 +11,8 @@ with them, compare-and-set style.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import math
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -23,22 +20,19 @@ from redis.exceptions import NoPermissionError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
-from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, RedisSessionsError
-from redis_agent_sessions.keys import KeySpace, escape
-from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
-from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
+from redis_agent_sessions.errors import CorruptDataError, RedisSessionsError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._analysis import K1, B
+from redis_agent_sessions.memory._encoding import (
+    Doc,
+    ScriptKeys,
+    escaped_term,
+    owner_tag,
+    stored_sig,
+)
 
-__all__ = ["Doc", "MemoryStore", "StoredEntry", "make_doc", "owner_tag"]
+__all__ = ["MemoryStore", "StoredEntry"]
 
-UNKNOWN_SESSION_ID = "__unknown_session_id__"
-"""Where ADK files events added without a session id."""
-BATCH_ENTRIES = 200
-VECTOR_BATCH_ENTRIES = 32
-"""With vectors on the search backend: the module indexes each vector as it is written, inside
-the script (~0.65 ms per 384-dimensional entry into HNSW on RediSearch 2.10,
-benchmarks/semantic.py), so a batch of 32 holds Redis ~20 ms, not 130."""
-_BATCH_BYTES = 1 << 20
-_BATCH_TERMS = 20_000
 _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
@@ -46,56 +40,6 @@ _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
 _SIG_FIELDS = ("own", "tf", "dl", "au", "grams")
 _ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
-
-
-@functools.lru_cache(maxsize=65536)
-def _escaped(term: str) -> str:
-    return escape(term)
-
-
-@functools.lru_cache(maxsize=4096)
-def owner_tag(value: str) -> str:
-    """A TAG value for an app or user id: hex, so no input needs query escaping."""
-    return hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
-
-
-@dataclass(slots=True)
-class Doc:
-    """One entry, encoded for the write script."""
-
-    id: str
-    ts: float
-    fields: dict[str, str]
-    """The entry hash's fields but those it is found by (the script adds those)."""
-    analysed: Analysed
-    grams: list[str]
-    text: str
-    """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
-    raw: str = ""
-    """The text as given: what an embedder embeds."""
-    lower: str = ""
-    """The text lowercased: the search backend's substring check reads it from the hash."""
-    own: str = ""
-    """``own``: its terms, ``term:count`` (the postings it is in)."""
-    tf: str = ""
-    """``tf``: its terms with the context, ``term:quarters`` (what it is scored by)."""
-    au: str = ""
-    """``au``: its author's terms."""
-    gram_field: str = ""
-    """``grams``: its grams, space-separated and -enclosed."""
-    near: str = "[]"
-    """Its neighbours' ids (JSON), for its field of the context hash."""
-    vkey: str | None = None
-    """With an embedder: what the vector is made from (model, dimension, text)."""
-    vec: bytes | None = None
-    """The vector to store; None with a ``vkey`` keeps the one stored under that key."""
-    keep_vector: bool = False
-    """Without a ``vkey``: keep the stored vector as it is (reindexing)."""
-
-    @property
-    def sig(self) -> str:
-        """What it is found by, as the scripts spell it (``entry_sig``)."""
-        return f"{self.own}|{self.tf}|{self.analysed.length}|{self.au}|{self.gram_field}"
 
 
 @dataclass(slots=True)
@@ -109,105 +53,6 @@ class StoredEntry:
     """A learned fact's end of life (epoch seconds)."""
 
 
-def make_doc(
-    *,
-    app_name: str,
-    user_id: str,
-    memory_id: str,
-    session_id: str,
-    author: str | None,
-    ts: float,
-    iso: str | None,
-    text_: str,
-    content_json: bytes,
-    meta: dict[str, Any],
-    analysed: Analysed,
-    neighbours: Sequence[str] = (),
-) -> Doc | None:
-    """The encoded entry, or None when it has no term to be found by. ``meta`` and
-    ``author`` are the caller's to check (``_docs.check_entry``): JSON can hold them."""
-    if not analysed.tf:
-        return None
-    grams = set() if text_.isascii() else entry_grams(searchable_words(text_))
-    lower = lowered_text(text_)
-    fields = {
-        "id": memory_id,
-        "app_name": app_name,
-        "user_id": user_id,
-        "session": session_id,
-        "author": "" if author is None else "=" + author,
-        "ts": repr(ts),
-        "timestamp": "" if iso is None else "=" + iso,
-        "content": content_json.decode(),
-        "meta": orjson.dumps(meta).decode(),
-        "an": str(ANALYSIS),
-    }
-    ordered = sorted(grams)
-    return Doc(
-        memory_id, ts, fields, analysed, ordered, lower if grams else "", text_, lower,
-        own=analysed.encoded_own(), tf=analysed.encoded_tf(), au=" ".join(analysed.authors),
-        gram_field=" " + " ".join(ordered) + " ", near=orjson.dumps(list(neighbours)).decode(),
-    )  # fmt: skip
-
-
-def stored_sig(row: Sequence[Any]) -> str | None:
-    """What an entry read as (own, tf, dl, au, grams) is found by, as the scripts spell it;
-    None when it does not exist."""
-    own, tf, dl, au, grams = row[:5]
-    if tf is None:
-        return None
-    return f"{text(own or '')}|{text(tf)}|{text(dl)}|{text(au or '')}|{text(grams or '')}"
-
-
-def iso_timestamp(ts: float) -> str:
-    """ADK's rendering of an event time: local time, no zone."""
-    return datetime.fromtimestamp(ts).isoformat()
-
-
-def parse_iso(value: str) -> float:
-    try:
-        ts = datetime.fromisoformat(value).timestamp()
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"memory timestamp is not ISO-8601: {value!r}") from exc
-    if not math.isfinite(ts):
-        raise InvalidInputError(f"memory timestamp out of range: {value!r}")
-    return ts
-
-
-@dataclass
-class _Keys:
-    """KEYS for one script call: fixed ones first, the rest by index."""
-
-    keys: list[str]
-    index: dict[str, int] = field(default_factory=dict)
-
-    def ref(self, key: str) -> int:
-        if key not in self.index:
-            self.keys.append(key)
-            self.index[key] = len(self.keys)
-        return self.index[key]
-
-
-def batches(docs: Sequence[Doc], entries: int = BATCH_ENTRIES) -> Iterator[list[Doc]]:
-    """Runs of docs bounded in count, bytes and terms (a posting each, on the plain
-    backend), so one script never blocks Redis long."""
-    batch: list[Doc] = []
-    size = terms = 0
-    for doc in docs:
-        doc_size = sum(len(v) for v in doc.fields.values()) + len(doc.vec or b"")
-        doc_size += len(doc.own) + len(doc.tf) + len(doc.near)
-        doc_terms = len(doc.analysed.tf) + len(doc.grams)
-        full = size + doc_size > _BATCH_BYTES or terms + doc_terms > _BATCH_TERMS
-        if batch and (len(batch) >= entries or full):
-            yield batch
-            batch, size, terms = [], 0, 0
-        batch.append(doc)
-        size += doc_size
-        terms += doc_terms
-    if batch:
-        yield batch
-
-
 class MemoryStore:
     """Writes, deletes and reads entry hashes (and postings when ``postings``)."""
 
@@ -219,14 +64,14 @@ class MemoryStore:
         self._delete = _scripts.register(client, "memory_delete")
         self._vectors = _scripts.register(client, "memory_vector")
 
-    def _postings(self, ks: _Keys, app: str, user: str, doc: Doc) -> list[list[int]]:
+    def _postings(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> list[list[int]]:
         """The postings a doc is added to, its own terms': [key index, quarter weight]."""
         if not self.postings:
             return []
         # Thousands of keys per batch: the user's part of the name is built once.
         base = self.keys.memory_term(app, user, "")
         tf = doc.analysed.tf
-        return [[ks.ref(base + _escaped(t)), tf[t]] for t in doc.analysed.own]
+        return [[ks.ref(base + escaped_term(t)), tf[t]] for t in doc.analysed.own]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.postings:
@@ -252,7 +97,7 @@ class MemoryStore:
             pipe.hmget(self.keys.memory_entry(app, user, memory_id), *fields)
         return list(await pipe.execute())
 
-    def entry_op(self, ks: _Keys, app: str, user: str, doc: Doc) -> dict[str, Any]:
+    def entry_op(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> dict[str, Any]:
         """How the write scripts receive an entry (memory_put.lua's ops); ``v``, the ARGV
         index of its vector, is the caller's to set."""
         fields = [v for item in doc.fields.items() for v in item]
@@ -317,7 +162,7 @@ class MemoryStore:
         ]
         stored: list[Any] | None = None
         for _ in range(_ATTEMPTS):
-            ks = _Keys(list(fixed))
+            ks = ScriptKeys(list(fixed))
             ops = []
             vectors: list[bytes] = []
             for i, doc in enumerate(docs):
@@ -400,7 +245,7 @@ class MemoryStore:
         for _ in range(_ATTEMPTS):
             rows = await self._read(app, user, ids, *_SIG_FIELDS, "session")
             stats = self.keys.memory_stats(app, user)
-            ks = _Keys(
+            ks = ScriptKeys(
                 [
                     entries,
                     self.keys.memory_deleted(app, user),

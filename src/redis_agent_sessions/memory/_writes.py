@@ -12,17 +12,17 @@ from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._consolidate import Consolidator, checked_events
 from redis_agent_sessions.memory._context import Context
 from redis_agent_sessions.memory._docs import entry_doc, event_docs, metadata
-from redis_agent_sessions.memory._models import MemoryEntry
-from redis_agent_sessions.memory._reindex import refresh_around, session_of
-from redis_agent_sessions.memory._search import IndexSearch, PlainSearch
-from redis_agent_sessions.memory._store import (
+from redis_agent_sessions.memory._encoding import (
     BATCH_ENTRIES,
     UNKNOWN_SESSION_ID,
     VECTOR_BATCH_ENTRIES,
     Doc,
-    MemoryStore,
     batches,
 )
+from redis_agent_sessions.memory._models import MemoryEntry
+from redis_agent_sessions.memory._reindex import refresh_around, session_of
+from redis_agent_sessions.memory._search import IndexSearch, PlainSearch
+from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.models import Event, Session
 
 __all__ = ["Writes"]
