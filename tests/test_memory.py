@@ -307,7 +307,7 @@ async def test_large_session_in_batches(memory: RedisMemoryService, monkeypatch:
     assert len(found.memories) == 450
 
     calls = 0
-    real_put = _memory_store.MemoryStore.put
+    real_put = _memory_store.MemoryStore._put
 
     async def failing_put(self: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal calls
@@ -316,7 +316,7 @@ async def test_large_session_in_batches(memory: RedisMemoryService, monkeypatch:
             raise ConnectionError("lost")
         return await real_put(self, *args, **kwargs)
 
-    monkeypatch.setattr(_memory_store.MemoryStore, "put", failing_put)
+    monkeypatch.setattr(_memory_store.MemoryStore, "_put", failing_put)
     melons = [event(f"melon number{i}", ts=i, id=f"m{i}") for i in range(450)]
     with pytest.raises(ConnectionError):
         await memory.add_session_to_memory(session("s", *melons))

@@ -473,13 +473,13 @@ async def test_each_entry_is_indexed_once_in_small_batches(
     from redis_agent_sessions.memory._store import MemoryStore
 
     sizes: list[int] = []
-    real = MemoryStore.put
+    real = MemoryStore._put
 
-    async def counted(self: Any, app: str, user: str, docs: Any, **kw: Any) -> Any:
+    async def counted(self: Any, write: Any, docs: Any, call: Any) -> Any:
         sizes.append(len(docs))
-        return await real(self, app, user, docs, **kw)
+        return await real(self, write, docs, call)
 
-    monkeypatch.setattr(MemoryStore, "put", counted)
+    monkeypatch.setattr(MemoryStore, "_put", counted)
     memory = service(memory_client, request)
     await memory.backend()  # the indexes exist: doc ids count from here
     indexes = ("ras:mem:idx", "ras:mem:vidx")

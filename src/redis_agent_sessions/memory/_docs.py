@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,8 @@ __all__ = [
     "check_entry",
     "content_json",
     "entry_doc",
-    "event_docs",
+    "event_turns",
+    "iter_turn_docs",
     "metadata",
     "response",
     "turn_docs",
@@ -71,11 +72,25 @@ def turn_docs(
     """The entries of turns in conversation order (of ``todo`` only, when given): each found
     by its own words and scored with those of the turns around it in its session. Turns
     without a session (``add_memory``, events added without a session id) have no context."""
-    own = [text_terms(t.text) for t in turns]
+    return list(iter_turn_docs(app, user, turns, todo))
+
+
+def iter_turn_docs(
+    app: str, user: str, turns: Sequence[Turn], todo: Collection[str] | None = None
+) -> Iterator[Doc]:
+    """:func:`turn_docs`, each entry analysed when it is asked for (a write analyses the
+    next batch while Redis stores the one before)."""
+    own: list[list[str]] = []
+
+    def terms(j: int) -> list[str]:
+        while len(own) <= j:
+            own.append(text_terms(turns[len(own)].text))
+        return own[j]
+
     around = neighbours([t.session for t in turns])
-    docs: dict[str, Doc] = {}
+    seen: set[str] = set()
     for i, turn in enumerate(turns):
-        if todo is not None and turn.id not in todo:
+        if (todo is not None and turn.id not in todo) or turn.id in seen:
             continue
         near = [] if turn.session in ("", UNKNOWN_SESSION_ID) else around[i]
         doc = make_doc(
@@ -89,12 +104,12 @@ def turn_docs(
             text_=turn.text,
             content_json=turn.content,
             meta=turn.meta,
-            analysed=analyse(own[i], [(d, own[j]) for d, j in near], turn.author),
+            analysed=analyse(terms(i), [(d, terms(j)) for d, j in near], turn.author),
             neighbours=[turns[j].id for _, j in near if turns[j].id != turn.id],
         )
         if doc is not None:
-            docs.setdefault(turn.id, doc)
-    return list(docs.values())
+            seen.add(turn.id)
+            yield doc
 
 
 def entry_doc(
@@ -126,11 +141,11 @@ def entry_doc(
     )
 
 
-def event_docs(
-    app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any], max_bytes: int
-) -> list[Doc]:
-    """The entries of events in conversation order (events with no text are not turns),
-    each within the limits (:func:`check_entry`)."""
+def event_turns(
+    sid: str, events: Sequence[Event], meta: dict[str, Any], max_bytes: int
+) -> list[Turn]:
+    """The turns of events in conversation order (events with no text are none), each
+    within the limits (:func:`check_entry`): their entries are :func:`iter_turn_docs`'."""
     turns: list[Turn] = []
     size = -1  # the metadata's, every event's: checked with the first text
     for event in events:
@@ -150,7 +165,7 @@ def event_docs(
             turns.append(
                 Turn(event.id, sid, event.author, float(ts), iso_timestamp(ts), content, said, meta)
             )
-    return turn_docs(app, user, turns)
+    return turns
 
 
 def meta_size(meta: dict[str, Any]) -> int:

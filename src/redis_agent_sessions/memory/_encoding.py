@@ -166,6 +166,9 @@ class ScriptKeys:
 
     keys: list[str]
     index: dict[str, int] = field(default_factory=dict)
+    postings: dict[str, int] = field(default_factory=dict)
+    """term -> the index of its posting key (a batch names the same terms again and again:
+    each key is built once)."""
 
     def ref(self, key: str) -> int:
         if key not in self.index:
@@ -173,20 +176,30 @@ class ScriptKeys:
             self.index[key] = len(self.keys)
         return self.index[key]
 
+    def posting(self, base: str, term: str) -> int:
+        """The index of the posting key ``base`` + the escaped ``term``."""
+        found = self.postings.get(term)
+        if found is None:
+            found = self.postings[term] = self.ref(base + escaped_term(term))
+        return found
 
-def batches(docs: Iterable[Doc], entries: int = BATCH_ENTRIES) -> Iterator[list[Doc]]:
-    """Runs of docs bounded in count, bytes and terms (a posting each, on the plain
-    backend), so one script never blocks Redis long."""
+
+def batches(
+    docs: Iterable[Doc], entries: int = BATCH_ENTRIES, first: int | None = None
+) -> Iterator[list[Doc]]:
+    """Runs of docs bounded in count (the first to ``first``, when given), bytes and terms
+    (a posting each, on the plain backend), so one script never blocks Redis long."""
     batch: list[Doc] = []
+    bound = entries if first is None else first
     size = terms = 0
     for doc in docs:
         doc_size = sum(len(v) for v in doc.fields.values()) + len(doc.vec or b"")
         doc_size += len(doc.own) + len(doc.tf) + len(doc.near)
         doc_terms = len(doc.analysed.tf) + len(doc.grams)
         full = size + doc_size > _BATCH_BYTES or terms + doc_terms > _BATCH_TERMS
-        if batch and (len(batch) >= entries or full):
+        if batch and (len(batch) >= bound or full):
             yield batch
-            batch, size, terms = [], 0, 0
+            batch, size, terms, bound = [], 0, 0, entries
         batch.append(doc)
         size += doc_size
         terms += doc_terms

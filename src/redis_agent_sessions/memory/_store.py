@@ -11,7 +11,8 @@ with them, compare-and-set style.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from redis_agent_sessions.memory._analysis import K1, B
 from redis_agent_sessions.memory._encoding import (
     Doc,
     ScriptKeys,
-    escaped_term,
+    batches,
     owner_tag,
     stored_sig,
 )
@@ -40,6 +41,26 @@ _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
 _SIG_FIELDS = ("own", "tf", "dl", "au", "grams")
 _ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
+_FINAL = 4
+"""memory_put's ARGV[5]: '1' on the last batch of an ingestion."""
+_FIRST_BATCH = 32
+"""Entries of the first batch of a long write: Redis starts on it while the next is made."""
+
+
+_Made = tuple[list[Doc], tuple[list[str], list[Any]]]
+"""A batch, and its script call."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """What every batch of one write shares."""
+
+    app: str
+    user: str
+    mode: str
+    session_id: str | None
+    ingest: str | None
+    embed: Callable[[list[Doc]], Awaitable[None]] | None
 
 
 @dataclass(slots=True)
@@ -60,7 +81,7 @@ class MemoryStore:
         self._redis = client
         self.keys = keys
         self.postings = postings
-        self._put = _scripts.register(client, "memory_put")
+        self._put_script = _scripts.register(client, "memory_put")
         self._delete = _scripts.register(client, "memory_delete")
         self._vectors = _scripts.register(client, "memory_vector")
 
@@ -71,7 +92,7 @@ class MemoryStore:
         # Thousands of keys per batch: the user's part of the name is built once.
         base = self.keys.memory_term(app, user, "")
         tf = doc.analysed.tf
-        return [[ks.ref(base + escaped_term(t)), tf[t]] for t in doc.analysed.own]
+        return [[ks.posting(base, t), tf[t]] for t in doc.analysed.own]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.postings:
@@ -116,6 +137,7 @@ class MemoryStore:
             "au": doc.au,
             "gr": doc.gram_field,
             "nb": doc.near,
+            "c": [*doc.analysed.tf, *doc.analysed.authors],
             "dl": doc.analysed.length,
             "p": self._postings(ks, app, user, doc),
             "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
@@ -145,58 +167,114 @@ class MemoryStore:
 
         A doc with a ``vkey`` but no ``vec`` keeps the vector stored under that key; when
         it is gone, ``embed`` is asked for it and the batch sent again."""
+        write = _Write(app, user, mode, session_id, ingest, embed)
+        return await self._put(write, docs, self._call(write, docs, final, None))
+
+    async def put_all(
+        self,
+        app: str,
+        user: str,
+        docs: Iterable[Doc],
+        *,
+        entries: int,
+        many: bool = False,
+        mode: str,
+        session_id: str | None,
+        ingest: str | None = None,
+        embed: Callable[[list[Doc]], Awaitable[None]] | None = None,
+    ) -> list[str]:
+        """:meth:`put` of ``docs`` in batches of at most ``entries`` (with ``ingest``, at
+        least one, the last ``final``): the stale ids of the last. While Redis runs one
+        batch, the next is made here (``docs`` may analyse entries as they are asked for)
+        and encoded, so the client's work and the script's overlap instead of adding up;
+        with ``many`` (more than one batch), the first batch is small, so that Redis starts
+        soon. An ingestion makes one batch ahead: the last one is told it is."""
+        write = _Write(app, user, mode, session_id, ingest, embed)
+        parts = batches(docs, entries, first=_FIRST_BATCH if many else None)
+        queue: list[list[Doc]] = [] if ingest is None else [[]]  # an ingestion sends one
+
+        def made() -> _Made | None:
+            batch = next(parts, None)
+            if batch is None and queue:
+                batch = queue.pop()
+            queue.clear()
+            return None if batch is None else (batch, self._call(write, batch, False, None))
+
+        current = made()
+        following = made() if ingest is not None else None
+        stale: list[str] = []
+        while current is not None:
+            docs, call = current
+            ahead = ingest is None or following is not None
+            if not ahead:
+                call[1][_FINAL] = 1
+            running = asyncio.ensure_future(self._put(write, docs, call))
+            try:
+                await asyncio.sleep(0)  # it sends its call before the next batch is made
+                after = made() if ahead else None
+            except BaseException:
+                await asyncio.gather(running, return_exceptions=True)
+                raise
+            stale = await running
+            current, following = (after, None) if ingest is None else (following, after)
+        return stale
+
+    def _call(
+        self, write: _Write, docs: Sequence[Doc], final: bool, stored: list[Any] | None
+    ) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of one ``memory_put.lua`` call (``stored``: the entries' sig
+        fields as read after a refusal)."""
+        app, user = write.app, write.user
         entries = self.keys.memory_entries(app, user)
-        session_key = (
-            entries if session_id is None else self.keys.memory_session(app, user, session_id)
-        )
-        stats = self.keys.memory_stats(app, user)
-        fixed = [
+        ks = ScriptKeys([
             entries,
             self.keys.memory_deleted(app, user),
-            session_key,
-            ingest or entries,
+            entries if write.session_id is None
+            else self.keys.memory_session(app, user, write.session_id),
+            write.ingest or entries,
             self.keys.memory_texts(app, user),
-            stats,
+            self.keys.memory_stats(app, user),
             self.keys.memory_df(app, user),
             self.keys.memory_context(app, user),
-        ]
-        stored: list[Any] | None = None
+        ])  # fmt: skip
+        ops = []
+        vectors: list[bytes] = []
+        for i, doc in enumerate(docs):
+            op = self.entry_op(ks, app, user, doc)
+            if doc.vkey is not None and doc.vec is not None:
+                vectors.append(doc.vec)
+                op["v"] = _ARGS + len(vectors)
+            if stored is not None and (sig := stored_sig(stored[i])) is not None:
+                op["x"] = sig
+                op["o"] = [ks.ref(k) for k in self.stored_postings(app, user, stored[i])]
+            ops.append(op)
+        args = [
+            write.mode, int(self.postings), int(write.session_id is not None),
+            _INGEST_TTL if write.ingest else 0, int(final), _STALE_BATCH, orjson.dumps(ops),
+            K1, B, *vectors,
+        ]  # fmt: skip
+        return ks.keys, args
+
+    async def _put(
+        self,
+        write: _Write,
+        docs: Sequence[Doc],
+        call: tuple[list[str], list[Any]],
+    ) -> list[str]:
+        """Send ``call`` (of ``docs``); when it wrote nothing, send them again as the
+        script asked (with their vectors, or after reading what is stored)."""
+        final = call[1][_FINAL] == 1
         for _ in range(_ATTEMPTS):
-            ks = ScriptKeys(list(fixed))
-            ops = []
-            vectors: list[bytes] = []
-            for i, doc in enumerate(docs):
-                op = self.entry_op(ks, app, user, doc)
-                if doc.vkey is not None and doc.vec is not None:
-                    vectors.append(doc.vec)
-                    op["v"] = _ARGS + len(vectors)
-                if stored is not None and (sig := stored_sig(stored[i])) is not None:
-                    op["x"] = sig
-                    op["o"] = [ks.ref(k) for k in self.stored_postings(app, user, stored[i])]
-                ops.append(op)
-            reply = await _scripts.call(
-                self._put,
-                ks.keys,
-                [
-                    mode,
-                    int(self.postings),
-                    int(session_id is not None),
-                    _INGEST_TTL if ingest else 0,
-                    int(final),
-                    _STALE_BATCH,
-                    orjson.dumps(ops),
-                    K1,
-                    B,
-                    *vectors,
-                ],
-            )
+            reply = await _scripts.call(self._put_script, *call)
             if reply[0] == 1:
                 return [text(x) for x in reply[2:]]
-            if reply[0] == 2 and embed is not None:
+            stored = None
+            if reply[0] == 2 and write.embed is not None:
                 missing = {text(x) for x in reply[1:]}
-                await embed([doc for doc in docs if doc.id in missing])
-                continue
-            stored = await self._read(app, user, [d.id for d in docs], *_SIG_FIELDS)
+                await write.embed([doc for doc in docs if doc.id in missing])
+            else:
+                stored = await self._read(write.app, write.user, [d.id for d in docs], *_SIG_FIELDS)
+            call = self._call(write, docs, final, stored)
         raise RedisSessionsError("memory entries kept changing during the write; gave up")
 
     async def stored_vectors(

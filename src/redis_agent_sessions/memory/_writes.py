@@ -5,19 +5,18 @@ the entries that need one, made before anything is written."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from redis_agent_sessions._redis.codec import check_id, check_sequence, text
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._consolidate import Consolidator, checked_events
 from redis_agent_sessions.memory._context import Context
-from redis_agent_sessions.memory._docs import entry_doc, event_docs, metadata
+from redis_agent_sessions.memory._docs import Turn, entry_doc, event_turns, iter_turn_docs, metadata
 from redis_agent_sessions.memory._encoding import (
     BATCH_ENTRIES,
     UNKNOWN_SESSION_ID,
     VECTOR_BATCH_ENTRIES,
     Doc,
-    batches,
 )
 from redis_agent_sessions.memory._models import MemoryEntry
 from redis_agent_sessions.memory._reindex import refresh_around, session_of
@@ -42,23 +41,19 @@ class Writes:
         app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
         sid = check_id("session_id", session.id)
         # Entries over a limit are refused before the generator learns anything.
-        docs = self._docs(lambda limit: event_docs(app, user, sid, session.events, {}, limit))
+        turns = self._turns(lambda limit: event_turns(sid, session.events, {}, limit))
         ctx = self.ctx
         if ctx.generator is not None:
             await self._learn(app, user, session)
             if not ctx.fact_settings.keep_events:
                 return
         store, search = await ctx.ready(app, user)
-        await self.embed_new(store, app, user, docs, keep=False)
+        docs = await self._entries(store, app, user, turns, keep=False)
         ingest = ctx.keys.memory_ingest(app, user, sid, uuid.uuid4().hex)
-        parts = list(batches(docs, self._batch_entries(search))) or [[]]
-        stale: list[str] = []
-        for i, batch in enumerate(parts):
-            last = i == len(parts) - 1
-            stale = await store.put(
-                app, user, batch, mode="replace", session_id=sid, ingest=ingest, final=last,
-                embed=self._embed,
-            )  # fmt: skip
+        stale = await store.put_all(
+            app, user, docs, entries=(n := self._batch_entries(search)), many=len(turns) > n,
+            mode="replace", session_id=sid, ingest=ingest, embed=self._embed,
+        )  # fmt: skip
         while stale:
             await store.delete(app, user, stale, tombstone=False, only_session=sid, ingest=ingest)
             stale = await store.put(
@@ -96,7 +91,7 @@ class Writes:
         sid = UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
         check_sequence("events", events)
         meta = metadata(custom_metadata)
-        docs = self._docs(lambda limit: event_docs(app, user, sid, events, meta, limit))
+        turns = self._turns(lambda limit: event_turns(sid, events, meta, limit))
         ctx = self.ctx
         if ctx.generator is not None:
             checked_events(events)
@@ -104,9 +99,11 @@ class Writes:
             if not ctx.fact_settings.keep_events:
                 return
         store, search = await ctx.ready(app, user)
-        await self.embed_new(store, app, user, docs, keep=True)
-        for batch in batches(docs, self._batch_entries(search)):
-            await store.put(app, user, batch, mode="keep", session_id=sid, embed=self._embed)
+        docs = await self._entries(store, app, user, turns, keep=True)
+        await store.put_all(
+            app, user, docs, entries=(n := self._batch_entries(search)), many=len(turns) > n,
+            mode="keep", session_id=sid, embed=self._embed,
+        )  # fmt: skip
 
     async def add_memory(
         self,
@@ -126,8 +123,10 @@ class Writes:
                 docs[doc.id] = doc
         store, search = await self.ctx.ready(app, user)
         await self.embed_new(store, app, user, list(docs.values()), keep=False)
-        for batch in batches(list(docs.values()), self._batch_entries(search)):
-            await store.put(app, user, batch, mode="explicit", session_id=None, embed=self._embed)
+        await store.put_all(
+            app, user, docs.values(), entries=self._batch_entries(search), mode="explicit",
+            session_id=None, embed=self._embed,
+        )  # fmt: skip
 
     async def delete(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
@@ -147,12 +146,24 @@ class Writes:
         # The turns around it were found by its words too: no longer.
         await refresh_around(self.ctx, app, user, turns, memory_id)
 
-    def _docs(self, make: Callable[[int], list[Doc]]) -> list[Doc]:
-        """The entries ``make`` makes within the size limit; none when the generator keeps
-        no events as entries."""
+    def _turns(self, make: Callable[[int], list[Turn]]) -> list[Turn]:
+        """The turns ``make`` makes within the size limit; none when the generator keeps no
+        events as entries."""
         if self.ctx.generator is not None and not self.ctx.fact_settings.keep_events:
             return []
         return make(self.ctx.config.max_payload_bytes)
+
+    async def _entries(
+        self, store: MemoryStore, app: str, user: str, turns: list[Turn], *, keep: bool
+    ) -> Iterable[Doc]:
+        """The turns' entries: analysed as they are written, unless they need vectors,
+        which are all made before anything is written."""
+        docs = iter_turn_docs(app, user, turns)
+        if self.ctx.vectorizer is None:
+            return docs
+        made = list(docs)
+        await self.embed_new(store, app, user, made, keep=keep)
+        return made
 
     # -- vectors --------------------------------------------------------------------------
 

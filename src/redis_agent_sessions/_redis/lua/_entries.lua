@@ -34,7 +34,7 @@ local function write_entries(K, todo, opt)
         for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
       end
       n, total = n + 1, total + op.dl
-      count_terms(deltas, op.tf, op.au, 1)
+      for _, term in ipairs(op.c) do deltas[term] = (deltas[term] or 0) + 1 end
       if postings then
         -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
         local norm = opt.k1 * (1 - opt.b + opt.b * op.dl * n / total)

@@ -13,7 +13,7 @@
 --   {id, a = 'add' | 'update' | 'delete' | 'expire', k = entry key index, h = history key
 --    index, rev = the revision seen ('' for add), x = the stored sig read with it (plain),
 --    o = its posting key indexes (plain), for add and update also memory_put.lua's entry
---    fields (ts, f, own, tf, dl, au, gr, nb, p, g, t, vk, v), exp = expiry ms (0 = none),
+--    fields (ts, f, own, tf, dl, au, gr, nb, c, p, g, t, vk, v), exp = expiry ms (0 = none),
 --    rec = its record for KEYS[10], was = JSON of what it said before, pushed on its
 --    history (update)}
 -- ARGV[9] JSON list of event ids to mark read in KEYS[9] (given one by one)

@@ -14,8 +14,8 @@
 --    (term:count ...), tf (term:quarters ..., with the context), dl = quarter length with
 --    the context, au (author terms), gr (its grams field); sig = own|tf|dl|au|grams (built
 --    here: _entries.lua's entry_sig), x = the stored sig the posting indexes in o belong
---    to (its terms with the context and its author terms are counted in KEYS[7]),
---    p = [[posting key index, quarter weight], ...] of its own terms (plain),
+--    to, c = [its terms with the context, then its author terms] (counted in KEYS[7]:
+--    a list decodes faster than the script splits tf), p = [[posting key index, quarter weight], ...] of its own terms (plain),
 --    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, tf),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none),
