@@ -209,22 +209,21 @@ class Consolidator:
         the search module's ranking takes its own round trips, when the facts are many."""
         query = " ".join(e.content.text for e in events if e.content is not None)
         terms = prepare(query[:_QUERY_CHARS])[:MAX_QUERY_TERMS]
-        depth, ranker = RELATED * 4, self._ranker
-        # Turns with no word to rank by (";)") are shown the newest facts.
-        ranking = (
-            ranker.call(app, user, terms, depth, after=RELATED_KEYS)
-            if isinstance(ranker, PlainRanker)
-            else None
-        )
-        ranked: list[str] | None = None if terms else []
-        found = await self.facts.related(
-            app, user, now=now, most=RELATED, ranked=ranked, ranking=ranking if terms else None
-        )
-        if found is None:  # the search module ranks, in round trips of its own
-            ranked = [i for i, _ in (await ranker.rank(app, user, terms, depth)).hits]
-            found = await self.facts.related(
-                app, user, now=now, most=RELATED, ranked=ranked, ranking=None
+        depth, ranker, facts = RELATED * 4, self._ranker, self.facts
+        if not terms:  # turns with no word to rank by (";)") are shown the newest facts
+            found = await facts.related(app, user, now=now, most=RELATED, ranked=[], ranking=None)
+        elif isinstance(ranker, PlainRanker):
+            ranking = ranker.call(app, user, terms, depth, after=RELATED_KEYS)
+            found = await facts.related(
+                app, user, now=now, most=RELATED, ranked=None, ranking=ranking
             )
+        else:
+            found = await facts.related(app, user, now=now, most=RELATED, ranked=None, ranking=None)
+            if found is None:  # more facts than are shown: the search module ranks them
+                ranked = [i for i, _ in (await ranker.rank(app, user, terms, depth)).hits]
+                found = await facts.related(
+                    app, user, now=now, most=RELATED, ranked=ranked, ranking=None
+                )
         assert found is not None
         return found
 
