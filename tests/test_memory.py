@@ -325,7 +325,7 @@ async def test_large_session_in_batches(memory: RedisMemoryService, monkeypatch:
     assert len(found.memories) == 450
 
     calls = 0
-    real_put = _memory_store.MemoryStore.put
+    real_put = _memory_store.MemoryStore._put
 
     async def failing_put(self: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal calls
@@ -334,7 +334,7 @@ async def test_large_session_in_batches(memory: RedisMemoryService, monkeypatch:
             raise ConnectionError("lost")
         return await real_put(self, *args, **kwargs)
 
-    monkeypatch.setattr(_memory_store.MemoryStore, "put", failing_put)
+    monkeypatch.setattr(_memory_store.MemoryStore, "_put", failing_put)
     melons = [event(f"melon number{i}", ts=i, id=f"m{i}") for i in range(450)]
     with pytest.raises(ConnectionError):
         await memory.add_session_to_memory(session("s", *melons))
@@ -456,17 +456,16 @@ async def test_plain_backend_never_reads_a_common_word_whole(
         user_id=USER,
         memories=[MemoryEntry(content=Content(parts=[Part(text=t)])) for t in notes],
     )
-    engine = memory._memory
-    await engine.backend()
-    assert engine._ranker is not None
-    rare = await engine._ranker.rank(APP, USER, _ranking.prepare("common rare"), 5)
+    ctx = memory._memory.ctx
+    await ctx.ready()
+    rare = await ctx.ranker.rank(APP, USER, _ranking.prepare("common rare"), 5)
     assert sorted(i for i, _ in rare.hits) == sorted(
         m.id or ""
         for m in (await memory.search_memory(app_name=APP, user_id=USER, query="rare")).memories
     )
     assert rare.read is not None
     assert rare.read < 100
-    common = await engine._ranker.rank(APP, USER, _ranking.prepare("common note"), 10)
+    common = await ctx.ranker.rank(APP, USER, _ranking.prepare("common note"), 10)
     assert len(common.hits) == 10
     assert common.read is not None
     assert common.read <= 300

@@ -236,6 +236,27 @@ async def test_a_turn_without_words_is_shown_the_newest_facts(client: Any) -> No
     assert shown[0].text == "The user visited city number 34."
 
 
+async def test_past_30_facts_a_turn_is_shown_those_its_words_rank_best(client: Any) -> None:
+    """On every backend (the plain one ranks in the script that reads the facts, the search
+    module in round trips of its own): the oldest fact, out of the newest 30, is the one
+    shown to a turn about it, and is changed as it was shown."""
+    cities = [add(f"The user visited city number {i}.") for i in range(34)]
+    roof = update("bees", "The user keeps bees on the roof.")
+    model = Scripted(add("The user keeps bees in the garden."), *cities, roof)
+    memory = service(client, model)
+    session = Session(id="s1", app_name=APP, user_id=USER, events=[said("I keep bees", 0.0)])
+    await memory.add_session_to_memory(session)
+    for i in range(34):
+        session.events.append(said(f"I went to city {i}", float(i + 1)))
+        await memory.add_session_to_memory(session)
+    session.events.append(said("My bees moved to the roof", 99.0))
+    await memory.add_session_to_memory(session)
+    assert [f.text for f in model.requests[-1].facts] == ["The user keeps bees in the garden."]
+    [bees] = [f for f in await memory.list_facts(app_name=APP, user_id=USER) if "bee" in f.text]
+    assert (bees.text, bees.revision) == ("The user keeps bees on the roof.", 2)
+    assert await texts(memory, "bees garden roof") == [bees.text]
+
+
 async def test_raw_events_stay_searchable_when_asked(client: Any) -> None:
     memory = service(client, Scripted(add("The user likes green tea.")), keep_events=True)
     events = [said("I like green tea", 1.0)]
@@ -539,7 +560,7 @@ async def test_the_url_turns_learning_on() -> None:
     memory = RedisMemoryService.from_url(url)
     engine = memory._memory
     assert getattr(engine.generator, "name", None) == "likes"
-    assert engine.fact_settings == FactSettings(
+    assert engine.ctx.fact_settings == FactSettings(
         topics=["likes", "plans"], ttl_seconds=60, keep_events=True
     )
     await memory.aclose()

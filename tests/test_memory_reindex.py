@@ -1,10 +1,14 @@
-"""Moving a memory store written by 0.1 to the ranking: its entries are found by the old rule
-until `reindex` has run, after the ranked ones; `reindex` is resumable, `--dry-run` writes
-nothing, and afterwards the store finds what one written fresh finds."""
+"""`reindex` after a change of the analysis: entries indexed by another version are found by
+their old terms until it has run, then as a store written fresh finds them; it is
+resumable, and `--dry-run` writes nothing.
+
+The earlier analysis is played by this one without stemming, recorded as version 1: a
+query's "booked" is the term ``book``, which such an entry does not have.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import fakeredis
@@ -12,10 +16,10 @@ import pytest
 from redis.asyncio import Redis
 
 from _cli import Cli
-from _legacy import make_v1_index, write_v1
 from _servers import skip_without
 from redis_agent_sessions import RedisMemoryService, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory import _analysis, _encoding, _reindex
 from test_memory import event, session
 
 APP, USER = "app", "u"
@@ -26,10 +30,20 @@ TURNS = [
     ("a2", "Yes, the blue one!", 2.0, "s1", "model"),
     ("a3", "I booked two flights to Lisbon", 3.0, "s1", "user"),
     ("b1", "My sister adopted a puppy", 4.0, "s2", "user"),
-    ("b2", "The puppy is called Biscuit", 5.0, "s2", "user"),
+    ("b2", "The puppies are called Biscuit and Crumb", 5.0, "s2", "user"),
     ("b3", "私は東京に住んでいます", 6.0, "s2", "user"),
 ]
 QUERIES = ["wedding scarf", "book a flight", "puppy name", "東京", "blue", "Lisbon trip"]
+
+
+@pytest.fixture
+def earlier(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """Entries written until ``undo()`` are analysed by the "earlier" version (no
+    stemming, recorded as 1)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(_analysis, "_stem", lambda token: token)
+        patch.setattr(_encoding, "ANALYSIS", 1)
+        yield patch
 
 
 @pytest.fixture(
@@ -39,32 +53,20 @@ QUERIES = ["wedding scarf", "book a flight", "puppy name", "東京", "blue", "Li
         pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
     ]
 )
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, bool]]:
-    """A client whose db holds the 0.1 store, and whether it is the search backend."""
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, bool]]:
+    """An empty database, and whether it is the search backend's."""
     if request.param == "fake":
-        client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        redis: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     else:
         url = skip_without("REDIS_URL" if request.param == "real" else "REDIS_SEARCH_URL")
-        client = Redis.from_url(url)
-        await client.flushdb()
-    search = request.param == "search"
-    await client.set(KEYS.memory_backend(), "search" if search else "plain")
-    if search:
-        await make_v1_index(client, KEYS)
-    await write_v1(client, KEYS, APP, USER, TURNS, postings=not search)
-    yield client, search
-    await client.flushdb()
-    await client.aclose()
+        redis = Redis.from_url(url)
+        await redis.flushdb()
+    yield redis, request.param == "search"
+    await redis.flushdb()
+    await redis.aclose()
 
 
-async def ids(memory: RedisMemoryService, query: str, user: str = USER) -> list[str]:
-    found = await memory.search_memory(app_name=APP, user_id=user, query=query)
-    return [m.id or "" for m in found.memories]
-
-
-async def fresh_ranking(client: Any, search: bool) -> dict[str, list[str]]:
-    """What a store written by this version ranks, for the same turns (another user)."""
-    memory = RedisMemoryService(client, backend="search" if search else "plain")
+async def write(memory: RedisMemoryService, user: str) -> None:
     for sid in ("s1", "s2"):
         turns = [t for t in TURNS if t[3] == sid]
         await memory.add_session_to_memory(
@@ -72,10 +74,14 @@ async def fresh_ranking(client: Any, search: bool) -> dict[str, list[str]]:
                 sid,
                 *(event(t[1], ts=t[2], id=t[0], author=t[4]) for t in turns),
                 app=APP,
-                user="fresh",
+                user=user,
             )
         )
-    return {q: await ids(memory, q, "fresh") for q in QUERIES}
+
+
+async def ids(memory: RedisMemoryService, query: str, user: str = USER) -> list[str]:
+    found = await memory.search_memory(app_name=APP, user_id=user, query=query)
+    return [m.id or "" for m in found.memories]
 
 
 async def snapshot(client: Any) -> dict[bytes, Any]:
@@ -93,83 +99,73 @@ async def snapshot(client: Any) -> dict[bytes, Any]:
     return out
 
 
-async def test_old_entries_found_until_reindexed(store: tuple[Any, bool]) -> None:
-    client, search = store
-    memory = RedisMemoryService(client)
-    # Found by 0.1's rule (any query word, newest first): a query of more than six words
-    # and a CJK one take its other paths on RediSearch.
-    assert await ids(memory, "puppy") == ["b2", "b1"]
-    assert await ids(memory, "東京") == ["b3"]
-    assert await ids(memory, "alpha bravo charlie delta echo foxtrot puppy") == ["b2", "b1"]
-    # A new entry is ranked, and comes before the old ones.
+async def test_entries_of_another_analysis_are_analysed_again(
+    client: tuple[Any, bool], earlier: pytest.MonkeyPatch
+) -> None:
+    redis, search = client
+    memory = RedisMemoryService(redis, backend="search" if search else "plain")
+    await write(memory, USER)
+    earlier.undo()
+    # Found by the terms they were indexed with: "booked" and "puppies" were not stemmed
+    # then, so neither "booked" nor "puppy" (the term ``puppi``) finds them.
+    assert await ids(memory, "booked") == []
+    assert await ids(memory, "puppy") == []
+    # A new entry is analysed as this version does.
     await memory.add_session_to_memory(
-        session("s3", event("puppy training", ts=9, id="c1"), app=APP, user=USER)
+        session("s3", event("puppies in training", ts=9, id="c1"), app=APP, user=USER)
     )
-    assert await ids(memory, "puppy") == ["c1", "b2", "b1"]
+    assert await ids(memory, "puppy") == ["c1"]
 
-    before = await snapshot(client)
+    before = await snapshot(redis)
     plan = await memory.reindex(dry_run=True)
     assert (plan.users, plan.entries, plan.current, plan.reindexed) == (1, 7, 1, 6)
-    assert await snapshot(client) == before
+    assert await snapshot(redis) == before
 
     # Stopped after the first page, then run again: it finishes what is left.
-    pages: list[int] = []
-
     def stop(done: int, total: int) -> None:
-        pages.append(done)
         raise KeyboardInterrupt
 
-    from redis_agent_sessions.memory import _reindex
-
-    _reindex._PAGE = 2  # type: ignore[attr-defined]
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            await memory.reindex(on_progress=stop)
-        done = await memory.reindex()
-    finally:
-        _reindex._PAGE = 500  # type: ignore[attr-defined]
+    earlier.setattr(_reindex, "_PAGE", 2)
+    with pytest.raises(KeyboardInterrupt):
+        await memory.reindex(on_progress=stop)
+    done = await memory.reindex()
     assert 0 < done.reindexed < 6
     assert done.current + done.reindexed == 7
     again = await memory.reindex(dry_run=True)
     assert (again.current, again.reindexed) == (7, 0)
 
-    # No 0.1 index is left, and it finds what a fresh store finds. (Weights are computed
-    # against the average entry length when written, so orders may differ among near ties.)
-    assert [k async for k in client.scan_iter("ras:mem:{*}:word:*")] == []
-    stats = await client.hget(KEYS.memory_stats(APP, USER), "n")
-    assert int(stats) == 7
+    # It finds what a store written fresh finds. (Weights are computed against the average
+    # entry length when written, so orders may differ among near ties.)
+    assert (await ids(memory, "booked"))[:1] == ["a3"]
+    assert int(await redis.hget(KEYS.memory_stats(APP, USER), "n")) == 7
     await memory.delete_memory(app_name=APP, user_id=USER, memory_id="c1")
-    fresh = await fresh_ranking(client, search)
+    await write(memory, "fresh")
     for query in QUERIES:
-        ours = await ids(memory, query)
-        assert sorted(ours) == sorted(fresh[query]), query
-        assert ours[:1] == fresh[query][:1], query
+        ours, fresh = await ids(memory, query), await ids(memory, query, "fresh")
+        assert sorted(ours) == sorted(fresh), query
+        assert ours[:1] == fresh[:1], query
 
 
 @pytest.mark.cli
 @pytest.mark.real
-async def test_reindex_command(cli: Cli) -> None:
+async def test_reindex_command(cli: Cli, earlier: pytest.MonkeyPatch) -> None:
     client: Any = cli.client()
-    keys = KeySpace(cli.prefix)
-    await client.set(keys.memory_backend(), "plain")
-    await write_v1(client, keys, APP, USER, TURNS, postings=True)
+    config = SessionServiceConfig(key_prefix=cli.prefix)
+    memory = RedisMemoryService(client, config=config, backend="plain")
     try:
-        config = SessionServiceConfig(key_prefix=cli.prefix)
+        await write(memory, USER)
+        earlier.undo()
         await RedisSessionService(client, config=config).create_session(app_name=APP, user_id=USER)
         (row,) = cli.json("stats")["apps"]
-        assert (row["memory_entries"], row["memory_to_reindex"]) == (6, 6)
-        assert "(6 to reindex)" in cli.run("stats").stdout
+        assert row["memory_entries"] == 6
         plan = cli.json("reindex", "--dry-run")
         assert plan == {"dry_run": True, "users": 1, "entries": 6, "current": 0, "reindexed": 6}
         done = cli.run("reindex", "--app", APP)
         assert done.returncode == 0, done.stderr
         assert "6 reindexed" in done.stderr
         assert cli.json("reindex")["current"] == 6
-        (row,) = cli.json("stats")["apps"]
-        assert row["memory_to_reindex"] == 0
         assert cli.run("reindex", "--app", "nobody").returncode != 0
-        memory = RedisMemoryService(client, config=config)
-        assert (await ids(memory, "wedding scarf"))[:2] == ["a1", "a2"]
+        assert (await ids(memory, "booked flights"))[:1] == ["a3"]
     finally:
         await client.delete(*[k async for k in client.scan_iter(f"{cli.prefix}:*")])
         await client.aclose()

@@ -185,7 +185,6 @@ def test_memory_keys_share_the_user_tag_and_escape() -> None:
     assert ks.memory_ingest("a", "u", "s", "t") == "ras:mem:{a:u}:session:s:ingest:t"
     assert ks.memory_deleted("a", "u") == "ras:mem:{a:u}:deleted"
     assert ks.memory_texts("a", "u") == "ras:mem:{a:u}:texts"
-    assert ks.memory_word("a", "u", "w") == "ras:mem:{a:u}:word:w"
     assert ks.memory_gram("a", "u", "東京") == "ras:mem:{a:u}:gram:東京"
     assert ks.memory_index() == "ras:mem:idx"
     assert ks.memory_entry("a", "u", "x").startswith(ks.memory_index_prefix())

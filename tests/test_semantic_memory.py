@@ -9,6 +9,7 @@ import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import orjson
 import pytest
 
 from _acl import acl_user
@@ -180,8 +181,8 @@ async def test_reingestion_and_deletes_leave_no_orphan_vectors(
     assert len(entries) == 2
     embedder = SynonymEmbedder()
     for fields in entries.values():
-        stored = memory._memory._vectorizer.unpack(fields[b"vec"])  # type: ignore[union-attr]
-        text = fields[b"lower"].decode()
+        stored = memory._memory.ctx.vectorizer.unpack(fields[b"vec"])  # type: ignore[union-attr]
+        text = orjson.loads(fields[b"content"])["parts"][0]["text"]
         want = embedder.vector(text)
         norm = math.sqrt(sum(x * x for x in want))
         assert stored == pytest.approx([x / norm for x in want], abs=1e-6)
@@ -224,13 +225,13 @@ async def test_vector_lost_in_a_race_is_made_again(
     embedder = SynonymEmbedder()
     memory = service(worker, request, embedder=embedder)
     await memory.add_session_to_memory(session("s1", event(SKODA, ts=1, id="e1")))
-    store, _ = await memory._memory._ready(APP, USER)
+    store, _ = await memory._memory.ctx.ready(APP, USER)
     real = store.vector_keys
 
     async def stale(app: str, user: str, ids: Sequence[str]) -> list[Any]:
         rows = await real(app, user, ids)
         # Pretend e2 was stored with the key it is about to get: no vector is sent.
-        vkey = memory._memory._vectorizer.key(BLUE)  # type: ignore[union-attr]
+        vkey = memory._memory.ctx.vectorizer.key(BLUE)  # type: ignore[union-attr]
         return [
             (b"x", vkey.encode()) if i == "e2" else row for i, row in zip(ids, rows, strict=True)
         ]
@@ -472,13 +473,13 @@ async def test_each_entry_is_indexed_once_in_small_batches(
     from redis_agent_sessions.memory._store import MemoryStore
 
     sizes: list[int] = []
-    real = MemoryStore.put
+    real = MemoryStore._put
 
-    async def counted(self: Any, app: str, user: str, docs: Any, **kw: Any) -> Any:
+    async def counted(self: Any, write: Any, docs: Any, call: Any) -> Any:
         sizes.append(len(docs))
-        return await real(self, app, user, docs, **kw)
+        return await real(self, write, docs, call)
 
-    monkeypatch.setattr(MemoryStore, "put", counted)
+    monkeypatch.setattr(MemoryStore, "_put", counted)
     memory = service(memory_client, request)
     await memory.backend()  # the indexes exist: doc ids count from here
     indexes = ("ras:mem:idx", "ras:mem:vidx")

@@ -238,7 +238,7 @@ def test_a_services_yaml_in_the_agents_dir_is_the_one_file_recipe(tmp_path: Path
         "redis://h/0?memory_backend=plain", agents_dir=str(tmp_path)
     )
     assert isinstance(memory, adk.RedisMemoryService)
-    assert memory._memory._backend == "plain"
+    assert memory._memory.ctx.wanted == "plain"
 
 
 async def test_a_cluster_config_with_from_url_writes_on_a_real_cluster() -> None:

@@ -160,7 +160,7 @@ class MemoryIndexError(RedisSessionsError):
     Raised when a RediSearch index name is taken by an index of another definition, when
     the ``search`` backend is asked for but the server (or cluster) has no usable search
     module, when this service's backend or embedder disagrees with the one the store
-    records (``redis-agent-sessions reindex`` / ``reembed`` move a store), or when that
+    records (``redis-agent-sessions reembed`` moves a store to another embedder), or when that
     record cannot be written. Nothing is written to the memory entries.
     """
 

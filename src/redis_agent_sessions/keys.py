@@ -42,22 +42,24 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
                                                         last change
     ras:mem:{<app>:<user>}:facts:expiry          zset   facts with a time to live, by when (ms)
     ras:mem:{<app>:<user>}:fact:<id>:history     list   what a fact said before, newest first (JSON)
+    ras:mem:factrec:{<app>:<user>}               hash   fact id -> what a generator is shown of it
+                                                        and what a change compares (JSON)
     ras:mem:{<app>:<user>}:session:<id>:facts    string "<events processed>\t<last event id>": the
                                                         generator's watermark in that session
     ras:mem:{<app>:<user>}:session:<id>:facts:read  set  ids of events given it one by one
     ras:mem:{<app>:<user>}:texts                 hash   plain backend: entry id -> lowercased text
-    ras:mem:stats:{<app>:<user>}                 hash   n (entries indexed by terms), len (their
-                                                        total length, in quarter words)
+    ras:mem:stats:{<app>:<user>}                 hash   n (entries), len (their total length,
+                                                        in quarter words)
     ras:mem:df:{<app>:<user>}                    hash   term -> entries found by it with their
                                                         context (@<author>: entries by them)
     ras:mem:ctx:{<app>:<user>}                   hash   entry id -> what a search scores it by:
                                                         "<ts>\t<length>\t<author terms>\t<JSON
                                                         neighbour ids>\t<term>:<quarters> ..."
     ras:mem:{<app>:<user>}:term:<term>           zset   plain backend: entry ids saying the term,
-                                                        by its BM25 weight in them
-    ras:mem:{<app>:<user>}:word:<word>           zset   plain backend, entries indexed by 0.1
-                                                        (until `reindex`): entry ids by time
-    ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: same, per CJK character/pair
+                                                        by its BM25 weight in them (in
+                                                        ten-thousandths: integers)
+    ras:mem:{<app>:<user>}:gram:<gram>           zset   plain backend: entry ids holding a CJK
+                                                        character or pair, by time
     ras:mem:backend                              string "search" or "plain", set on first use
     ras:mem:idx                                  (RediSearch index over ras:mem:{ hashes)
     ras:mem:{<app>:}:idx                         (memory_index="per_app": one index per app,
@@ -323,7 +325,10 @@ class KeySpace:
         own = [
             f"~{prefix}:{{{app}}}:*",
             f"~{prefix}:{{{app}:*",
-            *(f"~{prefix}:mem:{part}{{{app}:*" for part in ("", "stats:", "df:", "ctx:")),
+            *(
+                f"~{prefix}:mem:{part}{{{app}:*"
+                for part in ("", "stats:", "df:", "ctx:", "factrec:")
+            ),
         ]
         records = [self.apps(), self.memory_backend(), self.memory_vectors()]
         return own + [f"%R~{glob_escape(key)}" for key in records]
@@ -379,6 +384,11 @@ class KeySpace:
     def memory_fact_expiry(self, app_name: str, user_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:facts:expiry"
 
+    def memory_fact_records(self, app_name: str, user_id: str) -> str:
+        """Each fact as a consolidation step reads it (one HMGET, in the script that chooses
+        the facts); outside the index's prefix, as ``memory_stats``."""
+        return f"{self.prefix}:mem:factrec:{{{escape(app_name)}:{escape(user_id)}}}"
+
     def memory_fact_history(self, app_name: str, user_id: str, fact_id: str) -> str:
         return f"{self._memory(app_name, user_id)}:fact:{escape(fact_id)}:history"
 
@@ -401,15 +411,12 @@ class KeySpace:
         prefix, as ``memory_stats``."""
         return f"{self.prefix}:mem:ctx:{{{escape(app_name)}:{escape(user_id)}}}"
 
-    def memory_word(self, app_name: str, user_id: str, word: str) -> str:
-        return f"{self._memory(app_name, user_id)}:word:{escape(word)}"
-
     def memory_term(self, app_name: str, user_id: str, term: str) -> str:
         """Plain backend: the entries saying an analysed term, by its weight in each."""
         return f"{self._memory(app_name, user_id)}:term:{escape(term)}"
 
     def memory_stats(self, app_name: str, user_id: str) -> str:
-        """How many entries are indexed with terms, and their total (quarter) length. A hash
+        """How many entries the user has, and their total (quarter) length. A hash
         outside the search index's prefix (it would be indexed as a document), in the
         user's slot."""
         return f"{self.prefix}:mem:stats:{{{escape(app_name)}:{escape(user_id)}}}"

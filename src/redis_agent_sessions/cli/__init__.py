@@ -40,7 +40,7 @@ _COMMANDS = {
     "expired": ("_expired", "drop the index entries of an app's sessions that no longer exist"),
     "incomplete": ("_incomplete", "find (--delete: remove) sessions Redis evicted in part"),
     "reembed": ("_reembed", "give memory entries vectors of a model (semantic recall)"),
-    "reindex": ("_reindex", "index memory entries written by 0.1 for the ranking"),
+    "reindex": ("_reindex", "analyse memory entries again after an analysis change"),
     "sweep": ("_sweep", "apply app-scope writes that workers left half done (Redis Cluster)"),
     "ping": ("_ping", "readiness: Redis answers, scripts run, write concern and memory work"),
     "tenant": ("_tenant", "provision (create), probe (check) or remove (drop) one tenant app"),

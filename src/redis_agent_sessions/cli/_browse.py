@@ -26,7 +26,7 @@ from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
 from redis_agent_sessions.keys import unescape
 from redis_agent_sessions.memory._analysis import text_terms
-from redis_agent_sessions.memory._store import parse_iso
+from redis_agent_sessions.memory._encoding import parse_iso
 from redis_agent_sessions.memory._text import query_words
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 
@@ -208,7 +208,7 @@ async def _search(ctx: Context, args: argparse.Namespace) -> int:
         # Searching would pick and record a backend: a read-only command must not.
         raise NotFound("nothing is in memory yet (no memory backend was ever chosen)")
     memory = ctx.memory()
-    found = await memory._memory.search(
+    found = await memory._memory.reads.search(
         app_name=args.app, user_id=args.user, query=args.query, limit=args.limit, explain=True
     )
     if not found.memories:

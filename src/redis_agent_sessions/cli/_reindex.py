@@ -1,5 +1,5 @@
-"""``reindex``: index stored memory entries by this version's analysis, so a store written by
-0.1 is ranked as a new one is. Resumable: a second run skips what the first one finished (see
+"""``reindex``: analyse stored memory entries again with this version's analysis, after an
+upgrade that changed it. Resumable: a second run skips what the first one finished (see
 ``memory/_reindex.py``)."""
 
 from __future__ import annotations

@@ -79,8 +79,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             str(row["expired_sessions"]),
             str(row["users"]),
             str(row["events"]),
-            str(row["memory_entries"])
-            + (f" ({row['memory_to_reindex']} to reindex)" if row["memory_to_reindex"] else ""),
+            str(row["memory_entries"]),
             "unknown" if row["bytes"] is None else size(row["bytes"]),
         ]
         if ctx.cluster:
@@ -102,11 +101,6 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         f"BYTES: MEMORY USAGE of the session keys of up to {plural(args.sample, 'session')} "
         "per app and of their users' keys, scaled to all; memory entries not included"
     )
-    if any(row["memory_to_reindex"] for row in rows):
-        ctx.out.print(
-            "to reindex: memory entries written by 0.1, found by its rule until "
-            "`redis-agent-sessions reindex` has run"
-        )
     if ctx.cluster:
         ctx.out.print(
             f"SWEEP DUE: users registered for app-scope writes over {DEFAULT_OLDER_THAN:g} s "
@@ -140,12 +134,7 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
     pipe = ctx.client.pipeline(transaction=False)
     for user in sorted(users):
         pipe.zcard(ctx.keys.memory_entries(app, user))
-        pipe.hget(ctx.keys.memory_stats(app, user), "n")
-    counted = await pipe.execute() if users else []
-    entries = sum(counted[::2])
-    # Entries indexed by this version's analysis are counted in its stats hash; the rest were
-    # written by 0.1 and wait for `reindex`.
-    stale = entries - sum(int(n or 0) for n in counted[1::2])
+    entries = sum(await pipe.execute() if users else [])
     swept = await ctx.sessions.sweep_app_writes(app_name=app, limit=MAX_SWEEP_LIMIT, dry_run=True)
     return {
         "app_name": app,
@@ -154,7 +143,6 @@ async def _app(ctx: Context, app: str, sample: int) -> dict[str, Any]:
         "users": len(users),
         "events": events,
         "memory_entries": entries,
-        "memory_to_reindex": stale,
         "app_state_keys": await ctx.client.hlen(ctx.keys.app_state(app)),
         "bytes": await _bytes(ctx, app, sampled, total, len(users)),
         "bytes_sampled_sessions": len(sampled),

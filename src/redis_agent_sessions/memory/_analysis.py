@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 ANALYSIS = 2
-"""The analysis entries are indexed with; 1 was the word sets of 0.x (no ranking)."""
+"""The version of the analysis, recorded in each entry: a change of what an entry is indexed
+or scored by takes a new one, and ``reindex`` analyses the entries of another again."""
 K1 = 1.2
 B = 0.75
 AUTHOR_WEIGHT = 2.0
@@ -124,6 +125,20 @@ def _author_terms(author: str) -> tuple[str, ...]:
     return tuple(sorted({"@" + (_stem(w) if w.isascii() else w) for w in words}))
 
 
+class _Suffixes(dict[int, str]):
+    """``:<n>`` for each count met (a few dozen in practice), formatted once; a count past
+    4,096 (a word said a thousand times) is not kept."""
+
+    def __missing__(self, n: int) -> str:
+        suffix = f":{n}"
+        if n < 4096:
+            self[n] = suffix
+        return suffix
+
+
+_COUNTS = _Suffixes()
+
+
 @dataclass(frozen=True, slots=True)
 class Analysed:
     """What one entry is found by: its own terms (how often each is said: what is indexed),
@@ -136,11 +151,13 @@ class Analysed:
     authors: list[str]
 
     def encoded_tf(self) -> str:
-        """``term:quarters`` pairs (a term is a ``\\w+`` run: never a ``:`` or a space)."""
-        return " ".join([f"{t}:{n}" for t, n in sorted(self.tf.items())])
+        """``term:quarters`` pairs (a term is a ``\\w+`` run: never a ``:`` or a space), in
+        the order :func:`analyse` met them: the same for the same text and neighbours (what
+        an entry is found by is compared as written; sorting cost ingestion a tenth)."""
+        return " ".join([t + _COUNTS[n] for t, n in self.tf.items()])
 
     def encoded_own(self) -> str:
-        return " ".join([f"{t}:{n}" for t, n in sorted(self.own.items())])
+        return " ".join([t + _COUNTS[n] for t, n in self.own.items()])
 
     def indexed_terms(self) -> str:
         """The search module's ``terms`` field: each own term as often as it is said (its

@@ -20,21 +20,28 @@ from redis_agent_sessions.errors import (
     GenerationError,
     InvalidInputError,
 )
-from redis_agent_sessions.memory._facts import ATTEMPTS, Change, FactStore, backoff, new_fact_id
+from redis_agent_sessions.memory._facts import (
+    ATTEMPTS,
+    RELATED_KEYS,
+    Change,
+    FactStore,
+    Related,
+    Stored,
+    backoff,
+    new_fact_id,
+)
 from redis_agent_sessions.memory._generators import (
-    Fact,
     FactSource,
     GenerationRequest,
     MemoryGenerator,
     MemoryOperation,
     checked_operations,
 )
-from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, prepare
+from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, IndexRanker, PlainRanker, prepare
 from redis_agent_sessions.models import Event, Session
 
 if TYPE_CHECKING:
-    from redis_agent_sessions.memory._ranking import Ranked
-    from redis_agent_sessions.memory._store import Doc
+    from redis_agent_sessions.memory._encoding import Doc
 
 __all__ = ["Consolidator", "FactSettings", "check_background", "checked_events"]
 
@@ -84,14 +91,14 @@ class Consolidator:
         generator: MemoryGenerator,
         settings: FactSettings,
         *,
-        rank: Callable[..., Awaitable[Ranked]],
+        ranker: IndexRanker | PlainRanker,
         embed: Callable[[str, str, list[Doc]], Awaitable[None]],
         telemetry: Any = None,
     ) -> None:
         self.facts = facts
         self.generator = generator
         self.settings = settings
-        self._rank = rank
+        self._ranker = ranker
         self._embed = embed
         self._telemetry = telemetry
         """With telemetry on: the generator's calls get spans of their own (model time),
@@ -168,20 +175,24 @@ class Consolidator:
         said = [
             e for e in events if not e.partial and e.content is not None and e.content.text.strip()
         ]
-        due = await self.facts.due(app, user, now)
-        changes = [Change("expire", f.id, f.revision) for f in due]
+        related = await self._related(app, user, said, now)
+        changes = [Change.of("expire", f) for f in related.due]
         if said:
-            shown = (
-                []
-                if self.settings.disable_consolidation
-                else await self._related(app, user, said, now, {f.id for f in due})
-            )  # shown no fact, the generator may only add (Memory Bank's option)
+            # With consolidation off the generator is shown no fact, so it may only add
+            # (Memory Bank's disable_consolidation).
+            shown = {
+                f.fact.id: f
+                for f in related.shown
+                if not self.settings.disable_consolidation
+                and (f.fact.expires is None or f.fact.expires > now)
+            }
             request = GenerationRequest(
-                app_name=app, user_id=user, session_id=sid, events=list(said), facts=shown,
+                app_name=app, user_id=user, session_id=sid, events=list(said),
+                facts=[f.fact for f in shown.values()],
                 topics=None if self.settings.topics is None else list(self.settings.topics),
             )  # fmt: skip
             ops = await self._generate(request)
-            changes += await self._changes(app, user, sid, ops, request, now)
+            changes += await self._changes(app, user, sid, ops, request, shown, now)
         outcome = await self.facts.apply(
             app, user, changes, session_id=sid, seen_mark=mark, new_mark=new_mark, now=now,
             read=read,
@@ -213,22 +224,30 @@ class Consolidator:
             raise GenerationError(f"the generator failed: {type(exc).__name__}: {exc}") from exc
         return checked_operations(answer, request, self.settings.topics)
 
-    async def _related(
-        self, app: str, user: str, events: Sequence[Event], now: float, skip: set[str]
-    ) -> list[Fact]:
-        """The user's facts most related to ``events``: all when they are few, else the
-        best ranked for the events' words (the generator may only change these)."""
-        # One more than are shown: whether there are more than that, in the same read.
-        ids = await self.facts.ids(app, user, RELATED + 1)
-        if len(ids) > RELATED:
-            query = " ".join(e.content.text for e in events if e.content is not None)
-            terms = prepare(query[:_QUERY_CHARS])[:MAX_QUERY_TERMS]
-            ranked = await self._rank(app, user, terms, RELATED * 4) if terms else None
-            found = await self.facts.which(app, user, [i for i, _ in ranked.hits]) if ranked else []
-            # Turns with no word to rank by (";)") are shown the newest facts.
-            ids = found[:RELATED] or ids[:RELATED]
-        facts = await self.facts.read(app, user, [i for i in ids if i not in skip])
-        return [f for f in facts if f is not None and (f.expires is None or f.expires > now)]
+    async def _related(self, app: str, user: str, events: Sequence[Event], now: float) -> Related:
+        """The user's facts past their time to live, and those most related to ``events``:
+        all when they are few, else the best ranked for the events' words (the generator
+        may only change these). One script call on the plain backend, which ranks in it;
+        the search module's ranking takes its own round trips, when the facts are many."""
+        query = " ".join(e.content.text for e in events if e.content is not None)
+        terms = prepare(query[:_QUERY_CHARS])[:MAX_QUERY_TERMS]
+        depth, ranker, facts = RELATED * 4, self._ranker, self.facts
+        if not terms:  # turns with no word to rank by (";)") are shown the newest facts
+            found = await facts.related(app, user, now=now, most=RELATED, ranked=[], ranking=None)
+        elif isinstance(ranker, PlainRanker):
+            ranking = ranker.call(app, user, terms, depth, after=RELATED_KEYS)
+            found = await facts.related(
+                app, user, now=now, most=RELATED, ranked=None, ranking=ranking
+            )
+        else:
+            found = await facts.related(app, user, now=now, most=RELATED, ranked=None, ranking=None)
+            if found is None:  # more facts than are shown: the search module ranks them
+                ranked = [i for i, _ in (await ranker.rank(app, user, terms, depth)).hits]
+                found = await facts.related(
+                    app, user, now=now, most=RELATED, ranked=ranked, ranking=None
+                )
+        assert found is not None
+        return found
 
     async def _changes(
         self,
@@ -237,14 +256,14 @@ class Consolidator:
         sid: str,
         ops: Sequence[MemoryOperation],
         request: GenerationRequest,
+        shown: dict[str, Stored],
         now: float,
     ) -> list[Change]:
-        shown = {f.id: f for f in request.facts}
         changes: list[Change] = []
         for op in ops:
             if op.action == "delete":
                 assert op.fact_id is not None
-                changes.append(Change("delete", op.fact_id, shown[op.fact_id].revision))
+                changes.append(Change.of("delete", shown[op.fact_id]))
                 continue
             ids = (
                 [e.id for e in request.events]
@@ -253,18 +272,22 @@ class Consolidator:
             )
             ttl = op.ttl_seconds or self.settings.ttl_seconds
             expires_ms = int((now + ttl) * 1000) if ttl else 0
-            was = shown[op.fact_id] if op.fact_id is not None else None
+            stored = shown[op.fact_id] if op.fact_id is not None else None
+            was = None if stored is None else stored.fact
             fact_id = op.fact_id or new_fact_id()
             assert op.fact is not None
-            doc = self.facts.doc(
+            doc, record = self.facts.entry(
                 app, user, fact_id=fact_id, text_=op.fact, topics=op.topics,
                 revision=1 if was is None else was.revision + 1,
                 created=now if was is None else was.created, now=now, expires_ms=expires_ms,
                 sources=[FactSource(session_id=sid, event_ids=list(ids))],
             )  # fmt: skip
             changes.append(
-                Change(op.action, fact_id, 0 if was is None else was.revision, doc, expires_ms, was)
-            )
+                Change(
+                    op.action, fact_id, 0 if was is None else was.revision, doc, expires_ms, was,
+                    sig="" if stored is None else stored.sig, record=record,
+                )
+            )  # fmt: skip
         await self._embed(app, user, [c.doc for c in changes if c.doc is not None])
         return changes
 

@@ -7,9 +7,10 @@ turns around a deleted one) builds them here, so they are analysed alike.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,15 +19,15 @@ import orjson
 from redis_agent_sessions._redis.codec import _check_json, check_id
 from redis_agent_sessions.errors import InvalidInputError, PayloadTooLargeError
 from redis_agent_sessions.memory._analysis import analyse, neighbours, text_terms
-from redis_agent_sessions.memory._models import MemoryEntry, SearchMemoryResponse
-from redis_agent_sessions.memory._store import (
+from redis_agent_sessions.memory._encoding import (
     UNKNOWN_SESSION_ID,
     Doc,
-    StoredEntry,
     iso_timestamp,
     make_doc,
     parse_iso,
 )
+from redis_agent_sessions.memory._models import MemoryEntry, SearchMemoryResponse
+from redis_agent_sessions.memory._store import StoredEntry
 from redis_agent_sessions.memory._text import query_words, term_count
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 from redis_agent_sessions.models import Content, Event
@@ -37,7 +38,8 @@ __all__ = [
     "check_entry",
     "content_json",
     "entry_doc",
-    "event_docs",
+    "event_turns",
+    "iter_turn_docs",
     "metadata",
     "response",
     "turn_docs",
@@ -70,11 +72,25 @@ def turn_docs(
     """The entries of turns in conversation order (of ``todo`` only, when given): each found
     by its own words and scored with those of the turns around it in its session. Turns
     without a session (``add_memory``, events added without a session id) have no context."""
-    own = [text_terms(t.text) for t in turns]
+    return list(iter_turn_docs(app, user, turns, todo))
+
+
+def iter_turn_docs(
+    app: str, user: str, turns: Sequence[Turn], todo: Collection[str] | None = None
+) -> Iterator[Doc]:
+    """:func:`turn_docs`, each entry analysed when it is asked for (a write analyses the
+    next batch while Redis stores the one before)."""
+    own: list[list[str]] = []
+
+    def terms(j: int) -> list[str]:
+        while len(own) <= j:
+            own.append(text_terms(turns[len(own)].text))
+        return own[j]
+
     around = neighbours([t.session for t in turns])
-    docs: dict[str, Doc] = {}
+    seen: set[str] = set()
     for i, turn in enumerate(turns):
-        if todo is not None and turn.id not in todo:
+        if (todo is not None and turn.id not in todo) or turn.id in seen:
             continue
         near = [] if turn.session in ("", UNKNOWN_SESSION_ID) else around[i]
         doc = make_doc(
@@ -88,12 +104,12 @@ def turn_docs(
             text_=turn.text,
             content_json=turn.content,
             meta=turn.meta,
-            analysed=analyse(own[i], [(d, own[j]) for d, j in near], turn.author),
+            analysed=analyse(terms(i), [(d, terms(j)) for d, j in near], turn.author),
             neighbours=[turns[j].id for _, j in near if turns[j].id != turn.id],
         )
         if doc is not None:
-            docs.setdefault(turn.id, doc)
-    return list(docs.values())
+            seen.add(turn.id)
+            yield doc
 
 
 def entry_doc(
@@ -109,7 +125,7 @@ def entry_doc(
     ts = time.time() if entry.timestamp is None else parse_iso(entry.timestamp)
     said, content = entry.content.text, content_json(entry.content)
     meta = {**shared, **metadata(entry.custom_metadata)}
-    check_entry(memory_id, said, content, meta, entry.author, max_bytes)
+    check_entry(memory_id, said, content, meta_size(meta), entry.author, max_bytes)
     return make_doc(
         app_name=app,
         user_id=user,
@@ -125,12 +141,13 @@ def entry_doc(
     )
 
 
-def event_docs(
-    app: str, user: str, sid: str, events: Sequence[Event], meta: dict[str, Any], max_bytes: int
-) -> list[Doc]:
-    """The entries of events in conversation order (events with no text are not turns),
-    each within the limits (:func:`check_entry`)."""
+def event_turns(
+    sid: str, events: Sequence[Event], meta: dict[str, Any], max_bytes: int
+) -> list[Turn]:
+    """The turns of events in conversation order (events with no text are none), each
+    within the limits (:func:`check_entry`): their entries are :func:`iter_turn_docs`'."""
     turns: list[Turn] = []
+    size = -1  # the metadata's, every event's: checked with the first text
     for event in events:
         if not isinstance(event, Event):
             raise InvalidInputError(f"not an event: {type(event).__name__}")
@@ -143,39 +160,50 @@ def event_docs(
         said = event.content.text
         if said:
             content = content_json(event.content)
-            check_entry(event.id, said, content, meta, event.author, max_bytes)
+            size = meta_size(meta) if size < 0 else size
+            check_entry(event.id, said, content, size, event.author, max_bytes)
             turns.append(
                 Turn(event.id, sid, event.author, float(ts), iso_timestamp(ts), content, said, meta)
             )
-    return turn_docs(app, user, turns)
+    return turns
+
+
+def meta_size(meta: dict[str, Any]) -> int:
+    """The bytes of an entry's metadata as JSON, once JSON can hold it."""
+    _check_json(meta, "in custom_metadata")
+    return len(orjson.dumps(meta))
 
 
 def check_entry(
     memory_id: str,
     said: str,
     content: bytes,
-    meta: dict[str, Any],
+    meta_bytes: int,
     author: str | None,
     max_bytes: int,
 ) -> None:
-    """PayloadTooLargeError when an entry's content and metadata (as JSON) and author come
-    to more than ``max_bytes``, InvalidInputError when it has more than ``MAX_ENTRY_TERMS``
-    terms. Asked before the entry is analysed: stemming a megabyte of distinct words takes
-    seconds."""
-    _check_json(meta, "in custom_metadata")
+    """PayloadTooLargeError when an entry's content and metadata (``meta_bytes`` of JSON:
+    :func:`meta_size`) and author come to more than ``max_bytes``, InvalidInputError when
+    it has more than ``MAX_ENTRY_TERMS`` terms. Asked before the entry is analysed: stemming
+    a megabyte of distinct words takes seconds."""
     if author is not None and not isinstance(author, str):
         raise InvalidInputError(f"author must be a string, got {type(author).__name__}")
     _check_json(author, "of the author")  # a lone surrogate cannot be encoded
-    size = len(content) + len(orjson.dumps(meta)) + len((author or "").encode())
+    size = len(content) + meta_bytes + len((author or "").encode())
     if size > max_bytes:
         raise PayloadTooLargeError(f"memory entry {memory_id!r}", size, max_bytes)
-    terms = term_count(said) + len(query_words(author or ""))
+    terms = term_count(said) + _author_words(author or "")
     if terms > MAX_ENTRY_TERMS:
         raise InvalidInputError(
             f"memory entry {memory_id!r} has {terms} distinct terms, over the limit of "
             f"{MAX_ENTRY_TERMS} (its words and its author's, and outside ASCII their "
             "characters and pairs of characters)"
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _author_words(author: str) -> int:
+    return len(query_words(author))
 
 
 def metadata(value: Mapping[str, object] | None) -> dict[str, Any]:

@@ -1,10 +1,13 @@
 """Learned facts in Redis: read back, and changed in one atomic step per (app, user).
 
 A fact is a memory entry (``fact-<hex>``, found by the same ranking as any entry) with a few
-fields of its own: its revision, topics, sources and expiry. ``memory_facts.lua`` applies a
-generation's operations all or nothing, each checked against the revision the generator saw,
-keeps what a fact said before (a bounded history) and moves the session's watermark in the
-same step, so two workers never lose an update or apply one twice.
+fields of its own: its revision, topics, sources and expiry. Its record (the user's fact
+records hash) holds what a generator is shown of it and what its entry is found by, so a
+consolidation step reads the facts it shows in the script that chooses them
+(``memory_related.lua``) and changes them without reading them again. ``memory_facts.lua``
+applies a generation's operations all or nothing, each checked against the revision the
+generator saw, keeps what a fact said before (a bounded history) and moves the session's
+watermark in the same step, so two workers never lose an update or apply one twice.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import orjson
 from pydantic import ValidationError
 
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.codec import _check_json, text
 from redis_agent_sessions.errors import (
     ConsolidationConflictError,
     CorruptDataError,
@@ -30,28 +33,24 @@ from redis_agent_sessions.errors import (
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import K1, B, analyse, text_terms
 from redis_agent_sessions.memory._docs import content_json
+from redis_agent_sessions.memory._encoding import Doc, ScriptKeys, iso_timestamp, make_doc
 from redis_agent_sessions.memory._generators import Fact, FactRevision, FactSource
-from redis_agent_sessions.memory._store import (
-    _SIG_FIELDS,
-    Doc,
-    MemoryStore,
-    _Keys,
-    iso_timestamp,
-    make_doc,
-    stored_sig,
-)
+from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 from redis_agent_sessions.models import Content, Part
 
-__all__ = ["Change", "FactStore", "Outcome", "new_fact_id"]
+__all__ = ["Change", "FactStore", "Outcome", "Related", "Stored", "new_fact_id"]
 
 FACT_PREFIX = "fact-"
-_FIELDS = ("id", "content", "topics", "rev", "created", "ts", "expires", "sources")
 ATTEMPTS = 5
 _BACKOFF, _BACKOFF_CAP = 0.05, 1.0
 """Seconds: the first pause after a conflict at most, and the longest."""
 _FIXED_ARGS = 9
 """memory_facts' fixed ARGV; vectors follow."""
+DUE = 50
+"""Facts past their time to live forgotten by one change at most."""
+RELATED_KEYS = 7
+"""memory_related.lua's fixed KEYS; the ranking's posting keys follow."""
 
 Outcome = Literal["applied", "fact changed", "watermark moved"]
 
@@ -64,6 +63,24 @@ async def backoff(attempt: int) -> None:
 
 def new_fact_id() -> str:
     return FACT_PREFIX + uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A fact as its record holds it: what a generator is shown, and what its entry is
+    found by (``own|tf|dl|au|grams``, compared by the script that changes it)."""
+
+    fact: Fact
+    sig: str
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    """What a consolidation step reads (``memory_related.lua``): the facts past their time
+    to live, and those shown to the generator."""
+
+    due: list[Stored]
+    shown: list[Stored]
 
 
 @dataclass
@@ -79,6 +96,14 @@ class Change:
     expires_ms: int = 0
     was: Fact | None = None
     """update: the fact as it was, for its history."""
+    sig: str = ""
+    """update, delete and expire: what its entry was found by when the generator saw it."""
+    record: bytes = b""
+    """add and update: the fact's record as it will be stored."""
+
+    @classmethod
+    def of(cls, action: Literal["update", "delete", "expire"], stored: Stored) -> Change:
+        return cls(action, stored.fact.id, stored.fact.revision, sig=stored.sig)
 
 
 class FactStore:
@@ -90,40 +115,76 @@ class FactStore:
         self._store = store
         self.history_size = history
         self._script = _scripts.register(client, "memory_facts")
+        self._related = _scripts.register(client, "memory_related")
 
     # -- reads ----------------------------------------------------------------------------
 
     async def read(self, app: str, user: str, ids: Sequence[str]) -> list[Fact | None]:
         """The stored facts of ``ids`` (None where there is none)."""
-        rows = await self._store.read(app, user, ids, *_FIELDS)
-        return [
-            self._fact(app, user, memory_id, row) for memory_id, row in zip(ids, rows, strict=True)
-        ]
+        return [None if s is None else s.fact for s in await self.stored(app, user, ids)]
 
-    def _fact(self, app: str, user: str, memory_id: str, row: Sequence[Any]) -> Fact | None:
-        if row[0] is None or row[3] is None:
+    async def stored(self, app: str, user: str, ids: Sequence[str]) -> list[Stored | None]:
+        """The records of ``ids`` (None where there is none)."""
+        if not ids:
+            return []
+        raw = await self._redis.hmget(self.keys.memory_fact_records(app, user), list(ids))
+        return [self._parse(app, user, memory_id, r) for memory_id, r in zip(ids, raw, strict=True)]
+
+    def _parse(self, app: str, user: str, memory_id: str, raw: Any) -> Stored | None:
+        if raw is None:
             return None
-        key = self.keys.memory_entry(app, user, memory_id)
         try:
-            content = orjson.loads(row[1])
-            return Fact(
-                id=memory_id,
-                text="".join(p.get("text", "") for p in content.get("parts", [])),
-                topics=orjson.loads(row[2] or b"[]"),
-                revision=int(row[3]),
-                created=float(row[4]),
-                updated=float(row[5]),
-                expires=int(row[6]) / 1000 if row[6] else None,
-                sources=orjson.loads(row[7] or b"[]"),
-            )
-        except (
-            TypeError,
-            ValueError,
-            AttributeError,
-            orjson.JSONDecodeError,
-            ValidationError,
-        ) as exc:
+            record = orjson.loads(raw)
+            sig = record.pop("sig")
+            if not isinstance(sig, str) or record.get("id") != memory_id:
+                raise ValueError(f"not the record of {memory_id!r}")
+            return Stored(Fact.model_validate(record), sig)
+        except (TypeError, ValueError, AttributeError, KeyError, ValidationError) as exc:
+            key = self.keys.memory_fact_records(app, user)
             raise CorruptDataError(key, f"not a stored fact: {exc}") from exc
+
+    async def related(
+        self,
+        app: str,
+        user: str,
+        *,
+        now: float,
+        most: int,
+        ranked: Sequence[str] | None,
+        ranking: tuple[list[str], list[Any]] | None,
+    ) -> Related | None:
+        """The facts past their time to live and the ``most`` most related, in one script
+        call: all when they are few; else the facts among the ``ranked`` ids (the search
+        module's ranking) or those ``ranking`` (the plain backend's keys and arguments of
+        ``memory_rank.lua``) finds, in order; the newest when none is. None when there are
+        more than ``most`` and neither is given (rank, then ask again)."""
+        k = self.keys
+        keys = [
+            k.memory_stats(app, user), k.memory_texts(app, user), k.memory_df(app, user),
+            k.memory_context(app, user), k.memory_facts(app, user),
+            k.memory_fact_expiry(app, user), k.memory_fact_records(app, user),
+        ]  # fmt: skip
+        assert len(keys) == RELATED_KEYS
+        args: list[Any] = [most, int(now * 1000), DUE]
+        if ranking is not None:
+            postings, rank_args = ranking
+            keys += postings
+            args += ["rank", *rank_args]
+        elif ranked is not None:
+            args += ["ids", len(ranked), *ranked]
+        else:
+            args.append("ask")
+        reply = await _scripts.call(self._related, keys, args)
+        if reply[0] == 2:
+            return None
+        due = int(reply[1])
+        found = [
+            self._parse(app, user, text(memory_id), raw)
+            for memory_id, raw in zip(reply[2::2], reply[3::2], strict=True)
+        ]
+        return Related(
+            [f for f in found[:due] if f is not None], [f for f in found[due:] if f is not None]
+        )
 
     async def ids(self, app: str, user: str, limit: int = -1) -> list[str]:
         """The user's fact ids, most recently changed first."""
@@ -143,7 +204,7 @@ class FactStore:
         scores = await pipe.execute()
         return [memory_id for memory_id, s in zip(ids, scores, strict=True) if s is not None]
 
-    async def due(self, app: str, user: str, now: float, limit: int = 50) -> list[Fact]:
+    async def due(self, app: str, user: str, now: float, limit: int = DUE) -> list[Stored]:
         """Facts whose time to live is over (forgotten at the next change or search)."""
         ids = [
             text(m)
@@ -157,7 +218,7 @@ class FactStore:
                 num=limit,
             )
         ]
-        return [f for f in await self.read(app, user, ids) if f is not None]
+        return [f for f in await self.stored(app, user, ids) if f is not None]
 
     async def unread(self, app: str, user: str, session_id: str, ids: Sequence[str]) -> set[str]:
         """Those of the events ``ids`` (given one by one) not read in the session yet."""
@@ -185,7 +246,7 @@ class FactStore:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def doc(
+    def entry(
         self,
         app: str,
         user: str,
@@ -198,8 +259,9 @@ class FactStore:
         now: float,
         expires_ms: int,
         sources: Sequence[FactSource],
-    ) -> Doc:
-        """The entry a fact is stored as: found like any entry, and saying what it is."""
+    ) -> tuple[Doc, bytes]:
+        """The entry a fact is stored as (found like any entry, and saying what it is), and
+        its record."""
         source_list = [s.model_dump() for s in sources]
         expires = expires_ms / 1000 if expires_ms else None
         about = {
@@ -208,6 +270,8 @@ class FactStore:
             "sources": source_list,
             "expires": expires,
         }
+        meta = {RETRIEVAL_KEY: {"fact": about}}
+        _check_json(meta, "in custom_metadata")  # the generator's topics: JSON must hold them
         doc = make_doc(
             app_name=app,
             user_id=user,
@@ -218,7 +282,7 @@ class FactStore:
             iso=iso_timestamp(now),
             text_=text_,
             content_json=content_json(Content(role="user", parts=[Part(text=text_)])),
-            meta={RETRIEVAL_KEY: {"fact": about}},
+            meta=meta,
             analysed=analyse(text_terms(text_), (), None),
         )
         if doc is None:
@@ -231,7 +295,11 @@ class FactStore:
             expires=str(expires_ms) if expires_ms else "",
             created=repr(created),
         )
-        return doc
+        fact = Fact(
+            id=fact_id, text=text_, topics=list(topics), revision=revision, created=created,
+            updated=now, expires=expires, sources=list(sources),
+        )  # fmt: skip
+        return doc, orjson.dumps({"sig": doc.sig, **fact.model_dump(mode="json")})
 
     async def apply(
         self,
@@ -250,21 +318,15 @@ class FactStore:
         as it is), and mark the events ``read`` (given one by one, not as a session) read
         in the session, unless one already is; all or nothing."""
         k = self.keys
-        touched = [c.fact_id for c in changes if c.action != "add"]
-        rows = await self._store.read(app, user, touched, *_SIG_FIELDS, "rev")
-        stored = dict(zip(touched, rows, strict=True))
         sid = session_id if session_id is not None else ""
-        ks = _Keys([
+        ks = ScriptKeys([
             k.memory_entries(app, user), k.memory_texts(app, user), k.memory_stats(app, user),
             k.memory_df(app, user), k.memory_context(app, user), k.memory_facts(app, user),
             k.memory_fact_expiry(app, user), k.memory_watermark(app, user, sid),
-            k.memory_read_events(app, user, sid),
+            k.memory_read_events(app, user, sid), k.memory_fact_records(app, user),
         ])  # fmt: skip
         ops, vectors = [], []
         for change in changes:
-            row = stored.get(change.fact_id)
-            if row is not None and text(row[6] or "") != str(change.seen):
-                return "fact changed"  # read after the generator's view: generate again
             op: dict[str, Any] = {
                 "id": change.fact_id,
                 "a": change.action,
@@ -276,12 +338,15 @@ class FactStore:
             if change.doc is not None:
                 op.update(self._store.entry_op(ks, app, user, change.doc))
                 op["exp"] = change.expires_ms
+                op["rec"] = change.record.decode()
                 if change.doc.vkey is not None and change.doc.vec is not None:
                     vectors.append(change.doc.vec)
                     op["v"] = _FIXED_ARGS + len(vectors)
-            if row is not None:
-                op["x"] = stored_sig(row) or ""
-                op["o"] = [ks.ref(key) for key in self._store.stored_postings(app, user, row)]
+            if change.action != "add":
+                # The script compares it with the entry as stored: read once, with the record.
+                op["x"] = change.sig
+                postings = self._store.stored_postings(app, user, change.sig.split("|"))
+                op["o"] = [ks.ref(key) for key in postings]
             if change.was is not None:
                 was = FactRevision(
                     revision=change.was.revision, text=change.was.text, topics=change.was.topics,
@@ -306,10 +371,10 @@ class FactStore:
     async def delete(self, app: str, user: str, fact_id: str) -> bool:
         """Forget one fact and its history (``delete_memory``); False when it is gone."""
         for attempt in range(ATTEMPTS):
-            [fact] = await self.read(app, user, [fact_id])
-            if fact is None:
+            [stored] = await self.stored(app, user, [fact_id])
+            if stored is None:
                 return False
-            change = Change("delete", fact_id, fact.revision)
+            change = Change.of("delete", stored)
             outcome = await self.apply(
                 app, user, [change], session_id=None, seen_mark="", new_mark="", now=time.time()
             )
@@ -324,7 +389,7 @@ class FactStore:
             due = await self.due(app, user, now)
             if not due:
                 return
-            changes = [Change("expire", f.id, f.revision) for f in due]
+            changes = [Change.of("expire", f) for f in due]
             await self.apply(
                 app, user, changes, session_id=None, seen_mark="", new_mark="", now=now
             )
@@ -333,6 +398,10 @@ class FactStore:
         """After every entry of the user is deleted: the facts' own keys."""
         ids = await self.ids(app, user)
         keys = [self.keys.memory_fact_history(app, user, i) for i in ids]
-        keys += [self.keys.memory_facts(app, user), self.keys.memory_fact_expiry(app, user)]
+        keys += [
+            self.keys.memory_facts(app, user),
+            self.keys.memory_fact_expiry(app, user),
+            self.keys.memory_fact_records(app, user),
+        ]
         for at in range(0, len(keys), 500):
             await self._redis.delete(*keys[at : at + 500])

@@ -25,15 +25,13 @@ from redis_agent_sessions.memory._vectors import Semantic, vector_fields
 
 __all__ = ["SCHEMA", "IndexDefinitions", "Provisioned", "as_dict", "missing_index"]
 
-# (attribute, type, options): the search backend's view of an entry hash.
+# (attribute, type, options): the search backend's view of an entry hash, what the ranking
+# asks of it (_ranking.IndexRanker): an owner's entries by their terms or grams, and by time.
 SCHEMA = (
     ("app", "TAG", ()),
     ("user", "TAG", ()),
-    ("words", "TEXT", ("NOSTEM", "SORTABLE", "UNF")),
     ("grams", "TEXT", ("NOSTEM",)),
     ("terms", "TEXT", ("NOSTEM",)),
-    ("lower", "TEXT", ("NOINDEX", "SORTABLE", "UNF")),
-    ("id", "TEXT", ("NOINDEX", "SORTABLE", "UNF")),
     ("ts", "NUMERIC", ("SORTABLE",)),
 )
 
@@ -209,7 +207,7 @@ class IndexDefinitions:
         if vector:
             await self._check_vectors(run, index, prefix, want or self._want_vectors(), "")
         else:
-            await self._check_keyword(run, index, prefix, alter=True, fix="")
+            await self._check_keyword(run, index, prefix, fix="")
         return False
 
     async def _check_provisioned(
@@ -217,7 +215,7 @@ class IndexDefinitions:
     ) -> None:
         fix = provision_hint(app)
         try:
-            await self._check_keyword(run, index, prefix, alter=False, fix=fix)
+            await self._check_keyword(run, index, prefix, fix=fix)
             if self._semantic is not None:
                 await self._check_vectors(run, vectors, prefix, self._want_vectors(), fix)
         except ResponseError as exc:
@@ -282,23 +280,10 @@ class IndexDefinitions:
                 )
             )
 
-    async def _check_keyword(
-        self, run: Run, index: str, prefix: str, *, alter: bool, fix: str
-    ) -> None:
+    async def _check_keyword(self, run: Run, index: str, prefix: str, *, fix: str) -> None:
         prefixes, attributes = await self._definition(run, index)
         found = {name: text(attr.get("type", b"")) for name, attr in attributes.items()}
         want = {name: kind for name, kind, _ in SCHEMA}
-        legacy = "terms" not in found and all(
-            found.get(n) == k for n, k in want.items() if n != "terms"
-        )
-        if legacy and alter:
-            # An index made by 0.1: entries written from now on are found by their terms.
-            try:
-                await run([("FT.ALTER", index, "SCHEMA", "ADD", "terms", "TEXT", "NOSTEM")])
-            except ResponseError as exc:
-                if "duplicate" not in str(exc).lower():  # another worker added it first
-                    raise
-            found["terms"] = "TEXT"
         if prefixes != [prefix] or any(found.get(n) != k for n, k in want.items()):
             raise MemoryIndexError(
                 f"RediSearch index {index!r} exists with another definition "

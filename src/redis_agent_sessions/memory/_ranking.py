@@ -13,7 +13,7 @@ query's words, then scores those and the turns around them (``EXPAND``):
 - **Plain Redis** (``memory_rank.lua``): each term's posting is a zset by weight, read best
   first and only as far as an entry not yet met could still reach the results on its own
   words; at most ``READ_BUDGET`` postings per query, so a word in most entries never costs a
-  whole list. The best ``EXPAND`` met are scored with their neighbours. Two round trips.
+  whole list. The best ``EXPAND`` met are scored with their neighbours. One round trip.
 - **RediSearch**: the module proposes the entries it ranks best for all the terms, and for
   each term alone (its own BM25 over the terms said), a term in more than
   ``COMMON_WINDOW`` of the user's entries only among their newest that many. Three round
@@ -47,8 +47,8 @@ from redis_agent_sessions.memory._analysis import (
     B,
     query_terms,
 )
+from redis_agent_sessions.memory._encoding import owner_tag
 from redis_agent_sessions.memory._search import escape_term
-from redis_agent_sessions.memory._store import owner_tag
 from redis_agent_sessions.memory._text import query_grams, term_count
 
 __all__ = [
@@ -95,11 +95,9 @@ class QueryTerm:
 
 @dataclass(slots=True)
 class Ranked:
-    """A keyword ranking: (id, score) best first, and how many of the user's entries are
-    still indexed the 0.1 way (found by the old rule until ``reindex`` has run)."""
+    """A keyword ranking: (id, score) best first."""
 
     hits: list[tuple[str, float]]
-    legacy: int = 0
     entries: int = 0
     """All the user's entries."""
     read: int | None = None
@@ -137,25 +135,34 @@ class PlainRanker:
         k = self._keys
         keys = [
             k.memory_stats(app, user),
-            k.memory_entries(app, user),
             k.memory_texts(app, user),
             k.memory_df(app, user),
             k.memory_context(app, user),
         ]
+        postings, args = self.call(app, user, terms, limit, after=len(keys))
+        reply = await _scripts.call(self._script, keys + postings, args)
+        n, read = int(reply[0]), int(reply[1])
+        hits = [(text(i), float(s)) for i, s in zip(reply[2::2], reply[3::2], strict=True)]
+        return Ranked(hits, n, read)
+
+    def call(
+        self, app: str, user: str, terms: Sequence[QueryTerm], limit: int, *, after: int
+    ) -> tuple[list[str], list[Any]]:
+        """The posting keys and the arguments of ``memory_rank.lua``'s ranking, for a script
+        whose KEYS hold ``after`` others first (it ranks in ``memory_related.lua`` too)."""
+        k = self._keys
+        keys: list[str] = []
         args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT]
         args += [max(CANDIDATES, 2 * limit), max(EXPAND, limit), AUTHOR_WEIGHT, K1, B]
         args.append(len(terms))
         for t in terms:
             keys.append(k.memory_term(app, user, t.term))
-            args += [t.term, t.times, len(keys), len(t.grams)]
+            args += [t.term, t.times, after + len(keys), len(t.grams)]
             for gram in t.grams:
                 keys.append(k.memory_gram(app, user, gram))
-                args.append(len(keys))
+                args.append(after + len(keys))
             args.append(t.term if t.grams else "")
-        reply = await _scripts.call(self._script, keys, args)
-        total, n, read = int(reply[0]), int(reply[1]), int(reply[2])
-        hits = [(text(i), float(s)) for i, s in zip(reply[3::2], reply[4::2], strict=True)]
-        return Ranked(hits, total - n, total, read)
+        return keys, args
 
 
 class IndexRanker:
@@ -176,14 +183,13 @@ class IndexRanker:
         entries = k.memory_entries(app, user)
         # First the counts: a term in many of the user's entries is asked about only among
         # the newest COMMON_WINDOW (the module would score every entry that has it).
-        stats, total, df_raw, edge = await self._topology.at_key(entries, [
+        stats, df_raw, edge = await self._topology.at_key(entries, [
             ("HMGET", k.memory_stats(app, user), "n", "len"),
-            ("ZCARD", entries),
             ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
             ("ZREVRANGE", entries, COMMON_WINDOW - 1, COMMON_WINDOW - 1, "WITHSCORES"),
         ])  # fmt: skip
         n, length = int(stats[0] or 0), int(stats[1] or 0)
-        ranked = Ranked([], int(total) - n, int(total))
+        ranked = Ranked([], n)
         if n <= 0 or limit <= 0:
             return ranked
         df = [int(x or 0) for x in df_raw]

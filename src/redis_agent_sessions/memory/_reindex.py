@@ -1,5 +1,6 @@
-"""Indexing stored entries again: a store written by 0.1 moved to the ranking (``reindex``),
-and the turns around a deleted entry, which were found by its words.
+"""Indexing stored entries again: every entry analysed by another version of the analysis
+(``reindex``, after a change of ``_analysis``), and the turns around a deleted entry, which
+were found by its words.
 
 An entry is scored with the words of the turns around it in its session (``_analysis``), so
 it is analysed with its session's stored entries in order (time, then id). Entries added
@@ -24,13 +25,8 @@ from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import ANALYSIS
 from redis_agent_sessions.memory._docs import Turn, turn_docs
-from redis_agent_sessions.memory._store import (
-    BATCH_ENTRIES,
-    UNKNOWN_SESSION_ID,
-    Doc,
-    MemoryStore,
-    batches,
-)
+from redis_agent_sessions.memory._encoding import BATCH_ENTRIES, UNKNOWN_SESSION_ID, Doc, batches
+from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.models import Content
 
 __all__ = ["ReindexReport", "owners", "refresh_around", "reindex", "session_of"]
@@ -64,8 +60,9 @@ async def owners(
     return [(a, u, int(n)) for (a, u), n in zip(found, counts, strict=True) if n]
 
 
-class MemoryEngine(Protocol):
-    """What reindexing needs of the engine (which calls back into this module)."""
+class MemoryContext(Protocol):
+    """What reindexing needs of the memory service's context (whose writes call back into
+    this module)."""
 
     @property
     def client(self) -> Any: ...
@@ -96,9 +93,9 @@ class _Stored(Turn):
 
 
 async def _load(
-    client: Any, engine: MemoryEngine, app: str, user: str, ids: Sequence[str]
+    client: Any, ctx: MemoryContext, app: str, user: str, ids: Sequence[str]
 ) -> list[_Stored]:
-    keys = engine.keys
+    keys = ctx.keys
     pipe = client.pipeline(transaction=False)
     for memory_id in ids:
         pipe.hmget(keys.memory_entry(app, user, memory_id), *_FIELDS)
@@ -138,10 +135,10 @@ def _docs(app: str, user: str, turns: list[_Stored], todo: set[str]) -> list[Doc
     return docs
 
 
-async def _session_turns(engine: MemoryEngine, app: str, user: str, sid: str) -> list[_Stored]:
-    client, keys = engine.client, engine.keys
+async def _session_turns(ctx: MemoryContext, app: str, user: str, sid: str) -> list[_Stored]:
+    client, keys = ctx.client, ctx.keys
     ids = sorted(text(m) for m in await client.smembers(keys.memory_session(app, user, sid)))
-    turns = await _load(client, engine, app, user, ids)
+    turns = await _load(client, ctx, app, user, ids)
     return sorted(turns, key=lambda t: (t.ts, t.id))
 
 
@@ -150,18 +147,18 @@ async def _write(store: MemoryStore, app: str, user: str, sid: str, docs: list[D
         await store.put(app, user, batch, mode="replace", session_id=sid or None)
 
 
-async def session_of(engine: MemoryEngine, app: str, user: str, memory_id: str) -> list[_Stored]:
+async def session_of(ctx: MemoryContext, app: str, user: str, memory_id: str) -> list[_Stored]:
     """The stored turns of the session of an entry about to be deleted (read first, so that
     a user who may not read them is refused before anything is deleted); [] when it has none."""
-    store, _ = await engine.ready_for(app, user)
+    store, _ = await ctx.ready_for(app, user)
     [(sid,)] = await store.read(app, user, [memory_id], "session")
     if sid is None or text(sid) in ("", UNKNOWN_SESSION_ID):
         return []
-    return await _session_turns(engine, app, user, text(sid))
+    return await _session_turns(ctx, app, user, text(sid))
 
 
 async def refresh_around(
-    engine: MemoryEngine, app: str, user: str, turns: list[_Stored], memory_id: str
+    ctx: MemoryContext, app: str, user: str, turns: list[_Stored], memory_id: str
 ) -> None:
     """Index again the turns (of ``session_of``) up to two away from the deleted one."""
     at = next((i for i, t in enumerate(turns) if t.id == memory_id), None)
@@ -170,12 +167,12 @@ async def refresh_around(
     todo = {t.id for t in turns[max(0, at - 2) : at + 3] if t.id != memory_id}
     rest = [t for t in turns if t.id != memory_id]
     if todo:
-        store, _ = await engine.ready_for(app, user)
+        store, _ = await ctx.ready_for(app, user)
         await _write(store, app, user, rest[0].session, _docs(app, user, rest, todo))
 
 
 async def reindex(
-    engine: MemoryEngine,
+    ctx: MemoryContext,
     *,
     app: str | None,
     user: str | None,
@@ -184,7 +181,7 @@ async def reindex(
 ) -> ReindexReport:
     """Index every entry (of ``app``, of ``user``) by this version's analysis;
     ``on_progress(done, total)`` after each page."""
-    client, keys = engine.client, engine.keys
+    client, keys = ctx.client, ctx.keys
     app = None if app is None else check_id("app_name", app)
     user = None if user is None else check_id("user_id", user)
     report = ReindexReport(dry_run)
@@ -192,13 +189,13 @@ async def reindex(
     report.users = len(report.per_user)
     total = sum(n for _, _, n in report.per_user)
     for a, u, _ in report.per_user:
-        store = None if dry_run else (await engine.ready_for(a, u))[0]
+        store = None if dry_run else (await ctx.ready_for(a, u))[0]
         start = 0
         handled: set[str] = set()  # ids reindexed with their session, from a later page
         entries = keys.memory_entries(a, u)
         while ids := [text(m) for m in await client.zrange(entries, start, start + _PAGE - 1)]:
             start += len(ids)
-            page = [t for t in await _load(client, engine, a, u, ids) if t.id not in handled]
+            page = [t for t in await _load(client, ctx, a, u, ids) if t.id not in handled]
             report.entries += len(page)
             stale = [t for t in page if not t.current]
             report.current += len(page) - len(stale)
@@ -206,7 +203,7 @@ async def reindex(
                 turns = (
                     [t for t in stale if t.session == sid]
                     if sid in ("", UNKNOWN_SESSION_ID)
-                    else await _session_turns(engine, a, u, sid)
+                    else await _session_turns(ctx, a, u, sid)
                 )
                 todo = {t.id for t in turns if not t.current and t.id not in handled}
                 handled |= todo

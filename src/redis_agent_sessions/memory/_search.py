@@ -1,16 +1,9 @@
-"""The search module's indexes (keyword and vector), vector search on both backends, and the
-0.1 keyword rule on both, which still finds the entries indexed by 0.1 until ``reindex`` has
-run (see ``_ranking`` for the ranking of the others).
-
-The 0.1 rule returns entry ids ranked by the number of distinct query words matched, then
-newest first (equal times: larger id first), at most ``limit``.
-"""
+"""The search module's indexes (keyword and vector) and vector search, on both backends
+(``_ranking`` ranks by keyword on both)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from itertools import combinations
 from typing import Any
 
 from redis.exceptions import NoPermissionError, ResponseError
@@ -20,10 +13,9 @@ from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace, escape
+from redis_agent_sessions.memory._encoding import owner_tag
 from redis_agent_sessions.memory._index_defs import IndexDefinitions, as_dict, missing_index
 from redis_agent_sessions.memory._indexes import IndexLayout, provision_hint
-from redis_agent_sessions.memory._store import owner_tag
-from redis_agent_sessions.memory._text import query_grams
 from redis_agent_sessions.memory._vectors import (
     PLAIN_SCAN,
     Hit,
@@ -36,15 +28,11 @@ from redis_agent_sessions.memory._vectors import (
 __all__ = ["IndexSearch", "PlainSearch", "escape_term", "has_search_module", "search_docs"]
 
 _MIN_SEARCH_VERSION = 20000
-# Level queries grow as C(n, n/2) clauses; longer queries take the aggregate path.
-_MAX_LEVEL_WORDS = 6
-# How many of a user's newest entries the level queries look at first, then next.
 _BATCHES_FROM = 4_096
 """Entries of one user from which a KNN walks the graph in batches (filtering each) when the
 user owns a quarter of the index or more: below, comparing with each is cheap."""
 _INDEXED_TTL = 60.0
 """Seconds the shared vector index's document count is reused (FT.INFO)."""
-_WINDOWS = (1_000, 16_000)
 
 
 async def has_search_module(topology: Topology) -> bool:
@@ -97,7 +85,6 @@ class IndexSearch:
         self.layout = layout
         self._semantic = semantic
         self.definitions = IndexDefinitions(topology, layout, semantic)
-        self.windows = _WINDOWS
         self._indexed: dict[str, tuple[float, int]] = {}
         """Vector index -> (when read, documents) (FT.INFO)."""
 
@@ -133,10 +120,6 @@ class IndexSearch:
                 f"the memory index of app {app!r} does not exist here: {provision_hint(app)}"
             ) from exc
         return self.layout.lazy
-
-    async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
-        ids, _ = await self._search(app, user, sorted(words), limit, [])
-        return ids
 
     async def nearest(self, app: str, user: str, query: bytes, k: int) -> list[Hit]:
         """The ``k`` entries of (app, user) nearest the query vector."""
@@ -179,110 +162,6 @@ class IndexSearch:
             read = self._indexed[index] = (now, int(float(text(as_dict(info).get("num_docs", 0)))))
         return int(entries) * 4 >= read[1]
 
-    async def _search(
-        self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
-    ) -> tuple[list[str], list[Any]]:
-        """The keyword ranking, and the replies of ``also`` sent with its first query."""
-        try:
-            if len(words) <= _MAX_LEVEL_WORDS and all(w.isascii() for w in words):
-                return await self._by_levels(app, user, words, limit, also)
-            return await self._aggregate(app, user, words, limit, also)
-        except ResponseError as exc:
-            # A user's (an app's) own index exists once they have written an entry.
-            if self.missing(app, exc) and not also:
-                return [], []
-            raise
-
-    async def _by_levels(
-        self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
-    ) -> tuple[list[str], list[Any]]:
-        """Level c asks for the newest entries matching at least c of the words.
-
-        An entry among the true top ``limit`` that matches c words has fewer than ``limit``
-        entries above it in level c's newest-first order, so the union of the levels' top
-        ``limit`` holds the whole answer; it is re-ranked here by an exact recount. Each
-        level first looks only at the user's newest entries (a time window read from the
-        entries zset), so a common word costs a bounded scan; a level that finds fewer than
-        ``limit`` there is asked again over a wider window, the last one unbounded.
-        """
-        scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
-        terms = [f"@words:{escape_term(w)}" for w in words]
-        levels = {
-            c: " | ".join(f"({' '.join(g)})" for g in combinations(terms, c))
-            for c in range(len(terms), 0, -1)
-        }
-        pipe = self._redis.pipeline(transaction=False)
-        for size in self.windows:
-            pipe.zrevrange(
-                self._keys.memory_entries(app, user), size - 1, size - 1, withscores=True
-            )
-        starts: list[float | None] = [float(hit[0][1]) for hit in await pipe.execute() if hit]
-        starts.append(None)
-        wanted = set(words)
-        ranked: dict[str, tuple[int, float, str]] = {}
-        pending = list(levels)
-        extra: list[Any] = []
-        for start in starts:
-            window = "" if start is None else f" @ts:[{start!r} +inf]"
-            # VERBATIM: without it the module expands a word to its other forms ("books"
-            # finds "book") even on a NOSTEM field, and such hits crowd out true matches.
-            commands = [(
-                "FT.SEARCH", self.index(app, user), f"{scope}{window} ({levels[c]})",
-                "VERBATIM", "RETURN", 3, "words", "ts", "id",
-                "SORTBY", "ts", "DESC", "LIMIT", 0, limit, "DIALECT", 2,
-            ) for c in pending]  # fmt: skip
-            replies = await self._run(app, user, [*commands, *also])
-            replies, extra, also = replies[: len(commands)], extra or replies[len(commands) :], []
-            short = []
-            for c, reply in zip(pending, replies, strict=True):
-                docs = search_docs(reply)
-                for fields in docs:
-                    # Recount exactly: the index may fold words unlike our tokenizer.
-                    doc_id = text(fields["id"])
-                    matched = len(wanted.intersection(text(fields["words"]).split()))
-                    if matched:
-                        ranked[doc_id] = (matched, float(fields["ts"]), doc_id)
-                if len(docs) < limit:
-                    short.append(c)
-            pending = short
-            if not pending:
-                break
-        best = sorted(ranked.values(), reverse=True)[:limit]
-        return [doc_id for _, _, doc_id in best], extra
-
-    async def _aggregate(
-        self, app: str, user: str, words: list[str], limit: int, also: list[tuple[Any, ...]]
-    ) -> tuple[list[str], list[Any]]:
-        # Exact for any query, CJK substrings included, but it reads every matching entry.
-        clauses, tests = [], []
-        for word in words:
-            if word.isascii():
-                clauses.append(f"@words:{escape_term(word)}")
-                tests.append(f'(contains(@words, " {word} ") > 0)')
-            else:
-                grams = " ".join(escape_term(g) for g in sorted(query_grams(word)))
-                clauses.append(f"@grams:({grams})")
-                tests.append(f'(contains(@lower, "{word}") > 0)')
-        query = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}} ({' | '.join(clauses)})"
-        reply, *extra = await self._run(app, user, [(
-            "FT.AGGREGATE", self.index(app, user), query, "VERBATIM",
-            "LOAD", 4, "@words", "@lower", "@ts", "@id",
-            "APPLY", " + ".join(tests), "AS", "n",
-            "FILTER", "@n > 0",
-            "SORTBY", 6, "@n", "DESC", "@ts", "DESC", "@id", "DESC", "MAX", limit,
-            "DIALECT", 2,
-        ), *also])  # fmt: skip
-        return [_row_id(row) for row in _rows(reply)], extra
-
-
-def _rows(reply: Any) -> list[Any]:
-    if isinstance(reply, dict):
-        return [
-            as_dict(r).get("extra_attributes", {})
-            for r in reply[b"results" if b"results" in reply else "results"]
-        ]
-    return [as_dict(r) for r in reply[1:]]
-
 
 def search_docs(reply: Any) -> list[dict[str, Any]]:
     """The returned fields of each document of an FT.SEARCH reply (RESP2 or RESP3)."""
@@ -292,18 +171,13 @@ def search_docs(reply: Any) -> list[dict[str, Any]]:
     return [as_dict(fields) for fields in reply[2::2]]
 
 
-def _row_id(row: Any) -> str:
-    return text(as_dict(row)["id"])
-
-
 class PlainSearch:
-    """Runs ``memory_search.lua`` over the query words' postings, in one round trip."""
+    """Vector search without the search module (its keyword ranking: ``_ranking``)."""
 
     def __init__(self, client: Any, keys: KeySpace, semantic: Semantic | None = None) -> None:
         self._redis = client
         self._keys = keys
         self._semantic = semantic
-        self._script = _scripts.register(client, "memory_search")
         self._vectors = _scripts.register(client, "memory_vectors")
 
     async def nearest(self, app: str, user: str, query: bytes, k: int) -> list[Hit]:
@@ -318,21 +192,3 @@ class PlainSearch:
         blobs = await _scripts.call(self._vectors, keys, []) if keys else []
         rows = [(text(m), float(ts), b) for (m, ts), b in zip(newest, blobs, strict=True)]
         return nearest(self._semantic.vectorizer, query, rows, k)
-
-    async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
-        keys = [self._keys.memory_texts(app, user)]
-        args: list[Any] = [limit, 0]
-        for word in sorted(words):
-            if word.isascii():
-                postings, verify = [self._keys.memory_word(app, user, word)], ""
-            else:
-                grams = sorted(query_grams(word))
-                postings, verify = [self._keys.memory_gram(app, user, g) for g in grams], word
-            args.append(len(postings))
-            for key in postings:
-                keys.append(key)
-                args.append(len(keys))
-            args.append(verify)
-            args[1] += 1
-        reply = await _scripts.call(self._script, keys, args)
-        return [text(x) for x in reply[::2]]

@@ -196,7 +196,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         after every batch is stored, so a failed call leaves the previous entries in place.
         Ids removed with :meth:`delete_memory` are not brought back.
         """
-        await self._memory.add_session(self._session(session))
+        await self._memory.writes.add_session(self._session(session))
 
     @_scripts.typed_permissions
     async def add_events_to_memory(
@@ -213,7 +213,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         ``custom_metadata`` is stored on every entry added (ADK's in-memory service
         ignores it).
         """
-        await self._memory.add_events(
+        await self._memory.writes.add_events(
             app_name=app_name,
             user_id=user_id,
             events=self._events(events),
@@ -232,7 +232,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
     ) -> None:
         """Store explicit entries; an entry's id (a new uuid when None) replaces any entry
         with that id, even a deleted one. Its metadata overrides ``custom_metadata``."""
-        await self._memory.add_memory(
+        await self._memory.writes.add_memory(
             app_name=app_name,
             user_id=user_id,
             memories=self._entries(memories),
@@ -248,7 +248,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
 
         Deleted ids are remembered: re-adding their session does not bring them back.
         """
-        await self._memory.delete(app_name=app_name, user_id=user_id, memory_id=memory_id)
+        await self._memory.writes.delete(app_name=app_name, user_id=user_id, memory_id=memory_id)
 
     @_scripts.typed_permissions
     async def search_memory(
@@ -262,7 +262,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         (ADK's API has none); ADK callers get the default, 10, the same cap as ADK's
         in-memory service.
         """
-        found = await self._memory.search(
+        found = await self._memory.reads.search(
             app_name=app_name, user_id=user_id, query=query, limit=limit
         )
         return self._response(found)
@@ -335,13 +335,14 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         dry_run: bool = False,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> ReindexReport:
-        """Index stored entries by this version's analysis (entries written by 0.1 are found
-        by its rule, after the ranked ones, until this has run): every entry of the store,
-        of an app, or of one user, session by session. Resumable: entries already current
-        are skipped, so a run that stopped is run again. ``on_progress(done, total)``."""
+        """Analyse stored entries again with this version's analysis, after an upgrade that
+        changed it (each entry records the analysis it was indexed with): every entry of the
+        store, of an app, or of one user, session by session. Resumable: entries already
+        current are skipped, so a run that stopped is run again.
+        ``on_progress(done, total)``."""
         await self._memory.backend()
         return await reindex(
-            self._memory, app=app_name, user=user_id, dry_run=dry_run, on_progress=on_progress
+            self._memory.ctx, app=app_name, user=user_id, dry_run=dry_run, on_progress=on_progress
         )
 
 

@@ -1,4 +1,5 @@
-"""Memory entries in Redis: encoding, batched atomic writes and deletes, reading back.
+"""Memory entries in Redis: batched atomic writes and deletes, reading back (the entries
+as the scripts take them: ``_encoding``).
 
 Both backends store the same entry hashes; the plain backend also keeps per-word
 postings, which a write must update for the words the entry had before. Those keys
@@ -10,81 +11,56 @@ with them, compare-and-set style.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import math
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from redis.exceptions import NoPermissionError
 
 from redis_agent_sessions._redis import scripts as _scripts
-from redis_agent_sessions._redis.codec import _check_json, text
-from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, RedisSessionsError
-from redis_agent_sessions.keys import KeySpace, escape
-from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
-from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
+from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions.errors import CorruptDataError, RedisSessionsError
+from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._analysis import K1, B
+from redis_agent_sessions.memory._encoding import (
+    Doc,
+    ScriptKeys,
+    batches,
+    owner_tag,
+    stored_sig,
+)
 
-__all__ = ["Doc", "MemoryStore", "StoredEntry", "make_doc", "owner_tag"]
+__all__ = ["MemoryStore", "StoredEntry"]
 
-UNKNOWN_SESSION_ID = "__unknown_session_id__"
-"""Where ADK files events added without a session id."""
-BATCH_ENTRIES = 200
-VECTOR_BATCH_ENTRIES = 32
-"""With vectors on the search backend: the module indexes each vector as it is written, inside
-the script (~0.65 ms per 384-dimensional entry into HNSW on RediSearch 2.10,
-benchmarks/semantic.py), so a batch of 32 holds Redis ~20 ms, not 130."""
-_BATCH_BYTES = 1 << 20
-_BATCH_TERMS = 20_000
 _STALE_BATCH = 500
 _INGEST_TTL = 3600
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
-_SIG_FIELDS = ("own", "tf", "dl", "au", "grams", "words")
+_SIG_FIELDS = ("own", "tf", "dl", "au", "grams")
 _ARGS = 9
 """memory_put's fixed ARGV; vectors follow."""
+_FINAL = 4
+"""memory_put's ARGV[5]: '1' on the last batch of an ingestion."""
+_FIRST_BATCH = 32
+"""Entries of the first batch of a long write: Redis starts on it while the next is made."""
 
 
-@functools.lru_cache(maxsize=65536)
-def _escaped(term: str) -> str:
-    return escape(term)
+_Made = tuple[list[Doc], tuple[list[str], list[Any]]]
+"""A batch, and its script call."""
 
 
-@functools.lru_cache(maxsize=4096)
-def owner_tag(value: str) -> str:
-    """A TAG value for an app or user id: hex, so no input needs query escaping."""
-    return hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """What every batch of one write shares."""
 
-
-@dataclass(slots=True)
-class Doc:
-    """One entry, encoded for the write script."""
-
-    id: str
-    ts: float
-    fields: dict[str, str]
-    analysed: Analysed
-    grams: list[str]
-    text: str
-    """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
-    raw: str = ""
-    """The text as given: what an embedder embeds."""
-    context: str = ""
-    """The entry's field of the context hash (``keys.memory_context``)."""
-    vkey: str | None = None
-    """With an embedder: what the vector is made from (model, dimension, text)."""
-    vec: bytes | None = None
-    """The vector to store; None with a ``vkey`` keeps the one stored under that key."""
-    keep_vector: bool = False
-    """Without a ``vkey``: keep the stored vector as it is (reindexing)."""
-
-    @property
-    def sig(self) -> str:
-        f = self.fields
-        return f"{f['own']}|{f['tf']}|{f['dl']}|{f['au']}|{f['grams']}"
+    app: str
+    user: str
+    mode: str
+    session_id: str | None
+    ingest: str | None
+    embed: Callable[[list[Doc]], Awaitable[None]] | None
 
 
 @dataclass(slots=True)
@@ -98,115 +74,6 @@ class StoredEntry:
     """A learned fact's end of life (epoch seconds)."""
 
 
-def make_doc(
-    *,
-    app_name: str,
-    user_id: str,
-    memory_id: str,
-    session_id: str,
-    author: str | None,
-    ts: float,
-    iso: str | None,
-    text_: str,
-    content_json: bytes,
-    meta: dict[str, Any],
-    analysed: Analysed,
-    neighbours: Sequence[str] = (),
-) -> Doc | None:
-    """The encoded entry, or None when it has no term to be found by."""
-    if not analysed.tf:
-        return None
-    _check_json(meta, "in custom_metadata")
-    _check_json(author, "of the author")  # a lone surrogate cannot be sent
-    grams = set() if text_.isascii() else entry_grams(searchable_words(text_))
-    lower = lowered_text(text_)
-    fields = {
-        "id": memory_id,
-        "app_name": app_name,
-        "user_id": user_id,
-        "app": owner_tag(app_name),
-        "user": owner_tag(user_id),
-        "session": session_id,
-        "author": "" if author is None else "=" + author,
-        "ts": repr(ts),
-        "timestamp": "" if iso is None else "=" + iso,
-        "content": content_json.decode(),
-        "meta": orjson.dumps(meta).decode(),
-        "lower": lower,
-        "own": analysed.encoded_own(),
-        "tf": analysed.encoded_tf(),
-        "dl": str(analysed.length),
-        "terms": analysed.indexed_terms(),
-        "au": " ".join(analysed.authors),
-        "grams": " " + " ".join(sorted(grams)) + " ",
-        "an": str(ANALYSIS),
-    }
-    near = orjson.dumps(list(neighbours)).decode()
-    context = "\t".join((repr(ts), fields["dl"], fields["au"], near, fields["tf"]))
-    return Doc(
-        memory_id, ts, fields, analysed, sorted(grams), lower if grams else "", text_, context
-    )
-
-
-def stored_sig(row: Sequence[Any]) -> str | None:
-    """What an entry read as (own, tf, dl, au, grams, words) is found by, as the scripts
-    spell it; None when it does not exist."""
-    own, tf, dl, au, grams, words = row[:6]
-    if tf is not None:
-        return f"{text(own or '')}|{text(tf)}|{text(dl)}|{text(au or '')}|{text(grams or '')}"
-    if words is not None:
-        return f"v1|{text(words)}|{text(grams or '')}"
-    return None
-
-
-def iso_timestamp(ts: float) -> str:
-    """ADK's rendering of an event time: local time, no zone."""
-    return datetime.fromtimestamp(ts).isoformat()
-
-
-def parse_iso(value: str) -> float:
-    try:
-        ts = datetime.fromisoformat(value).timestamp()
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"memory timestamp is not ISO-8601: {value!r}") from exc
-    if not math.isfinite(ts):
-        raise InvalidInputError(f"memory timestamp out of range: {value!r}")
-    return ts
-
-
-@dataclass
-class _Keys:
-    """KEYS for one script call: fixed ones first, the rest by index."""
-
-    keys: list[str]
-    index: dict[str, int] = field(default_factory=dict)
-
-    def ref(self, key: str) -> int:
-        if key not in self.index:
-            self.keys.append(key)
-            self.index[key] = len(self.keys)
-        return self.index[key]
-
-
-def batches(docs: Sequence[Doc], entries: int = BATCH_ENTRIES) -> Iterator[list[Doc]]:
-    """Runs of docs bounded in count, bytes and terms (a posting each, on the plain
-    backend), so one script never blocks Redis long."""
-    batch: list[Doc] = []
-    size = terms = 0
-    for doc in docs:
-        doc_size = sum(len(v) for v in doc.fields.values()) + len(doc.vec or b"")
-        doc_terms = len(doc.analysed.tf) + len(doc.grams)
-        full = size + doc_size > _BATCH_BYTES or terms + doc_terms > _BATCH_TERMS
-        if batch and (len(batch) >= entries or full):
-            yield batch
-            batch, size, terms = [], 0, 0
-        batch.append(doc)
-        size += doc_size
-        terms += doc_terms
-    if batch:
-        yield batch
-
-
 class MemoryStore:
     """Writes, deletes and reads entry hashes (and postings when ``postings``)."""
 
@@ -214,18 +81,18 @@ class MemoryStore:
         self._redis = client
         self.keys = keys
         self.postings = postings
-        self._put = _scripts.register(client, "memory_put")
+        self._put_script = _scripts.register(client, "memory_put")
         self._delete = _scripts.register(client, "memory_delete")
         self._vectors = _scripts.register(client, "memory_vector")
 
-    def _postings(self, ks: _Keys, app: str, user: str, doc: Doc) -> list[list[int]]:
+    def _postings(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> list[list[int]]:
         """The postings a doc is added to, its own terms': [key index, quarter weight]."""
         if not self.postings:
             return []
         # Thousands of keys per batch: the user's part of the name is built once.
         base = self.keys.memory_term(app, user, "")
         tf = doc.analysed.tf
-        return [[ks.ref(base + _escaped(t)), tf[t]] for t in sorted(doc.analysed.own)]
+        return [[ks.posting(base, t), tf[t]] for t in doc.analysed.own]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.postings:
@@ -233,14 +100,11 @@ class MemoryStore:
         return [self.keys.memory_gram(app, user, g) for g in grams]
 
     def stored_postings(self, app: str, user: str, row: Sequence[Any]) -> list[str]:
-        """The postings an entry read as (own, tf, dl, au, grams, words) is in."""
-        own, tf, _, _, grams, words = row[:6]
-        if not self.postings or (tf is None and words is None):
+        """The postings an entry read as (own, tf, dl, au, grams) is in."""
+        own, tf, _, _, grams = row[:5]
+        if not self.postings or tf is None:
             return []
         grams_ = self._gram_keys(app, user, text(grams or "").split())
-        if tf is None:  # indexed by 0.1: one word posting per ASCII word
-            ascii_words = [w for w in text(words).split() if w.isascii()]
-            return [self.keys.memory_word(app, user, w) for w in ascii_words] + grams_
         terms = [pair.rpartition(":")[0] for pair in text(own or "").split()]
         return [self.keys.memory_term(app, user, t) for t in terms] + grams_
 
@@ -254,19 +118,28 @@ class MemoryStore:
             pipe.hmget(self.keys.memory_entry(app, user, memory_id), *fields)
         return list(await pipe.execute())
 
-    def entry_op(self, ks: _Keys, app: str, user: str, doc: Doc) -> dict[str, Any]:
+    def entry_op(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> dict[str, Any]:
         """How the write scripts receive an entry (memory_put.lua's ops); ``v``, the ARGV
         index of its vector, is the caller's to set."""
+        fields = [v for item in doc.fields.items() for v in item]
+        if not self.postings:
+            # What the search module indexes (the owners' tags, the terms) and the substring
+            # check reads: the plain backend has postings and its texts hash instead.
+            fields += ["app", owner_tag(app), "user", owner_tag(user), "lower", doc.lower]
+            fields += ["terms", doc.analysed.indexed_terms()]
         op: dict[str, Any] = {
             "id": doc.id,
             "k": ks.ref(self.keys.memory_entry(app, user, doc.id)),
             "ts": repr(doc.ts),
-            "f": [v for item in doc.fields.items() for v in item],
-            "sig": doc.sig,
-            "c": [*sorted(doc.analysed.tf), *doc.analysed.authors],
+            "f": fields,
+            "own": doc.own,
+            "tf": doc.tf,
+            "au": doc.au,
+            "gr": doc.gram_field,
+            "nb": doc.near,
+            "c": [*doc.analysed.tf, *doc.analysed.authors],
             "dl": doc.analysed.length,
             "p": self._postings(ks, app, user, doc),
-            "cx": doc.context,
             "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
             "o": [],
             "t": doc.text,
@@ -294,58 +167,114 @@ class MemoryStore:
 
         A doc with a ``vkey`` but no ``vec`` keeps the vector stored under that key; when
         it is gone, ``embed`` is asked for it and the batch sent again."""
+        write = _Write(app, user, mode, session_id, ingest, embed)
+        return await self._put(write, docs, self._call(write, docs, final, None))
+
+    async def put_all(
+        self,
+        app: str,
+        user: str,
+        docs: Iterable[Doc],
+        *,
+        entries: int,
+        many: bool = False,
+        mode: str,
+        session_id: str | None,
+        ingest: str | None = None,
+        embed: Callable[[list[Doc]], Awaitable[None]] | None = None,
+    ) -> list[str]:
+        """:meth:`put` of ``docs`` in batches of at most ``entries`` (with ``ingest``, at
+        least one, the last ``final``): the stale ids of the last. While Redis runs one
+        batch, the next is made here (``docs`` may analyse entries as they are asked for)
+        and encoded, so the client's work and the script's overlap instead of adding up;
+        with ``many`` (more than one batch), the first batch is small, so that Redis starts
+        soon. An ingestion makes one batch ahead: the last one is told it is."""
+        write = _Write(app, user, mode, session_id, ingest, embed)
+        parts = batches(docs, entries, first=_FIRST_BATCH if many else None)
+        queue: list[list[Doc]] = [] if ingest is None else [[]]  # an ingestion sends one
+
+        def made() -> _Made | None:
+            batch = next(parts, None)
+            if batch is None and queue:
+                batch = queue.pop()
+            queue.clear()
+            return None if batch is None else (batch, self._call(write, batch, False, None))
+
+        current = made()
+        following = made() if ingest is not None else None
+        stale: list[str] = []
+        while current is not None:
+            docs, call = current
+            ahead = ingest is None or following is not None
+            if not ahead:
+                call[1][_FINAL] = 1
+            running = asyncio.ensure_future(self._put(write, docs, call))
+            try:
+                await asyncio.sleep(0)  # it sends its call before the next batch is made
+                after = made() if ahead else None
+            except BaseException:
+                await asyncio.gather(running, return_exceptions=True)
+                raise
+            stale = await running
+            current, following = (after, None) if ingest is None else (following, after)
+        return stale
+
+    def _call(
+        self, write: _Write, docs: Sequence[Doc], final: bool, stored: list[Any] | None
+    ) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of one ``memory_put.lua`` call (``stored``: the entries' sig
+        fields as read after a refusal)."""
+        app, user = write.app, write.user
         entries = self.keys.memory_entries(app, user)
-        session_key = (
-            entries if session_id is None else self.keys.memory_session(app, user, session_id)
-        )
-        stats = self.keys.memory_stats(app, user)
-        fixed = [
+        ks = ScriptKeys([
             entries,
             self.keys.memory_deleted(app, user),
-            session_key,
-            ingest or entries,
+            entries if write.session_id is None
+            else self.keys.memory_session(app, user, write.session_id),
+            write.ingest or entries,
             self.keys.memory_texts(app, user),
-            stats,
+            self.keys.memory_stats(app, user),
             self.keys.memory_df(app, user),
             self.keys.memory_context(app, user),
-        ]
-        stored: list[Any] | None = None
+        ])  # fmt: skip
+        ops = []
+        vectors: list[bytes] = []
+        for i, doc in enumerate(docs):
+            op = self.entry_op(ks, app, user, doc)
+            if doc.vkey is not None and doc.vec is not None:
+                vectors.append(doc.vec)
+                op["v"] = _ARGS + len(vectors)
+            if stored is not None and (sig := stored_sig(stored[i])) is not None:
+                op["x"] = sig
+                op["o"] = [ks.ref(k) for k in self.stored_postings(app, user, stored[i])]
+            ops.append(op)
+        args = [
+            write.mode, int(self.postings), int(write.session_id is not None),
+            _INGEST_TTL if write.ingest else 0, int(final), _STALE_BATCH, orjson.dumps(ops),
+            K1, B, *vectors,
+        ]  # fmt: skip
+        return ks.keys, args
+
+    async def _put(
+        self,
+        write: _Write,
+        docs: Sequence[Doc],
+        call: tuple[list[str], list[Any]],
+    ) -> list[str]:
+        """Send ``call`` (of ``docs``); when it wrote nothing, send them again as the
+        script asked (with their vectors, or after reading what is stored)."""
+        final = call[1][_FINAL] == 1
         for _ in range(_ATTEMPTS):
-            ks = _Keys(list(fixed))
-            ops = []
-            vectors: list[bytes] = []
-            for i, doc in enumerate(docs):
-                op = self.entry_op(ks, app, user, doc)
-                if doc.vkey is not None and doc.vec is not None:
-                    vectors.append(doc.vec)
-                    op["v"] = _ARGS + len(vectors)
-                if stored is not None and (sig := stored_sig(stored[i])) is not None:
-                    op["x"] = sig
-                    op["o"] = [ks.ref(k) for k in self.stored_postings(app, user, stored[i])]
-                ops.append(op)
-            reply = await _scripts.call(
-                self._put,
-                ks.keys,
-                [
-                    mode,
-                    int(self.postings),
-                    int(session_id is not None),
-                    _INGEST_TTL if ingest else 0,
-                    int(final),
-                    _STALE_BATCH,
-                    orjson.dumps(ops),
-                    K1,
-                    B,
-                    *vectors,
-                ],
-            )
+            reply = await _scripts.call(self._put_script, *call)
             if reply[0] == 1:
                 return [text(x) for x in reply[2:]]
-            if reply[0] == 2 and embed is not None:
+            stored = None
+            if reply[0] == 2 and write.embed is not None:
                 missing = {text(x) for x in reply[1:]}
-                await embed([doc for doc in docs if doc.id in missing])
-                continue
-            stored = await self._read(app, user, [d.id for d in docs], *_SIG_FIELDS)
+                await write.embed([doc for doc in docs if doc.id in missing])
+            else:
+                stored = await self._read(write.app, write.user, [d.id for d in docs], *_SIG_FIELDS)
+            call = self._call(write, docs, final, stored)
         raise RedisSessionsError("memory entries kept changing during the write; gave up")
 
     async def stored_vectors(
@@ -394,7 +323,7 @@ class MemoryStore:
         for _ in range(_ATTEMPTS):
             rows = await self._read(app, user, ids, *_SIG_FIELDS, "session")
             stats = self.keys.memory_stats(app, user)
-            ks = _Keys(
+            ks = ScriptKeys(
                 [
                     entries,
                     self.keys.memory_deleted(app, user),
@@ -407,7 +336,7 @@ class MemoryStore:
             )
             ops = []
             for memory_id, row in zip(ids, rows, strict=True):
-                session = row[6]
+                session = row[5]
                 owner = only_session if only_session is not None else text(session or "")
                 op: dict[str, Any] = {
                     "id": memory_id,

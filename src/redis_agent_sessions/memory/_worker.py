@@ -285,7 +285,7 @@ class FactWorker:
         self._held[job] = token
         try:
             started = await self._start(job, token)
-            telemetry = self._engine._telemetry
+            telemetry = self._engine.telemetry
             if started is not None and telemetry is None:
                 await self._consolidate(job, token, started[0], started[1])
             elif started is not None:
@@ -340,7 +340,7 @@ class FactWorker:
             await self._end(job, token, "dead", error=error)
             return
         try:
-            learner = await self._engine._learner(job.app, job.user, self._generator)
+            learner = await self._engine.writes.learner(job.app, job.user, self._generator)
             assert isinstance(learner, Consolidator)
             if job.kind == "e":
                 # Given twice before a worker came: read once, as inline calls would.
@@ -388,8 +388,8 @@ class FactWorker:
     async def _end(self, job: Job, token: str, outcome: Any, **details: Any) -> None:
         said = await self._queue.finish(job, token, outcome, attempts=self.max_attempts, **details)
         self.counts[said] += 1
-        if self._engine._telemetry is not None:
-            self._engine._telemetry.count("facts.jobs", outcome=said)
+        if self._engine.telemetry is not None:
+            self._engine.telemetry.count("facts.jobs", outcome=said)
         if said == "dead":
             _log.error("facts worker %s: job %s is in the dead letters", self.name, job.name)
 

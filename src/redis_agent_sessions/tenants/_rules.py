@@ -27,10 +27,10 @@ WORKER_COMMANDS = (
 )  # fmt: skip
 """Sessions and the plain memory backend (the least-privilege line)."""
 
-SEARCH_READ_COMMANDS = ("+module|list", "+ft.info", "+ft.search", "+ft.aggregate")
+SEARCH_READ_COMMANDS = ("+module|list", "+ft.info", "+ft.search")
 """The search backend's queries: what a tenant gets for it."""
 
-WORKER_SEARCH_COMMANDS = (*SEARCH_READ_COMMANDS, "+ft.create", "+ft.alter")
+WORKER_SEARCH_COMMANDS = (*SEARCH_READ_COMMANDS, "+ft.create")
 """A worker of a whole prefix also makes the shared (or per-user) indexes."""
 
 FACTS_COMMANDS = ("+lpush", "+ltrim", "+lrange")

@@ -3,15 +3,21 @@
 -- K names the user's fixed keys: {entries = zset, texts = hash, stats = hash, df = hash,
 -- ctx = hash}.
 -- write_entries(K, todo, opt): stores each op of todo as memory_put.lua describes it, with
---   op.old = its stored fields (HMGET own tf dl au grams words vkey), op.same = whether they
+--   op.old = its stored fields (HMGET own tf dl au grams vkey), op.same = whether they
 --   are found by what op is, op.stale = stored and not same; the user's counts and postings
 --   follow, each term and posting written once. opt = {postings = plain backend's postings
 --   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
 --   ids out of (or nil)}.
+-- entry_sig(op): what the entry of op (memory_put.lua's) is found by: own|tf|dl|au|grams,
+--   as memory/_store.py's Doc.sig spells it.
 -- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
---   with op.cur = its stored fields (HMGET own tf dl au grams words), op.drop = delete it,
+--   with op.cur = its stored fields (HMGET own tf dl au grams), op.drop = delete it,
 --   op.missing = it was not stored; returns how many were deleted. opt = {postings,
 --   tombstone = deleted set to remember ids in (or nil)}.
+local function entry_sig(op)
+  return op.own .. '|' .. op.tf .. '|' .. op.dl .. '|' .. op.au .. '|' .. op.gr
+end
+
 local function write_entries(K, todo, opt)
   local postings = opt.postings
   local deltas, adds = {}, {}
@@ -20,7 +26,7 @@ local function write_entries(K, todo, opt)
   for _, op in ipairs(todo) do
     local cur = op.old
     if not op.same then
-      if op.stale and cur[2] then  -- the entry's old terms leave the statistics
+      if op.stale then  -- the entry's old terms leave the statistics
         n, total = n - 1, total - tonumber(cur[3])
         count_terms(deltas, cur[2], cur[4], -1)
       end
@@ -36,14 +42,20 @@ local function write_entries(K, todo, opt)
           local tf = p[2] / 4
           local add = adds[p[1]]
           if not add then add = {}; adds[p[1]] = add end
-          add[#add + 1] = tf * (opt.k1 + 1) / (tf + norm)
+          add[#add + 1] = math.floor(POSTING_SCALE * tf * (opt.k1 + 1) / (tf + norm) + 0.5)
           add[#add + 1] = op.id
         end
         for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
         if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
       end
     end
-    redis.call('HSET', K.ctx, op.id, op.cx)
+    redis.call('HSET', K.ctx, op.id, op.ts .. '\t' .. op.dl .. '\t' .. op.au .. '\t' .. op.nb .. '\t' .. op.tf)
+    local f = op.f
+    f[#f + 1] = 'own'; f[#f + 1] = op.own
+    f[#f + 1] = 'tf'; f[#f + 1] = op.tf
+    f[#f + 1] = 'dl'; f[#f + 1] = op.dl
+    f[#f + 1] = 'au'; f[#f + 1] = op.au
+    f[#f + 1] = 'grams'; f[#f + 1] = op.gr
     if op.kv then
       local kept = redis.call('HMGET', KEYS[op.k], 'vec', 'vkey', 'vmodel')
       for i, name in ipairs({'vec', 'vkey', 'vmodel'}) do
@@ -76,7 +88,7 @@ local function drop_entries(K, todo, opt)
   local counted_any = false
   local n = 0
   for _, op in ipairs(todo) do
-    if op.drop and op.cur[2] then  -- its terms leave the statistics
+    if op.drop then  -- its terms leave the statistics
       entries, total, counted_any = entries - 1, total - tonumber(op.cur[3]), true
       count_terms(deltas, op.cur[2], op.cur[4], -1)
     end

@@ -1,14 +1,17 @@
 -- Memory scripts' shared helpers. Prepended to every script by _scripts.py (a library, not a
 -- script: no KEYS, no ARGV).
--- stored_sig(own, tf, dl, au, grams, words): what an entry (those fields, as HMGET read
---   them) is found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
+-- stored_sig(own, tf, dl, au, grams): what an entry (those fields, as HMGET read them) is
+--   found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
 -- idf(n, df): Lucene's BM25 idf of a term in df of n entries (never negative).
 -- count_terms(deltas, tf, au, by): adds by to deltas[term] for each term of an entry's tf
 --   ("term:quarters ...") and each of its author terms ("@a @b").
 -- write_counts(key, deltas): applies deltas to the counts hash key, a term at 0 removed.
-local function stored_sig(own, tf, dl, au, grams, words)
+-- POSTING_SCALE: a posting's score is its BM25 weight in units of 1/POSTING_SCALE, an
+--   integer: a small sorted set compares integer scores without parsing each one.
+local POSTING_SCALE = 10000
+
+local function stored_sig(own, tf, dl, au, grams)
   if tf then return (own or '') .. '|' .. tf .. '|' .. dl .. '|' .. (au or '') .. '|' .. (grams or '') end
-  if words then return 'v1|' .. words .. '|' .. (grams or '') end
   return nil
 end
 
@@ -152,4 +155,154 @@ local function rows_reply(rows, out)
     out[#out + 1] = string.format('%.17g', row[2])
   end
   return out
+end
+
+-- rank_postings(K, A, o): memory_rank.lua's ranking (see its header), with the fixed keys
+--   named in K = {stats, texts, df, ctx} and its arguments read from A[o + 1] on (posting
+--   keys by their KEYS index); returns the user's entries, the postings read and
+--   best_entries' rows.
+local function rank_postings(K, A, o)
+  local limit, budget, sub_cap = tonumber(A[o + 1]), tonumber(A[o + 2]), tonumber(A[o + 3])
+  local sub_weight, wanted, expand = tonumber(A[o + 4]), tonumber(A[o + 5]), tonumber(A[o + 6])
+  local author_weight, k1, b = tonumber(A[o + 7]), tonumber(A[o + 8]), tonumber(A[o + 9])
+  local stats = redis.call('HMGET', K.stats, 'n', 'len')
+  local n, len = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
+  if n <= 0 or limit <= 0 then return n, 0, {} end
+
+  -- The newest entries (at most sub_cap) in every gram posting, whose text holds the word.
+  local function substring(keys, word)
+    local smallest, size = nil, nil
+    for _, key in ipairs(keys) do
+      local c = redis.call('ZCARD', key)
+      if size == nil or c < size then smallest, size = key, c end
+    end
+    local found, count, start = {}, 0, 0
+    while count < sub_cap and start < size do
+      local ids = redis.call('ZREVRANGE', smallest, start, start + 255)
+      start = start + 256
+      for _, id in ipairs(ids) do
+        local all = true
+        for _, key in ipairs(keys) do
+          if key ~= smallest and not redis.call('ZSCORE', key, id) then all = false break end
+        end
+        if all then
+          count = count + 1
+          local said = redis.call('HGET', K.texts, id)
+          if said and string.find(said, word, 1, true) then found[#found + 1] = id end
+          if count >= sub_cap then break end
+        end
+      end
+    end
+    return found
+  end
+
+  local terms, names, candidates, order = {}, {}, {}, {}
+  local pos = o + 11
+  for _ = 1, tonumber(A[o + 10]) do
+    local t = {term = A[pos], qtf = tonumber(A[pos + 1]), i = 0}
+    t.posting = KEYS[tonumber(A[pos + 2])]
+    local grams = {}
+    for g = 1, tonumber(A[pos + 3]) do grams[g] = KEYS[tonumber(A[pos + 3 + g])] end
+    local word = A[pos + 4 + #grams]
+    pos = pos + 5 + #grams
+    t.found = {}
+    if word ~= '' and #grams > 0 then
+      t.sub = {}
+      t.found = substring(grams, word)
+      for _, id in ipairs(t.found) do
+        t.sub[id] = true
+        if not candidates[id] then candidates[id] = true; order[#order + 1] = id end
+      end
+    end
+    local top = redis.call('ZREVRANGE', t.posting, 0, 0, 'WITHSCORES')
+    t.next = top[2] and tonumber(top[2]) / POSTING_SCALE or 0
+    t.done = top[2] == nil
+    terms[#terms + 1] = t
+    names[#names + 1] = t.term
+  end
+  for i = 1, #terms do names[#names + 1] = '@' .. names[i] end
+  -- In slices: unpack() is bounded by the Lua stack, and a query may have many terms.
+  local df = {}
+  for at = 1, #names, 500 do
+    local part = redis.call('HMGET', K.df, unpack(names, at, math.min(at + 499, #names)))
+    for _, value in ipairs(part) do df[#df + 1] = value end
+  end
+  for i, t in ipairs(terms) do
+    -- A word found inside more entries than have it as a term is that much less rare.
+    local found = math.max(tonumber(df[i] or '0'), #t.found)
+    scored_term(t, n, found, tonumber(df[#terms + i] or '0'), author_weight)
+  end
+
+  -- scores: what each entry met has scored so far on the postings read (a lower bound of its
+  -- score on its own words).
+  local scores = {}
+
+  -- best: the limit best scores so far, descending.
+  local best = {}
+  local function consider(s)
+    if #best == limit and s <= best[limit] then return end
+    local i = #best + 1
+    if i > limit then i = limit end
+    best[i] = s
+    while i > 1 and best[i - 1] < best[i] do best[i - 1], best[i] = best[i], best[i - 1]; i = i - 1 end
+  end
+  for _, id in ipairs(order) do
+    local s = 0
+    for _, t in ipairs(terms) do
+      if t.sub and t.sub[id] then s = s + t.qtf * t.idf * sub_weight end
+    end
+    scores[id] = s
+    consider(s)
+  end
+
+  local read = 0
+  while read < budget do
+    local bound, pick, gain = 0, nil, -1
+    for _, t in ipairs(terms) do
+      if not t.done then
+        local g = t.qtf * t.idf * t.next
+        bound = bound + g
+        if g > gain then pick, gain = t, g end
+      end
+    end
+    if pick == nil or (#best == limit and best[limit] > bound) then break end
+    local chunk = math.min(64, budget - read)
+    local rows = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk - 1, 'WITHSCORES')
+    pick.i = pick.i + chunk
+    read = read + #rows / 2
+    local weight = pick.qtf * pick.idf
+    for r = 1, #rows, 2 do
+      local id = rows[r]
+      local s = weight * tonumber(rows[r + 1]) / POSTING_SCALE
+      -- A word the entry says is not also counted as found inside its text.
+      if pick.sub and pick.sub[id] then s = s - weight * sub_weight end
+      if candidates[id] then
+        scores[id] = scores[id] + s
+      else
+        candidates[id] = true
+        order[#order + 1] = id
+        scores[id] = s
+        consider(s)  -- a lower bound: the limit-th best never overstates
+      end
+    end
+    if #rows < 2 * chunk then
+      pick.done = true
+    else
+      local peek = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i, 'WITHSCORES')
+      if peek[2] then pick.next = tonumber(peek[2]) / POSTING_SCALE else pick.done = true end
+    end
+  end
+
+  -- The best candidates on their own words (equal: larger id first), scored with their context.
+  local met = {}
+  for _, id in ipairs(order) do
+    if scores[id] > 0 then met[#met + 1] = id end
+  end
+  table.sort(met, function(x, y)
+    if scores[x] ~= scores[y] then return scores[x] > scores[y] end
+    return x > y
+  end)
+  -- A few hundred are scored whole (a small store is ranked exactly).
+  local chosen = #met <= 4 * wanted and met or {unpack(met, 1, math.min(wanted, #met))}
+  return n, read, best_entries(K.ctx, terms, {len / n, k1, b, sub_weight}, chosen, expand, limit)
 end

@@ -6,8 +6,8 @@
 -- ARGV[2] '1' when the plain backend's postings are kept
 -- ARGV[3] '1' to spare ids in KEYS[4] (a concurrent ingestion wants them)
 -- ARGV[4] JSON list: {id, k = entry key index, s = session set index (0 = none),
---   x = the sig read before (own|tf|dl|au|grams, or v1|words|grams; absent = entry was
---   missing), o = its posting key indexes (plain),
+--   x = the sig read before (own|tf|dl|au|grams; absent = entry was missing),
+--   o = its posting key indexes (plain),
 --   only = session id the entry must still belong to (absent = any)}
 -- returns {0} when an entry changed since it was read (nothing written: read and retry),
 --         {-4, command, key} when the ACL user may not run a command it needs (nothing
@@ -32,13 +32,13 @@ refused = refused
 if refused then return refused end
 local todo = {}
 for _, op in ipairs(ops) do
-  local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'words', 'session')
-  local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5], cur[6])
+  local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'session')
+  local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5])
   if postings and stored ~= op.x then return {0} end
   local kept = spare and redis.call('SISMEMBER', KEYS[4], op.id) == 1
   if not kept then
     op.missing = stored == nil
-    op.drop = not op.missing and (op.only == nil or cur[7] == op.only)
+    op.drop = not op.missing and (op.only == nil or cur[6] == op.only)
     op.cur = cur
     todo[#todo + 1] = op
   end

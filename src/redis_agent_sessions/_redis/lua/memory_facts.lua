@@ -3,8 +3,9 @@
 -- KEYS[1] entries zset   KEYS[2] texts hash   KEYS[3] stats hash   KEYS[4] document
 --   frequencies hash   KEYS[5] context hash   KEYS[6] facts zset (id -> last change, s)
 -- KEYS[7] expiry zset (id -> ms)   KEYS[8] the session's watermark string
--- KEYS[9] the session's set of events read one by one
--- KEYS[10..] entry hashes, history lists and posting zsets, referenced by index below
+-- KEYS[9] the session's set of events read one by one   KEYS[10] fact records hash (id ->
+--   what memory_related.lua returns of it)
+-- KEYS[11..] entry hashes, history lists and posting zsets, referenced by index below
 -- ARGV[1] '1' when the plain backend's postings are kept   ARGV[2] BM25 k1   ARGV[3] b
 -- ARGV[4] the watermark the generator read ('' = none yet; '*' = do not check it)
 -- ARGV[5] the watermark to set ('' = leave it)   ARGV[6] most revisions a history keeps
@@ -12,8 +13,9 @@
 --   {id, a = 'add' | 'update' | 'delete' | 'expire', k = entry key index, h = history key
 --    index, rev = the revision seen ('' for add), x = the stored sig read with it (plain),
 --    o = its posting key indexes (plain), for add and update also memory_put.lua's entry
---    fields (ts, f, sig, c, dl, p, cx, g, t, vk, v), exp = expiry ms (0 = none),
---    was = JSON of what it said before, pushed on its history (update)}
+--    fields (ts, f, own, tf, dl, au, gr, nb, c, p, g, t, vk, v), exp = expiry ms (0 = none),
+--    rec = its record for KEYS[10], was = JSON of what it said before, pushed on its
+--    history (update)}
 -- ARGV[9] JSON list of event ids to mark read in KEYS[9] (given one by one)
 -- ARGV[10..] vector bytes
 -- returns {3} when the watermark is not ARGV[4], or one of ARGV[9]'s events is read
@@ -30,10 +32,11 @@ local ops = cjson.decode(ARGV[8])
 local read = cjson.decode(ARGV[9])
 local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'HDEL', KEYS[3], 'HINCRBY', KEYS[3], 'HINCRBY', KEYS[4],
   'HDEL', KEYS[4], 'HSET', KEYS[5], 'HDEL', KEYS[5], 'ZADD', KEYS[1], 'ZREM', KEYS[1],
-  'ZADD', KEYS[6], 'ZREM', KEYS[6], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'GET', KEYS[8])
+  'ZADD', KEYS[6], 'ZREM', KEYS[6], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'GET', KEYS[8],
+  'HSET', KEYS[10], 'HDEL', KEYS[10])
   or (ARGV[5] ~= '' and denied('SET', KEYS[8]))
   or (postings and (denied('HSET', KEYS[2], 'HDEL', KEYS[2])
-    or denied_each('ZADD', KEYS, 10) or denied_each('ZREM', KEYS, 10)))
+    or denied_each('ZADD', KEYS, 11) or denied_each('ZREM', KEYS, 11)))
   or (#read > 0 and denied('SISMEMBER', KEYS[9], 'SADD', KEYS[9]))
 for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', KEYS[op.k], 'HGET', KEYS[op.k], 'DEL', KEYS[op.k],
@@ -47,15 +50,16 @@ for _, id in ipairs(read) do
 end
 local puts, drops = {}, {}
 for _, op in ipairs(ops) do
-  local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'words', 'vkey',
-    'rev', 'expires')
-  local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5], cur[6])
-  if (cur[8] or '') ~= op.rev then return {0, op.id} end
-  if op.a == 'expire' and not (cur[9] and cur[9] ~= '' and tonumber(cur[9]) <= now) then
+  local cur = redis.call('HMGET', KEYS[op.k], 'own', 'tf', 'dl', 'au', 'grams', 'vkey', 'rev',
+    'expires')
+  local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5])
+  if (cur[7] or '') ~= op.rev then return {0, op.id} end
+  if op.a == 'expire' and not (cur[8] and cur[8] ~= '' and tonumber(cur[8]) <= now) then
     return {0, op.id}
   end
   if op.a ~= 'add' and postings and stored ~= op.x then return {0, op.id} end
   if op.a == 'add' or op.a == 'update' then
+    op.sig = entry_sig(op)
     op.same = stored == op.sig
     op.stale = stored ~= nil and not op.same
     op.old = cur
@@ -71,6 +75,7 @@ write_entries(K, puts, {postings = postings, k1 = tonumber(ARGV[2]), b = tonumbe
 drop_entries(K, drops, {postings = postings})
 for _, op in ipairs(puts) do
   redis.call('ZADD', KEYS[6], op.ts, op.id)
+  redis.call('HSET', KEYS[10], op.id, op.rec)
   if op.exp > 0 then redis.call('ZADD', KEYS[7], op.exp, op.id) else redis.call('ZREM', KEYS[7], op.id) end
   if op.was then
     redis.call('LPUSH', KEYS[op.h], op.was)
@@ -79,6 +84,7 @@ for _, op in ipairs(puts) do
 end
 for _, op in ipairs(drops) do
   redis.call('ZREM', KEYS[6], op.id)
+  redis.call('HDEL', KEYS[10], op.id)
   redis.call('ZREM', KEYS[7], op.id)
   redis.call('DEL', KEYS[op.h])
 end

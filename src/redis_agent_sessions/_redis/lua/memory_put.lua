@@ -10,12 +10,13 @@
 -- ARGV[4] ttl seconds of KEYS[4] (0 = no ingestion set)
 -- ARGV[5] '1' on the last batch of an ingestion: report the session's stale ids
 -- ARGV[6] most stale ids reported   ARGV[7] JSON list of entries:
---   {id, k = entry key index, ts, f = [field, value, ...], sig = what it is found by
---    (own|tf|dl|au|grams), x = the stored sig the posting indexes in o belong to,
---    c = [its terms with the context, then its author terms] (counted in KEYS[7]),
---    dl = quarter length with the context,
---    p = [[posting key index, quarter weight], ...] of its own terms (plain),
---    cx = its field of KEYS[8],
+--   {id, k = entry key index, ts, f = [field, value, ...] but those it is found by: own
+--    (term:count ...), tf (term:quarters ..., with the context), dl = quarter length with
+--    the context, au (author terms), gr (its grams field); sig = own|tf|dl|au|grams (built
+--    here: _entries.lua's entry_sig), x = the stored sig the posting indexes in o belong
+--    to, c = [its terms with the context, then its author terms] (counted in KEYS[7]:
+--    a list decodes faster than the script splits tf), p = [[posting key index, quarter weight], ...] of its own terms (plain),
+--    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, tf),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none),
 --    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
@@ -31,21 +32,36 @@
 --         is dropped)
 -- Scores are computed when searching, from the entry's tf and dl and the user's counts; a
 -- posting's score (BM25's saturated, length-normalised frequency against the average
--- length when it is written) only orders what a search reads first.
+-- length when it is written, in units of _memory.lua's POSTING_SCALE) only orders what a
+-- search reads first.
 local mode, postings = ARGV[1], ARGV[2] == '1'
 local ops = cjson.decode(ARGV[7])
 local k1, b = tonumber(ARGV[8]), tonumber(ARGV[9])
 local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 'HSET', KEYS[6],
   'HINCRBY', KEYS[7], 'HDEL', KEYS[7])
+-- An ingestion ends by deleting the session's stale entries (memory_delete.lua): a user who
+-- may not do that is refused now, before its first batch is written (their postings are
+-- this user's too: ZREM is asked for the batch's).
+local ingest = tonumber(ARGV[4]) > 0
+-- Each key once per command: a batch names the same few thousand postings again and again.
+local asked = {ZADD = {}, ZREM = {}}
+local function ask(command, i)
+  if asked[command][i] then return nil end
+  asked[command][i] = true
+  return denied(command, KEYS[i])
+end
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
-  refused = refused or denied('HMGET', key, 'HGET', key, 'DEL', key, 'HSET', key)
+  refused = refused or denied('HMGET', key, 'DEL', key, 'HSET', key)
+    or (op.vk and op.v == 0 and denied('HGET', key))
+  if postings and not refused then
+    for _, p in ipairs(op.p) do
+      refused = refused or ask('ZADD', p[1]) or (ingest and ask('ZREM', p[1]))
+    end
+    for _, i in ipairs(op.g) do refused = refused or ask('ZADD', i) or (ingest and ask('ZREM', i)) end
+    for _, i in ipairs(op.o) do refused = refused or ask('ZREM', i) end
+  end
 end
--- Postings: each key once (a batch names the same few thousand again and again).
-if postings then refused = refused or denied_each('ZADD', KEYS, 9) or denied_each('ZREM', KEYS, 9) end
--- An ingestion ends by deleting the session's stale entries (memory_delete.lua): a user who
--- may not do that is refused now, before its first batch is written.
-local ingest = tonumber(ARGV[4]) > 0
 refused = refused
   or denied('HSET', KEYS[8])
   or (postings and denied('HSET', KEYS[5], 'HDEL', KEYS[5]))
@@ -58,17 +74,17 @@ if refused then return refused end
 local todo, unembedded = {}, {2}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
+  op.sig = entry_sig(op)
   local skip = mode ~= 'explicit' and redis.call('SISMEMBER', KEYS[2], op.id) == 1
-  local cur = redis.call('HMGET', key, 'own', 'tf', 'dl', 'au', 'grams', 'words', 'vkey')
-  local exists = cur[2] ~= false or cur[6] ~= false
-  if mode == 'keep' and exists then skip = true end
+  local cur = redis.call('HMGET', key, 'own', 'tf', 'dl', 'au', 'grams', 'vkey')
+  if mode == 'keep' and cur[2] then skip = true end
   if not skip then
-    local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5], cur[6])
+    local stored = stored_sig(cur[1], cur[2], cur[3], cur[4], cur[5])
     if postings and stored and stored ~= op.sig and stored ~= op.x then return {0} end
     op.same = stored == op.sig
     op.stale = stored ~= nil and not op.same
     op.old = cur
-    if op.vk and op.v == 0 and cur[7] ~= op.vk then unembedded[#unembedded + 1] = op.id end
+    if op.vk and op.v == 0 and cur[6] ~= op.vk then unembedded[#unembedded + 1] = op.id end
     todo[#todo + 1] = op
   end
   if ingest then redis.call('SADD', KEYS[4], op.id) end

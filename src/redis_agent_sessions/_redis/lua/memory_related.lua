@@ -1,0 +1,59 @@
+#!lua flags=no-writes
+-- What a consolidation step reads of one user's facts (memory/_consolidate.py), in one call:
+-- the facts whose time to live is over, and the facts most related to the step's events
+-- (all of them when they are few; else the best ranked among the user's entries for the
+-- events' words, as memory_rank.lua ranks, or by the search module's ranking given here),
+-- each as its record: what the generator is shown, and what a change of it compares.
+-- KEYS[1] stats hash   KEYS[2] texts hash   KEYS[3] document frequencies hash
+-- KEYS[4] context hash (KEYS[1..4] as memory_rank.lua's)   KEYS[5] facts zset (id -> last
+-- change)   KEYS[6] facts' expiry zset (id -> ms)   KEYS[7] fact records hash (id -> JSON)
+-- KEYS[8..] posting zsets (memory_rank.lua's)
+-- ARGV[1] most facts shown   ARGV[2] now, ms   ARGV[3] most facts past their time returned
+-- ARGV[4] how the facts shown are chosen when there are more: 'rank' (memory_rank.lua's ARGV
+--   follow, from ARGV[5]), 'ids' (ARGV[5] ids follow, ranked by the search module, best
+--   first; none: the newest) or 'ask' (the caller ranks, then asks again)
+-- returns {2, 0} when the user has more facts than are shown and ARGV[4] is 'ask', else {1, due count, id, record, ...}: the facts past their time
+--         first, then those shown (a fact past its time is not shown; a record is nil when
+--         the fact is gone), or {-4, command, key} when the ACL user may not run a command
+local refused = denied('ZRANGE', KEYS[6], 'ZREVRANGE', KEYS[5], 'ZSCORE', KEYS[5],
+    'HMGET', KEYS[7], 'HMGET', KEYS[1], 'HGET', KEYS[2], 'HMGET', KEYS[3], 'HMGET', KEYS[4])
+  or denied_each('ZCARD', KEYS, 8) or denied_each('ZSCORE', KEYS, 8)
+  or denied_each('ZREVRANGE', KEYS, 8)
+if refused then return refused end
+local most, how = tonumber(ARGV[1]), ARGV[4]
+local due = redis.call('ZRANGE', KEYS[6], '-inf', ARGV[2], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
+local skip = {}
+for _, id in ipairs(due) do skip[id] = true end
+-- One more than are shown: whether there are more than that, in the same read.
+local newest = redis.call('ZREVRANGE', KEYS[5], 0, most)
+local chosen = newest
+if #newest > most then
+  local ranked = {}
+  if how == 'rank' then
+    local _, _, rows = rank_postings({stats = KEYS[1], texts = KEYS[2], df = KEYS[3], ctx = KEYS[4]}, ARGV, 4)
+    for i, row in ipairs(rows) do ranked[i] = row[1] end
+  elseif how == 'ids' then
+    for i = 1, tonumber(ARGV[5]) do ranked[i] = ARGV[5 + i] end
+  else
+    return {2, 0}
+  end
+  local found = {}
+  for _, id in ipairs(ranked) do
+    if #found >= most then break end
+    if redis.call('ZSCORE', KEYS[5], id) then found[#found + 1] = id end
+  end
+  -- Turns with no word to rank by (";)") are shown the newest facts.
+  chosen = #found > 0 and found or {unpack(newest, 1, most)}
+end
+local ids = {unpack(due)}
+for _, id in ipairs(chosen) do
+  if not skip[id] then ids[#ids + 1] = id end
+end
+local reply = {1, #due}
+if #ids == 0 then return reply end
+local records = redis.call('HMGET', KEYS[7], unpack(ids))
+for i, id in ipairs(ids) do
+  reply[#reply + 1] = id
+  reply[#reply + 1] = records[i]
+end
+return reply
