@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 from importlib import resources
@@ -19,6 +20,7 @@ from redis_agent_sessions import (
     RedisSessionService,
     SessionServiceConfig,
 )
+from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions.keys import KeySpace
 
 APP, USER = "app", "user"
@@ -86,6 +88,22 @@ async def test_appends_survive_a_script_cache_flush(
     got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
     assert got is not None
     assert got.state == {"n": 2}
+
+
+async def test_a_read_only_script_runs_from_tasks_side_by_side_on_fakeredis() -> None:
+    """fakeredis refuses the shebang of a read-only script, and the library turns it into
+    a comment once per script object; tasks that ran it side by side all saw the refusal,
+    and each must run the script, not raise it (a consolidation step's memory_related.lua
+    under a FactWorker's concurrency did)."""
+    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    script = _scripts.register(client, "read_hashes")
+    assert script.script.startswith("#!lua")
+    await client.hset("h", "f", "v")
+    keys, args = ["h"], []
+    replies = await asyncio.gather(*(_scripts.call(script, keys, args) for _ in range(8)))
+    assert len({repr(r) for r in replies}) == 1
+    assert script.script.startswith("--#!lua")
+    await client.aclose()
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])

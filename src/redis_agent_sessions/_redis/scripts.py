@@ -74,11 +74,14 @@ async def call(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
     try:
         reply = await evalsha(script, keys, args)
     except ResponseError as exc:
-        if _NO_SHEBANG in str(exc) and isinstance(script.script, str) and script.script[:2] == "#!":
+        if _NO_SHEBANG in str(exc) and isinstance(script.script, str):
             # The shebang turned into a comment, once per script object: the same script.
-            plain = script.registered_client.register_script(f"--{script.script}")
-            script.script, script.sha = plain.script, plain.sha
-            return await call(script, keys, args)
+            # Tasks that ran it side by side all see the refusal; the first one turns it.
+            if script.script[:2] == "#!":
+                plain = script.registered_client.register_script(f"--{script.script}")
+                script.script, script.sha = plain.script, plain.sha
+            if script.script[:4] == "--#!":
+                return await call(script, keys, args)
         reply = exc
     return checked(reply, keys)
 
