@@ -37,6 +37,7 @@ from _backends import (
 )
 from _cli import cli, cli_forker  # noqa: F401 - the operator CLI fixtures, for every module
 from _processes import processes  # noqa: F401 - helper processes killed at the end, for every module
+from _shards import parse_shard, shard_of
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._cache import ReadCache
 
@@ -58,6 +59,7 @@ EXTRAS = {"adk": ("google.adk", "[adk]"), "cli": ("rich", "[cli]")}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _this_shard(config, items)
     _leave_off_valkey(config, items)
     _leave_off(config, items, _not_needed)
     for item in items:
@@ -71,6 +73,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # A test of the operator commands takes a `cli` fixture, or is marked.
             if item.get_closest_marker(marker) is not None or marker in item.fixturenames:
                 item.add_marker(skip)
+
+
+def _this_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``RAS_SHARD=k/n``, deselects the modules dealt to other shards (_shards.py)."""
+    if not os.environ.get("RAS_SHARD"):
+        return
+    try:
+        k, n = parse_shard(os.environ["RAS_SHARD"])
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    dealt = shard_of({item.path.stem for item in items}, n)
+    kept = [item for item in items if dealt[item.path.stem] == k]
+    config.hook.pytest_deselected(items=[item for item in items if dealt[item.path.stem] != k])
+    items[:] = kept
 
 
 def _leave_off_valkey(config: pytest.Config, items: list[pytest.Item]) -> None:

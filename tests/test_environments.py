@@ -42,8 +42,12 @@ def test_ci_runs_the_oldest_and_the_newest_promised_version() -> None:
     # (The last field: `all` tests, or `python`: what depends on the client's Python.)
     assert re.search(rf'"{oldest[0]}\.{oldest[1]} \S+ \$py\S+ test yes (all|python)"', ci)
     assert re.search(rf'"{newest[0]}\.{newest[1]} \S+ \$py\S+ dev,adk,demo no (all|python)"', ci)
-    # One run, with every extra, runs them all (every real server, Valkey's included).
-    assert re.search(r'"\$py3 \S+ \S+ dev,adk,demo no all"', ci)
+    # One run, with every extra, runs them all (every real server, Valkey's included), in
+    # shards 1/n to n/n, each once.
+    shards = re.findall(r'"\$py3\S* \S+ \S+ dev,adk,demo no all:(\d+)/(\d+)"', ci)
+    assert shards, "no run of the whole suite"
+    count = int(shards[0][1])
+    assert sorted(shards) == [(str(k), str(count)) for k in range(1, count + 1)]
 
 
 def test_the_readme_says_which_python_each_extra_needs() -> None:

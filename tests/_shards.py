@@ -1,0 +1,119 @@
+"""The 3.11 run of .ci/run in shards (``RAS_SHARD=k/n``, applied in conftest.py): each shard
+runs on its own servers, side by side, so one shard's waits (TTLs, quiet sockets, processes
+starting) overlap another's work on the other core. A module stays whole in one shard (its
+module-scoped servers and fixtures are made once); modules are dealt, heaviest first, to the
+shard with the least so far.
+
+WEIGHTS are the seconds each module took in one whole run (``pytest --junitxml=run.xml``,
+then ``python tests/_shards.py run.xml`` prints the table anew). A module missing here
+weighs one second: it still runs, in the shard dealt it."""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+__all__ = ["WEIGHTS", "parse_shard", "shard_of"]
+
+WEIGHTS = {
+    "test_acl": 9,
+    "test_adk_compacted_reads": 39,
+    "test_adk_facts": 1,
+    "test_adk_facts_background": 1,
+    "test_adk_memory": 3,
+    "test_adk_memory_tools": 1,
+    "test_adk_parity": 32,
+    "test_adk_rewind_compaction": 13,
+    "test_adk_runner": 8,
+    "test_adk_servers": 7,
+    "test_app_sweep": 12,
+    "test_architecture": 1,
+    "test_bad_input": 11,
+    "test_cli": 27,
+    "test_cli_facts": 8,
+    "test_cli_facts_jobs": 5,
+    "test_cli_migrate": 10,
+    "test_cli_output": 13,
+    "test_cli_prefixes": 2,
+    "test_cli_reembed": 1,
+    "test_cli_tail_restart": 8,
+    "test_cli_tail_tmux": 3,
+    "test_cli_terminal": 4,
+    "test_cluster": 4,
+    "test_cluster_failover": 17,
+    "test_cluster_kill": 29,
+    "test_concurrency": 5,
+    "test_contention": 10,
+    "test_demo": 28,
+    "test_docs_examples": 1,
+    "test_docs_reference": 1,
+    "test_embedders_google": 2,
+    "test_environments": 1,
+    "test_event_stream": 11,
+    "test_expiry": 101,
+    "test_facts_background": 24,
+    "test_facts_background_chaos": 5,
+    "test_facts_processes": 9,
+    "test_hostile_input": 13,
+    "test_hostile_urls": 5,
+    "test_import_hostile": 45,
+    "test_keys_and_state": 1,
+    "test_lost_connections": 1,
+    "test_managed": 17,
+    "test_memory": 35,
+    "test_memory_facts": 11,
+    "test_memory_limits": 42,
+    "test_memory_pressure": 19,
+    "test_memory_reindex": 3,
+    "test_memory_text": 1,
+    "test_model_based": 3,
+    "test_models": 1,
+    "test_newcomer": 23,
+    "test_operations": 5,
+    "test_prebuilt": 1,
+    "test_read_cache": 15,
+    "test_readiness": 6,
+    "test_refresh": 5,
+    "test_semantic_memory": 8,
+    "test_session_pages": 3,
+    "test_sessions": 9,
+    "test_telemetry": 1,
+    "test_tenants": 2,
+    "test_tls": 3,
+    "test_trusted_decode": 21,
+    "test_tutorial": 5,
+    "test_uri": 1,
+    "test_watch_default_clients": 41,
+    "test_watch_processes": 12,
+    "test_watch_quiet": 14,
+    "test_write_concern": 4,
+}
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``k/n`` as (k, n), 1 <= k <= n; else ValueError naming what is expected."""
+    k, _, n = value.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise ValueError(f"RAS_SHARD must be k/n with 1 <= k <= n: {value!r}")
+    return int(k), int(n)
+
+
+def shard_of(modules: set[str], count: int) -> dict[str, int]:
+    """Each module's shard (1..count): heaviest first, to the least loaded shard, ties by
+    name, so every shard of one run deals alike."""
+    load = [0] * count
+    dealt: dict[str, int] = {}
+    for module in sorted(modules, key=lambda m: (-WEIGHTS.get(m, 1), m)):
+        lightest = min(range(count), key=lambda i: (load[i], i))
+        load[lightest] += WEIGHTS.get(module, 1)
+        dealt[module] = lightest + 1
+    return dealt
+
+
+if __name__ == "__main__":
+    seconds: Counter[str] = Counter()
+    for case in ET.parse(sys.argv[1]).iter("testcase"):
+        seconds[case.get("classname", "").rsplit(".", 1)[-1]] += float(case.get("time", 0))
+    for module, took in sorted(seconds.items()):
+        print(f'    "{module}": {max(1, round(took))},')
