@@ -24,12 +24,15 @@ from redis_agent_sessions.sessions._engine import SessionEngine
 __all__ = [
     "BACKENDS",
     "CACHE_ON",
+    "MEMORY_BACKENDS",
     "NOT_ON_VALKEY",
+    "SEARCH_BACKENDS",
     "SMOKE",
     "STORED_DATA",
     "VALIDATION",
     "backend",
     "every_config",
+    "pick",
     "worker",
 ]
 
@@ -47,6 +50,33 @@ BACKENDS = [
     ),
 ]
 """The backends of the contract suites, for a fixture's ``params``."""
+
+SEARCH_BACKENDS = [
+    # Redis 8.2 with the search module, on database 0 (the only one it indexes): the
+    # memory suites' search backend, with the shared index, per-app indexes (an operator's,
+    # provisioned by the suites as they go), on a cluster, and as the least-privilege user.
+    pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
+    pytest.param("search-per-app", marks=[pytest.mark.real, pytest.mark.search]),
+    pytest.param(
+        "search-cluster", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.cluster]
+    ),
+    pytest.param("search-acl", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.acl]),
+]
+"""The search module's backends (memory): :func:`backend` opens them too."""
+
+
+def pick(*kinds: str) -> list[Any]:
+    """The params of these backends (of BACKENDS and SEARCH_BACKENDS), in this order."""
+    known = {p.values[0]: p for p in (*BACKENDS, *SEARCH_BACKENDS)}
+    return [known[kind] for kind in kinds]
+
+
+MEMORY_BACKENDS = pick(
+    "fake", "real", "search", "search-per-app", "fake-slots", "cluster", "search-cluster",
+    "acl", "search-acl", "valkey", "valkey-cluster",
+)  # fmt: skip
+"""The memory suites' backends: each layout and server, the search module's kinds, and the
+least-privilege user on both backends (``validate`` checks session reads only)."""
 
 _VALKEY = frozenset({"valkey", "valkey-cluster"})
 NOT_ON_VALKEY = {
@@ -107,16 +137,18 @@ async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[A
         yield client
         await client.aclose()
         return
-    if kind in ("cluster", "valkey-cluster"):
-        variable = "REDIS_CLUSTER_URL" if kind == "cluster" else "REDIS_VALKEY_CLUSTER_URL"
+    if kind.endswith("cluster"):
+        variable = f"REDIS_{kind.upper().replace('-', '_')}_URL"
         cluster = RedisCluster.from_url(skip_without(variable))
         await flush_cluster(cluster)
         yield cluster
         await flush_cluster(cluster)
         await cluster.aclose()
         return
-    url = skip_without("REDIS_VALKEY_URL" if kind == "valkey" else "REDIS_URL")
-    # The least-privilege suites run on another database than 0, which needs SELECT.
+    variable = {"valkey": "REDIS_VALKEY_URL", "real": "REDIS_URL", "acl": "REDIS_URL"}
+    url = skip_without(variable.get(kind, "REDIS_SEARCH_URL"))
+    # The least-privilege suites run on another database than 0, which needs SELECT (the
+    # search module's ones on 0: it indexes no other).
     client = Redis.from_url(on_db(url, ACL_DB) if kind == "acl" else url)
     await client.flushdb()
     yield client

@@ -12,12 +12,11 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user
+from _backends import MEMORY_BACKENDS, backend
 from _embedders import SynonymEmbedder
 from _servers import skip_without
-from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
     Content,
     Event,
@@ -36,52 +35,12 @@ from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 APP, USER = "memory_app", "user1"
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("fake", marks=pytest.mark.fake),
-        pytest.param("real", marks=pytest.mark.real),
-        pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
-        pytest.param("search-per-app", marks=[pytest.mark.real, pytest.mark.search]),
-        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
-        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
-        pytest.param(
-            "search-cluster", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.cluster]
-        ),
-        pytest.param("acl", marks=[pytest.mark.real, pytest.mark.acl]),
-        pytest.param("search-acl", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.acl]),
-        # Valkey has no search module: the plain backend's scripts, on one node and a cluster.
-        pytest.param("valkey", marks=[pytest.mark.real, pytest.mark.valkey]),
-        pytest.param(
-            "valkey-cluster", marks=[pytest.mark.real, pytest.mark.cluster, pytest.mark.valkey]
-        ),
-    ]
-)
+@pytest.fixture(params=MEMORY_BACKENDS)
 async def memory_client(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Any]:
-    if request.param in ("fake", "fake-slots"):
-        client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-        if request.param == "fake-slots":
-            cluster_layout(monkeypatch)
-            client = SlotCheckedRedis(server=fakeredis.FakeServer())
+    async with backend(request.param, monkeypatch) as client:
         yield client
-        await client.aclose()
-        return
-    if request.param.endswith("cluster"):
-        variable = f"REDIS_{request.param.upper().replace('-', '_')}_URL"
-        cluster = RedisCluster.from_url(skip_without(variable))
-        await flush_cluster(cluster)
-        yield cluster
-        await flush_cluster(cluster)
-        await cluster.aclose()
-        return
-    variable = {"real": "REDIS_URL", "acl": "REDIS_URL", "valkey": "REDIS_VALKEY_URL"}
-    url = skip_without(variable.get(request.param, "REDIS_SEARCH_URL"))
-    client = Redis.from_url(url)
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
 
 
 def provision_on_demand(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,12 +12,11 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user, readme_rules
+from _backends import backend, pick
 from _embedders import SynonymEmbedder
 from _servers import skip_without
-from _slots import flush_cluster
 from redis_agent_sessions import (
     CallableGenerator,
     ConsolidationConflictError,
@@ -41,45 +40,13 @@ KEYS = KeySpace()
 
 
 @pytest.fixture(
-    params=[
-        pytest.param("fake", marks=pytest.mark.fake),
-        pytest.param("real", marks=pytest.mark.real),
-        pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
-        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
-        pytest.param(
-            "search-cluster", marks=[pytest.mark.real, pytest.mark.search, pytest.mark.cluster]
-        ),
-        pytest.param("valkey", marks=[pytest.mark.real, pytest.mark.valkey]),
-        pytest.param(
-            "valkey-cluster", marks=[pytest.mark.real, pytest.mark.cluster, pytest.mark.valkey]
-        ),
-    ]
+    params=pick("fake", "real", "search", "cluster", "search-cluster", "valkey", "valkey-cluster")
 )
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    kind = request.param
-    if kind == "fake":
-        fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-        yield fake
-        await fake.aclose()
-        return
-    if kind.endswith("cluster"):
-        variable = {
-            "cluster": "REDIS_CLUSTER_URL",
-            "search-cluster": "REDIS_SEARCH_CLUSTER_URL",
-            "valkey-cluster": "REDIS_VALKEY_CLUSTER_URL",
-        }[kind]
-        cluster = RedisCluster.from_url(skip_without(variable))
-        await flush_cluster(cluster)
-        yield cluster
-        await flush_cluster(cluster)
-        await cluster.aclose()
-        return
-    urls = {"real": "REDIS_URL", "search": "REDIS_SEARCH_URL", "valkey": "REDIS_VALKEY_URL"}
-    real = Redis.from_url(skip_without(urls[kind]))
-    await real.flushdb()
-    yield real
-    await real.flushdb()
-    await real.aclose()
+async def client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    async with backend(request.param, monkeypatch) as opened:
+        yield opened
 
 
 Answer = Callable[[GenerationRequest], Sequence[Any]]
