@@ -22,6 +22,7 @@ from redis_agent_sessions._redis.prebuilt import evalsha
 from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError, StoreFullError
 
 __all__ = [
+    "LIBRARIES",
     "call",
     "checked",
     "execute",
@@ -30,30 +31,51 @@ __all__ = [
     "register",
     "store_full",
     "typed_permissions",
+    "uses",
 ]
 
 DENIED = -4
 """First item of a script's reply when the ACL user may not run a command it needs."""
 
 
+LIBRARIES = ("_permitted", "_layout", "_expiry", "_memory", "_entries")
+"""The Lua libraries a script may declare on its ``-- uses:`` line, in the order they are
+prepended: each may call the ones before it."""
+
+
 @cache
 def lua_source(name: str) -> str:
-    """The text of ``lua/<name>.lua`` inside this package, after the libraries every script
-    may call: the ACL prelude (``lua/_permitted.lua``), which every script calls before its
-    first command, the layout argument's reader (``lua/_layout.lua``), the expiry index's
-    helpers (``lua/_expiry.lua``) and the memory scripts' (``lua/_memory.lua``, and their
-    entry writes, ``lua/_entries.lua``). A script
-    whose file opens with a shebang line (``#!lua flags=no-writes``: it only reads, so Redis
-    runs it at full memory and never lets it write) keeps that line first, where Redis
-    looks for it."""
+    """The text of ``lua/<name>.lua`` inside this package, after the libraries its header
+    declares on a ``-- uses:`` line (``-- uses: _permitted, _layout``), in that order: the
+    ACL prelude (``lua/_permitted.lua``), which every script calls before its first command,
+    the layout argument's reader (``lua/_layout.lua``), the expiry index's helpers
+    (``lua/_expiry.lua``), the memory scripts' helpers (``lua/_memory.lua``) and their entry
+    writes (``lua/_entries.lua``). Only those: each library's functions are made anew on
+    every run of a script that carries it. A script whose file opens with a shebang line
+    (``#!lua flags=no-writes``: it only reads, so Redis runs it at full memory and never
+    lets it write) keeps that line first, where Redis looks for it."""
     lua = resources.files(__package__).joinpath("lua")
     own = lua.joinpath(f"{name}.lua").read_text("utf-8")
     first = ""
     if own.startswith("#!"):
         first, own = own.split("\n", 1)
         first += "\n"
-    parts = ("_permitted", "_layout", "_expiry", "_memory", "_entries")
+    parts = uses(own)
     return first + "".join(lua.joinpath(f"{p}.lua").read_text("utf-8") for p in parts) + own
+
+
+def uses(source: str) -> list[str]:
+    """The libraries a script's opening comment declares (``-- uses: a, b``), in order."""
+    for line in source.splitlines():
+        if not line.startswith(("--", "#!")):
+            break
+        if line.startswith("-- uses:"):
+            named = [part.strip() for part in line.removeprefix("-- uses:").split(",")]
+            unknown = [n for n in named if n not in LIBRARIES]
+            if unknown:
+                raise ValueError(f"unknown Lua libraries {unknown} (known: {LIBRARIES})")
+            return named
+    return []
 
 
 def register(client: Any, name: str) -> AsyncScript:

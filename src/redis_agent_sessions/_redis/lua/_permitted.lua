@@ -1,4 +1,5 @@
--- Prepended to every script by _scripts.py (a library, not a script: no KEYS, no ARGV).
+-- Prepended to every script that names it on its '-- uses:' line (_redis/scripts.py), as every
+-- script does: a library, not a script (no KEYS, no ARGV).
 -- A command the connection's ACL user may not run stops a script with an error, and
 -- Redis keeps whatever the script wrote before it: scripts are not rolled back. So each
 -- script asks first, before any command, for every command it may run on every key, and

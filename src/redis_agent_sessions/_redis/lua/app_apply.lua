@@ -5,6 +5,7 @@
 -- different users meet in the same order whoever applies them, whenever.
 -- A version is the entry's outbox id (the user's shard's clock, in ms, then a sequence),
 -- zero-padded so that versions compare as strings, then the user: "<ms>-<seq>:<user>".
+-- uses: _permitted, _expiry
 -- KEYS[1] app state hash   KEYS[2] app versions hash   KEYS[3] app sessions zset
 -- KEYS[4] app applied hash (user -> last outbox id applied)
 -- KEYS[5] the app's expiry index (_expiry.lua), scored on a cluster by when to check a session:

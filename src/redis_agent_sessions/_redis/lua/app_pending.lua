@@ -2,6 +2,7 @@
 -- outbox (sessions/_sweep.py), a zset in the app's slot: escaped user id -> ms time of the
 -- user's latest registration. Workers register a user before a user-slot script that records
 -- app-scope writes; the sweep applies what registered users left pending, then clears them.
+-- uses: _permitted
 -- KEYS[1] the app's registry zset
 -- ARGV[1] what to do, then its arguments:
 --   'add', member, now (ms): registers the user at `now`, or just after its current score

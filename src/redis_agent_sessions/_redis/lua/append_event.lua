@@ -1,4 +1,5 @@
 -- Appends one event and applies its state delta to every scope, as one atomic step.
+-- uses: _permitted, _layout, _expiry
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash         KEYS[5] user state hash
 -- KEYS[6] app state hash, or (cluster layout) the user's app outbox stream

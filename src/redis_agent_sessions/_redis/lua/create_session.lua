@@ -1,5 +1,6 @@
 -- Creates a session unless its id is taken, and writes its initial state in every scope.
 -- Nothing is written when the session exists, so a failed duplicate create has no side effect.
+-- uses: _permitted, _layout, _expiry
 -- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] user sessions zset
 -- KEYS[7] user sessions-by-update zset

@@ -1,4 +1,5 @@
 -- Deletes a session, its events and its index entries; user and app state stay.
+-- uses: _permitted, _layout
 -- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] events stream
 -- KEYS[4] event ids hash      KEYS[5] user sessions zset   KEYS[6] app sessions zset, or
 --   (cluster layout) the user's app outbox stream

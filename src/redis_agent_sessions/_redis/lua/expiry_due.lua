@@ -1,4 +1,5 @@
 -- The due members of an app's expiry index (_expiry.lua), for the sweep to check.
+-- uses: _permitted, _expiry
 -- KEYS[1] the app's expiry index (ras:{<app>}:sessions_expiry)
 -- ARGV[1] the caller's clock, whole ms since the epoch   ARGV[2] at most this many
 -- ARGV[3] '1' to claim them (see expiry_due in _expiry.lua), '' to only read them (a dry run)

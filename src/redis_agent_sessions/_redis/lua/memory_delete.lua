@@ -1,4 +1,5 @@
 -- Deletes memory entries with their postings, all or nothing.
+-- uses: _permitted, _memory, _entries
 -- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] texts hash   KEYS[4] ingestion set
 -- KEYS[5] stats hash   KEYS[6] document frequencies hash   KEYS[7] context hash
 -- KEYS[8..] entry hashes, session sets and posting zsets, referenced by index below

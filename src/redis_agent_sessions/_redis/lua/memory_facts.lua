@@ -1,5 +1,6 @@
 -- Applies a generator's operations on one user's facts, all or nothing, each checked against
 -- the revision the generator saw (compare-and-set), and moves the session's watermark.
+-- uses: _permitted, _memory, _entries
 -- KEYS[1] entries zset   KEYS[2] texts hash   KEYS[3] stats hash   KEYS[4] document
 --   frequencies hash   KEYS[5] context hash   KEYS[6] facts zset (id -> last change, s)
 -- KEYS[7] expiry zset (id -> ms)   KEYS[8] the session's watermark string

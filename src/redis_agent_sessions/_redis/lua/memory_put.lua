@@ -1,4 +1,5 @@
 -- Writes a batch of memory entries with their term statistics (and postings), all or nothing.
+-- uses: _permitted, _memory, _entries
 -- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] session set   KEYS[4] ingestion set
 -- KEYS[5] texts hash     KEYS[6] stats hash (n = entries indexed, len = their quarter
 --   lengths)   KEYS[7] document frequencies hash (term -> entries found by it with their

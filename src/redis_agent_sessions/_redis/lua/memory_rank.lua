@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- Plain-backend search: one user's entries ranked by BM25 (memory/_ranking.py), best first.
+-- uses: _permitted, _memory
 -- KEYS[1] stats hash (n, len)   KEYS[2] entries zset (id by time)   KEYS[3] texts hash
 -- KEYS[4] document frequencies hash   KEYS[5] context hash (see _memory.lua)
 -- KEYS[6..] posting zsets: a term's (entry id by weight) and gram ones (id by time)

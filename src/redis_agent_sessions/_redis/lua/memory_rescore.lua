@@ -2,6 +2,7 @@
 -- Search-backend ranking, last step: the candidates the search module proposed scored
 -- exactly as the plain backend scores (memory_rank.lua), by BM25 over each one's terms with
 -- their context, and the turns around the best of them too (_memory.lua's best_entries).
+-- uses: _permitted, _memory
 -- KEYS[1] context hash (one user's)   KEYS[2..] entry hashes holding a query word's grams
 -- ARGV[1] limit   ARGV[2] entries indexed by terms (n)   ARGV[3] author weight
 -- ARGV[4] substring weight   ARGV[5] average quarter length   ARGV[6] BM25 k1

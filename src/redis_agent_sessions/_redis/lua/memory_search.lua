@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- Plain-backend search: the entries matching the most query words, newest first.
+-- uses: _permitted
 -- KEYS[1] texts hash (entry id -> lowercased text)   KEYS[2..] posting zsets (id by time)
 -- ARGV[1] limit   ARGV[2] number of query words, then for each word: the number of its
 --   postings, that many KEYS indexes (an entry must be in all), and a substring the

@@ -1,4 +1,5 @@
 -- Stores re-embedded vectors on memory entries whose content is still what was embedded.
+-- uses: _permitted
 -- KEYS[1], KEYS[2], ... entry hashes (one (app, user): one slot)
 -- ARGV[1] the model name (vmodel), then for each key: the content that was embedded (as
 --   read: compared whole, which costs no more than reading it did), its vkey, its vector

@@ -2,6 +2,7 @@
 -- Each session is re-checked here, so one re-created since the caller looked is kept; a kept
 -- one that is in the app's expiry index is due there again when its metadata says it expires
 -- (or in EXPIRY_RECHECK_MS, _expiry.lua, when that has passed or is not known).
+-- uses: _permitted, _layout, _expiry
 -- KEYS[1] app sessions zset, or (cluster layout) the user's app outbox stream;
 --   single node: KEYS[2] the app sessions-by-update zset, KEYS[3] the app's expiry index;
 --   then for each session: its meta hash, its user sessions zset and its user

@@ -3,6 +3,7 @@
 -- The cluster layout's fallback when optimistic pipelined reads keep racing with writers:
 -- read-only, and a script rather than MULTI, which redis-py's cluster client runs slowly.
 -- (Lua copies every entry into tables and back: ~2.5x a pipeline for 1,000 events.)
+-- uses: _permitted, _layout
 -- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] user state hash
 -- KEYS[4] events stream       KEYS[5] app state hash, or (cluster layout) the
 --   user's app outbox stream

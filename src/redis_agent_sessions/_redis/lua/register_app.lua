@@ -5,6 +5,7 @@
 -- Writes only for an app not yet listed, so a Redis user that may only read the registry
 -- (a tenant, whose app an operator registered: docs/security.md#tenants) never writes it,
 -- and no tenant can remove, retype or hide another app's entry.
+-- uses: _permitted
 -- KEYS[1] the apps zset (member: the escaped app name, scored by its first creation time)
 -- ARGV[1] the app's member   ARGV[2] its first session's creation time (float text)
 -- ARGV[3] '1' to list it, '' to check only

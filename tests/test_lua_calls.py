@@ -1,0 +1,112 @@
+"""The Python-Lua boundary by name: each script declares the Lua libraries it calls (its
+``-- uses:`` line, and no others are prepended to it)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+from redis_agent_sessions._redis import scripts as _scripts
+
+LUA = resources.files("redis_agent_sessions._redis").joinpath("lua")
+_FILES = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
+SCRIPTS = [name for name in _FILES if not name.startswith("_")]
+LIBRARIES = [name for name in _FILES if name.startswith("_")]
+# What Lua 5.1 and Redis give every script; any other name a script calls is its own or a
+# library's.
+BUILTINS = {
+    "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget", "rawset",
+    "select", "setmetatable", "getmetatable", "tonumber", "tostring", "type", "unpack",
+}  # fmt: skip
+
+
+def _source(name: str) -> str:
+    return LUA.joinpath(f"{name}.lua").read_text("utf-8")
+
+
+def _code(text: str) -> str:
+    """Lua text without its comments and with every string literal emptied (names in them
+    are not calls); one pass, so that a ``--`` inside a string is no comment."""
+
+    def blank(found: re.Match[str]) -> str:
+        return "" if found.group(0).startswith("--") else "''"
+
+    return re.sub(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|--[^\n]*", blank, text)
+
+
+def _defined(code: str) -> set[str]:
+    """The names a chunk defines at its top level (``local function f``, ``local X =``)."""
+    found = set(re.findall(r"^local function (\w+)", code, re.M))
+    return found | set(re.findall(r"^local (\w+)\s*=", code, re.M))
+
+
+def _names(code: str) -> set[str]:
+    """Every name a chunk mentions, fields (``a.b``, ``a:b``) left out."""
+    return set(re.findall(r"(?<![.:\w])([A-Za-z_]\w*)", code))
+
+
+KEYWORDS = {"and", "elseif", "function", "if", "in", "not", "or", "return", "until", "while"}
+
+
+def _called(code: str) -> set[str]:
+    return set(re.findall(r"(?<![.:\w])([A-Za-z_]\w*)\s*\(", code)) - KEYWORDS
+
+
+DEFINED = {lib: _defined(_code(_source(lib))) for lib in LIBRARIES}
+
+
+def _needed(code: str, own: set[str]) -> list[str]:
+    """The libraries defining a name ``code`` mentions and does not define itself, in the
+    order they are prepended."""
+    names = _names(code) - own
+    return [lib for lib in _scripts.LIBRARIES if DEFINED[lib] & names]
+
+
+def test_the_libraries_are_the_files_and_define_distinct_names() -> None:
+    assert sorted(_scripts.LIBRARIES) == LIBRARIES
+    for i, lib in enumerate(LIBRARIES):
+        for other in LIBRARIES[i + 1 :]:
+            assert not DEFINED[lib] & DEFINED[other], (lib, other)
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_a_library_calls_only_libraries_prepended_before_it(lib: str) -> None:
+    code = _code(_source(lib))
+    needed = _needed(code, DEFINED[lib])
+    order = _scripts.LIBRARIES
+    assert all(order.index(n) < order.index(lib) for n in needed), (lib, needed)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_script_declares_exactly_the_libraries_it_calls(name: str) -> None:
+    text = _source(name)
+    code = _code(text)
+    declared = _scripts.uses(text)
+    needed = _needed(code, _defined(code))
+    # What those libraries call in turn comes with them.
+    for lib in list(needed):
+        needed += [n for n in _needed(_code(_source(lib)), DEFINED[lib]) if n not in needed]
+    assert declared == sorted(needed, key=_scripts.LIBRARIES.index), name
+    # Every function it calls is a builtin, its own, or one of theirs.
+    known = BUILTINS | _names(code) & _defined(code) | {"redis"}
+    for lib in declared:
+        known |= DEFINED[lib]
+    local = set(re.findall(r"\blocal function (\w+)", code))
+    local |= set(re.findall(r"\blocal (\w+)\s*=\s*function\b", code))
+    assert _called(code) <= known | local, (name, _called(code) - known - local)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_only_the_declared_libraries_are_prepended(name: str) -> None:
+    own = _source(name)
+    first = own.split("\n", 1)[0] + "\n" if own.startswith("#!") else ""
+    libraries = "".join(_source(lib) for lib in _scripts.uses(own))
+    assert _scripts.lua_source(name) == first + libraries + own.removeprefix(first)
+
+
+def test_an_unknown_library_is_refused() -> None:
+    with pytest.raises(ValueError, match="_nope"):
+        _scripts.uses("-- A script.\n-- uses: _permitted, _nope\n-- KEYS[1] k: a key\nreturn 1\n")
+    assert _scripts.uses("-- A script that calls no library.\nreturn 1\n") == []
