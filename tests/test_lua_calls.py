@@ -1,14 +1,19 @@
-"""The Python-Lua boundary by name: each script declares the Lua libraries it calls (its
-``-- uses:`` line, and no others are prepended to it)."""
+"""The Python-Lua boundary by name: each script's header declares its KEYS and ARGV by name,
+in the order of its call object's fields (``_redis/calls.py``), and the Lua libraries it calls
+(its ``-- uses:`` line; no others are prepended to it)."""
 
 from __future__ import annotations
 
 import re
+import typing
 from importlib import resources
+from typing import Any, cast
 
 import pytest
 
+from redis_agent_sessions._redis import memory_calls, session_calls
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.calls import Script
 
 LUA = resources.files("redis_agent_sessions._redis").joinpath("lua")
 _FILES = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
@@ -110,3 +115,90 @@ def test_an_unknown_library_is_refused() -> None:
     with pytest.raises(ValueError, match="_nope"):
         _scripts.uses("-- A script.\n-- uses: _permitted, _nope\n-- KEYS[1] k: a key\nreturn 1\n")
     assert _scripts.uses("-- A script that calls no library.\nreturn 1\n") == []
+
+
+# -- KEYS and ARGV by name ---------------------------------------------------------------------
+
+CALLS: dict[str, Script[Any, Any]] = {
+    s.name: s for s in session_calls.SCRIPTS + memory_calls.SCRIPTS
+}
+DECLARATION = re.compile(r"-- (KEYS|ARGV)\[(\d+)\](\.\.\.)? (\w+): \S")
+
+
+def _declared(text: str) -> dict[str, list[tuple[int, bool, str]]]:
+    """The KEYS and ARGV a script's opening comment declares: (position, whether the
+    position and those after it are meant (``KEYS[n]...``), name), in order."""
+    found: dict[str, list[tuple[int, bool, str]]] = {"KEYS": [], "ARGV": []}
+    for line in text.splitlines():
+        if not line.startswith(("--", "#!")):
+            break
+        if line.startswith(("-- KEYS[", "-- ARGV[")):
+            match = DECLARATION.match(line)
+            assert match is not None, f"not a declaration ('-- KEYS[n] name: ...'): {line!r}"
+            group, at, more, name = match.groups()
+            found[group].append((int(at), more is not None, name))
+    return found
+
+
+def test_every_script_has_a_call_object() -> None:
+    assert sorted(CALLS) == SCRIPTS
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_header_declares_the_call_objects_fields_in_order(name: str) -> None:
+    script = CALLS[name]
+    declared = _declared(_source(name))
+    for group, fields, more in zip(
+        ("KEYS", "ARGV"), script.fields(), (script.more_keys, script.more_args), strict=True
+    ):
+        positions = [at for at, _, _ in declared[group]]
+        assert positions == list(range(1, len(positions) + 1)), (name, group, positions)
+        assert [n for _, _, n in declared[group]] == fields, (name, group)
+        # Only the last may stand for a run of positions, and the call object says so too.
+        runs = [is_run for _, is_run, _ in declared[group]]
+        assert runs == [False] * (len(runs) - 1) + [more] if runs else not more, (name, group)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_call_is_sent_as_its_header_lists_it(name: str) -> None:
+    """Each field lands at its declared position; a run's items go in its place, and an
+    optional field set to None is left out (the later ones move up)."""
+    script = CALLS[name]
+    declared = _declared(_source(name))
+    runs = {n for group in declared.values() for _, is_run, n in group if is_run}
+    values = {n: [f"{n}.1", f"{n}.2"] if n in runs else n for n in script.call._fields}
+    keys, args = script.split(script.call(**values))
+    expected = {
+        group: [x for _, _, n in declared[group] for x in (values[n] if n in runs else [n])]
+        for group in ("KEYS", "ARGV")
+    }
+    assert (keys, args) == (expected["KEYS"], expected["ARGV"])
+    if script.optional:
+        hints = typing.get_type_hints(script.call)
+        gone = [n for n in script.call._fields if type(None) in typing.get_args(hints[n])]
+        assert gone, name
+        keys, args = script.split(script.call(**{**values, **dict.fromkeys(gone)}))
+        assert not set(gone) & {*keys, *args}
+        assert len(keys) + len(args) == len(expected["KEYS"]) + len(expected["ARGV"]) - len(gone)
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ([1, 3, b"5-0", [b"m"]], (1, 3, b"5-0", [b"m"], None)),
+        ([1, 3, b"5-0", [], ["catch-up"]], (1, 3, b"5-0", [], ["catch-up"])),
+        ([2, 3, b"", [b"entry"]], (2, 3, None, [b"entry"], None)),
+        ([-1], (-1, None, None, [], None)),
+        ([-2, 4], (-2, 4, None, [], None)),
+        ([-2, 4, ["catch-up"]], (-2, 4, None, [], ["catch-up"])),
+    ],
+)
+def test_an_append_reply_is_read_by_name(reply: list[Any], expected: tuple[Any, ...]) -> None:
+    read = session_calls.APPEND_EVENT.reply(cast(Any, None), reply)
+    assert (read.status, read.revision, read.stream_id, read.after, read.catch_up) == expected
+    incomplete = session_calls.APPEND_EVENT.reply(cast(Any, None), [-5, b"meta", b"events"])
+    assert (incomplete.status, incomplete.key, list(incomplete.missing)) == (
+        -5,
+        b"meta",
+        [b"events"],
+    )

@@ -22,6 +22,12 @@ from pydantic import ValidationError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.memory_calls import (
+    MEMORY_FACTS,
+    MemoryFacts,
+    first_referenced,
+    first_vector,
+)
 from redis_agent_sessions.errors import (
     ConsolidationConflictError,
     CorruptDataError,
@@ -50,8 +56,6 @@ _FIELDS = ("id", "content", "topics", "rev", "created", "ts", "expires", "source
 ATTEMPTS = 5
 _BACKOFF, _BACKOFF_CAP = 0.05, 1.0
 """Seconds: the first pause after a conflict at most, and the longest."""
-_FIXED_ARGS = 9
-"""memory_facts' fixed ARGV; vectors follow."""
 
 Outcome = Literal["applied", "fact changed", "watermark moved"]
 
@@ -89,7 +93,7 @@ class FactStore:
         self.keys = keys
         self._store = store
         self.history_size = history
-        self._script = _scripts.register(client, "memory_facts")
+        self._script = _scripts.register(client, MEMORY_FACTS)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -254,13 +258,9 @@ class FactStore:
         rows = await self._store.read(app, user, touched, *_SIG_FIELDS, "rev")
         stored = dict(zip(touched, rows, strict=True))
         sid = session_id if session_id is not None else ""
-        ks = _Keys([
-            k.memory_entries(app, user), k.memory_texts(app, user), k.memory_stats(app, user),
-            k.memory_df(app, user), k.memory_context(app, user), k.memory_facts(app, user),
-            k.memory_fact_expiry(app, user), k.memory_watermark(app, user, sid),
-            k.memory_read_events(app, user, sid),
-        ])  # fmt: skip
-        ops, vectors = [], []
+        ks = _Keys(first_referenced(MEMORY_FACTS))
+        ops: list[dict[str, Any]] = []
+        vectors: list[bytes] = []
         for change in changes:
             row = stored.get(change.fact_id)
             if row is not None and text(row[6] or "") != str(change.seen):
@@ -277,8 +277,8 @@ class FactStore:
                 op.update(self._store.entry_op(ks, app, user, change.doc))
                 op["exp"] = change.expires_ms
                 if change.doc.vkey is not None and change.doc.vec is not None:
+                    op["v"] = first_vector(MEMORY_FACTS) + len(vectors)
                     vectors.append(change.doc.vec)
-                    op["v"] = _FIXED_ARGS + len(vectors)
             if row is not None:
                 op["x"] = stored_sig(row) or ""
                 op["o"] = [ks.ref(key) for key in self._store.stored_postings(app, user, row)]
@@ -289,19 +289,32 @@ class FactStore:
                 )  # fmt: skip
                 op["was"] = was.model_dump_json()
             ops.append(op)
-        reply = await _scripts.call(
-            self._script,
-            ks.keys,
-            [
-                int(self._store.postings), K1, B,
-                "*" if session_id is None else seen_mark, new_mark,
-                self.history_size, int(now * 1000), orjson.dumps(ops), orjson.dumps(list(read)),
-                *vectors,
-            ],
-        )  # fmt: skip
-        if reply[0] == 1:
+        call = MemoryFacts(
+            entries=k.memory_entries(app, user),
+            texts=k.memory_texts(app, user),
+            stats=k.memory_stats(app, user),
+            df=k.memory_df(app, user),
+            context=k.memory_context(app, user),
+            facts=k.memory_facts(app, user),
+            expiry=k.memory_fact_expiry(app, user),
+            watermark=k.memory_watermark(app, user, sid),
+            read_events=k.memory_read_events(app, user, sid),
+            referenced=ks.keys,
+            postings=int(self._store.postings),
+            k1=K1,
+            b=B,
+            seen_mark="*" if session_id is None else seen_mark,
+            new_mark=new_mark,
+            history_size=self.history_size,
+            now_ms=int(now * 1000),
+            operations=orjson.dumps(ops),
+            read=orjson.dumps(list(read)),
+            vectors=vectors,
+        )
+        applied = await _scripts.run(self._script, call)
+        if applied.status == 1:
             return "applied"
-        return "watermark moved" if reply[0] == 3 else "fact changed"
+        return "watermark moved" if applied.status == 3 else "fact changed"
 
     async def delete(self, app: str, user: str, fact_id: str) -> bool:
         """Forget one fact and its history (``delete_memory``); False when it is gone."""

@@ -37,6 +37,13 @@ from redis.exceptions import ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.memory_calls import (
+    MEMORY_RANK,
+    MEMORY_RESCORE,
+    MemoryRank,
+    MemoryRescore,
+    first_referenced,
+)
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.keys import KeySpace, unescape
 from redis_agent_sessions.memory._analysis import (
@@ -113,31 +120,42 @@ class PlainRanker:
 
     def __init__(self, client: Any, keys: KeySpace) -> None:
         self._keys = keys
-        self._script = _scripts.register(client, "memory_rank")
+        self._script = _scripts.register(client, MEMORY_RANK)
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
-        keys = [
-            k.memory_stats(app, user),
-            k.memory_entries(app, user),
-            k.memory_texts(app, user),
-            k.memory_df(app, user),
-            k.memory_context(app, user),
-        ]
-        args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT]
-        args += [max(CANDIDATES, 2 * limit), max(EXPAND, limit), AUTHOR_WEIGHT, K1, B]
-        args.append(len(terms))
+        # A term's posting is named by its KEYS position: the postings follow the fixed keys.
+        postings: list[str] = []
+        at = first_referenced(MEMORY_RANK)
+        args: list[Any] = [len(terms)]
         for t in terms:
-            keys.append(k.memory_term(app, user, t.term))
-            args += [t.term, t.times, len(keys), len(t.grams)]
+            postings.append(k.memory_term(app, user, t.term))
+            args += [t.term, t.times, at + len(postings) - 1, len(t.grams)]
             for gram in t.grams:
-                keys.append(k.memory_gram(app, user, gram))
-                args.append(len(keys))
+                postings.append(k.memory_gram(app, user, gram))
+                args.append(at + len(postings) - 1)
             args.append(t.term if t.grams else "")
-        reply = await _scripts.call(self._script, keys, args)
-        total, n, read = int(reply[0]), int(reply[1]), int(reply[2])
-        hits = [(text(i), float(s)) for i, s in zip(reply[3::2], reply[4::2], strict=True)]
-        return Ranked(hits, total - n, total, read)
+        call = MemoryRank(
+            stats=k.memory_stats(app, user),
+            entries=k.memory_entries(app, user),
+            texts=k.memory_texts(app, user),
+            df=k.memory_df(app, user),
+            context=k.memory_context(app, user),
+            postings=postings,
+            limit=limit,
+            read_budget=READ_BUDGET,
+            substring_cap=SUBSTRING_CAP,
+            substring_weight=SUBSTRING_WEIGHT,
+            candidates=max(CANDIDATES, 2 * limit),
+            expand=max(EXPAND, limit),
+            author_weight=AUTHOR_WEIGHT,
+            k1=K1,
+            b=B,
+            terms=args,
+        )
+        found = await _scripts.run(self._script, call)
+        hits = [(text(i), float(s)) for i, s in found.hits]
+        return Ranked(hits, found.total - found.indexed, found.total, found.read)
 
 
 class IndexRanker:
@@ -151,7 +169,7 @@ class IndexRanker:
         self._missing = missing
         """(app, ResponseError) -> whether a missing index means nothing to find (a user's,
         made at their first write); raises when it is an error (an app's, provisioned)."""
-        self._script = _scripts.register(topology.client, "memory_rescore")
+        self._script = _scripts.register(topology.client, MEMORY_RESCORE)
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
@@ -214,19 +232,33 @@ class IndexRanker:
             for reply in replies[: len(candidates)]
             for key in _doc_keys(reply)
         }
-        keys = [k.memory_context(app, user)]
-        args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, length / n, K1, B]
-        args += [max(EXPAND, limit), len(terms)]
+        # An entry holding a word's grams is named by its KEYS position, after the context.
+        holding: list[str] = []
+        at = first_referenced(MEMORY_RESCORE)
+        args: list[Any] = [len(terms)]
         inside = dict(zip([t.term for t in subs], replies[len(candidates) :], strict=True))
         for i, t in enumerate(terms):
-            holding = _doc_keys(inside[t.term]) if t.term in inside else []
-            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(holding)]
-            for key in holding:
-                keys.append(key)
-                args += [len(keys), unescape(key[start:])]
+            found = _doc_keys(inside[t.term]) if t.term in inside else []
+            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(found)]
+            for key in found:
+                holding.append(key)
+                args += [at + len(holding) - 1, unescape(key[start:])]
         args += [len(proposed), *proposed]
-        reply = await _scripts.call(self._script, keys, args)
-        ranked.hits = [(text(i), float(s)) for i, s in zip(reply[::2], reply[1::2], strict=True)]
+        call = MemoryRescore(
+            context=k.memory_context(app, user),
+            holding=holding,
+            limit=limit,
+            indexed=n,
+            author_weight=AUTHOR_WEIGHT,
+            substring_weight=SUBSTRING_WEIGHT,
+            average_length=length / n,
+            k1=K1,
+            b=B,
+            expand=max(EXPAND, limit),
+            terms=args,
+        )
+        scored = await _scripts.run(self._script, call)
+        ranked.hits = [(text(i), float(s)) for i, s in scored]
         return ranked
 
 

@@ -17,6 +17,13 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.memory_calls import (
+    MEMORY_SEARCH,
+    MEMORY_VECTORS,
+    MemorySearch,
+    MemoryVectors,
+    first_referenced,
+)
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace, escape
@@ -303,8 +310,8 @@ class PlainSearch:
         self._redis = client
         self._keys = keys
         self._semantic = semantic
-        self._script = _scripts.register(client, "memory_search")
-        self._vectors = _scripts.register(client, "memory_vectors")
+        self._script = _scripts.register(client, MEMORY_SEARCH)
+        self._vectors = _scripts.register(client, MEMORY_VECTORS)
 
     async def nearest(self, app: str, user: str, query: bytes, k: int) -> list[Hit]:
         """The ``k`` nearest of the user's newest ``PLAIN_SCAN`` entries by exact cosine,
@@ -315,24 +322,28 @@ class PlainSearch:
         newest = await self._redis.zrevrange(entries, 0, PLAIN_SCAN - 1, withscores=True)
         base = self._keys.memory_entry(app, user, "")  # escaping each whole key cost ~10%
         keys = [base + escape(text(member)) for member, _ in newest]
-        blobs = await _scripts.call(self._vectors, keys, []) if keys else []
+        blobs = await _scripts.run(self._vectors, MemoryVectors(keys)) if keys else []
         rows = [(text(m), float(ts), b) for (m, ts), b in zip(newest, blobs, strict=True)]
         return nearest(self._semantic.vectorizer, query, rows, k)
 
     async def search(self, app: str, user: str, words: Iterable[str], limit: int) -> list[str]:
-        keys = [self._keys.memory_texts(app, user)]
-        args: list[Any] = [limit, 0]
+        # A word's postings are named by their KEYS position, after the texts hash.
+        postings: list[str] = []
+        at = first_referenced(MEMORY_SEARCH)
+        args: list[Any] = [0]
         for word in sorted(words):
             if word.isascii():
-                postings, verify = [self._keys.memory_word(app, user, word)], ""
+                its, verify = [self._keys.memory_word(app, user, word)], ""
             else:
                 grams = sorted(query_grams(word))
-                postings, verify = [self._keys.memory_gram(app, user, g) for g in grams], word
-            args.append(len(postings))
-            for key in postings:
-                keys.append(key)
-                args.append(len(keys))
+                its, verify = [self._keys.memory_gram(app, user, g) for g in grams], word
+            args.append(len(its))
+            for key in its:
+                postings.append(key)
+                args.append(at + len(postings) - 1)
             args.append(verify)
-            args[1] += 1
-        reply = await _scripts.call(self._script, keys, args)
-        return [text(x) for x in reply[::2]]
+            args[0] += 1
+        call = MemorySearch(
+            texts=self._keys.memory_texts(app, user), postings=postings, limit=limit, words=args
+        )
+        return [text(x) for x in await _scripts.run(self._script, call)]

@@ -23,6 +23,16 @@ from redis.exceptions import NoPermissionError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import _check_json, text
+from redis_agent_sessions._redis.memory_calls import (
+    MEMORY_DELETE,
+    MEMORY_PUT,
+    MEMORY_VECTOR,
+    MemoryDelete,
+    MemoryPut,
+    MemoryVector,
+    first_referenced,
+    first_vector,
+)
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.memory._analysis import ANALYSIS, K1, Analysed, B
@@ -43,8 +53,6 @@ _INGEST_TTL = 3600
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
 _SIG_FIELDS = ("own", "tf", "dl", "au", "grams", "words")
-_ARGS = 9
-"""memory_put's fixed ARGV; vectors follow."""
 
 
 @functools.lru_cache(maxsize=65536)
@@ -175,15 +183,17 @@ def parse_iso(value: str) -> float:
 
 @dataclass
 class _Keys:
-    """KEYS for one script call: fixed ones first, the rest by index."""
+    """The keys a script call names by their position in KEYS (its ``referenced``), from
+    ``first`` on (:func:`first_referenced`)."""
 
-    keys: list[str]
+    first: int
+    keys: list[str] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
 
     def ref(self, key: str) -> int:
         if key not in self.index:
+            self.index[key] = self.first + len(self.keys)
             self.keys.append(key)
-            self.index[key] = len(self.keys)
         return self.index[key]
 
 
@@ -209,9 +219,9 @@ class MemoryStore:
         self._redis = client
         self.keys = keys
         self.postings = postings
-        self._put = _scripts.register(client, "memory_put")
-        self._delete = _scripts.register(client, "memory_delete")
-        self._vectors = _scripts.register(client, "memory_vector")
+        self._put = _scripts.register(client, MEMORY_PUT)
+        self._delete = _scripts.register(client, MEMORY_DELETE)
+        self._vectors = _scripts.register(client, MEMORY_VECTOR)
 
     def _postings(self, ks: _Keys, app: str, user: str, doc: Doc) -> list[list[int]]:
         """The postings a doc is added to, its own terms': [key index, quarter weight]."""
@@ -293,51 +303,46 @@ class MemoryStore:
         session_key = (
             entries if session_id is None else self.keys.memory_session(app, user, session_id)
         )
-        stats = self.keys.memory_stats(app, user)
-        fixed = [
-            entries,
-            self.keys.memory_deleted(app, user),
-            session_key,
-            ingest or entries,
-            self.keys.memory_texts(app, user),
-            stats,
-            self.keys.memory_df(app, user),
-            self.keys.memory_context(app, user),
-        ]
         stored: list[Any] | None = None
         for _ in range(_ATTEMPTS):
-            ks = _Keys(list(fixed))
+            ks = _Keys(first_referenced(MEMORY_PUT))
             ops = []
             vectors: list[bytes] = []
             for i, doc in enumerate(docs):
                 op = self.entry_op(ks, app, user, doc)
                 if doc.vkey is not None and doc.vec is not None:
+                    op["v"] = first_vector(MEMORY_PUT) + len(vectors)
                     vectors.append(doc.vec)
-                    op["v"] = _ARGS + len(vectors)
                 if stored is not None and (sig := stored_sig(stored[i])) is not None:
                     op["x"] = sig
                     op["o"] = [ks.ref(k) for k in self.stored_postings(app, user, stored[i])]
                 ops.append(op)
-            reply = await _scripts.call(
-                self._put,
-                ks.keys,
-                [
-                    mode,
-                    int(self.postings),
-                    int(session_id is not None),
-                    _INGEST_TTL if ingest else 0,
-                    int(final),
-                    _STALE_BATCH,
-                    orjson.dumps(ops),
-                    K1,
-                    B,
-                    *vectors,
-                ],
+            call = MemoryPut(
+                entries=entries,
+                deleted=self.keys.memory_deleted(app, user),
+                session=session_key,
+                ingestion=ingest or entries,
+                texts=self.keys.memory_texts(app, user),
+                stats=self.keys.memory_stats(app, user),
+                df=self.keys.memory_df(app, user),
+                context=self.keys.memory_context(app, user),
+                referenced=ks.keys,
+                mode=mode,
+                postings=int(self.postings),
+                record_session=int(session_id is not None),
+                ingestion_ttl=_INGEST_TTL if ingest else 0,
+                final=int(final),
+                stale_limit=_STALE_BATCH,
+                entries_json=orjson.dumps(ops),
+                k1=K1,
+                b=B,
+                vectors=vectors,
             )
-            if reply[0] == 1:
-                return [text(x) for x in reply[2:]]
-            if reply[0] == 2 and embed is not None:
-                missing = {text(x) for x in reply[1:]}
+            put = await _scripts.run(self._put, call)
+            if put.status == 1:
+                return [text(x) for x in put.stale]
+            if put.status == 2 and embed is not None:
+                missing = {text(x) for x in put.missing}
                 await embed([doc for doc in docs if doc.id in missing])
                 continue
             stored = await self._read(app, user, [d.id for d in docs], *_SIG_FIELDS)
@@ -363,12 +368,13 @@ class MemoryStore:
     ) -> tuple[int, int]:
         """Store (id, content embedded, vkey, vector) where the content is unchanged:
         (stored, skipped)."""
-        keys = [self.keys.memory_entry(app, user, memory_id) for memory_id, *_ in rows]
-        args: list[Any] = [model]
-        for _, content, vkey, vector in rows:
-            args += [content, vkey, vector]
-        reply = await _scripts.call(self._vectors, keys, args)
-        return int(reply[0]), int(reply[1])
+        call = MemoryVector(
+            entries=[self.keys.memory_entry(app, user, memory_id) for memory_id, *_ in rows],
+            model=model,
+            rows=[x for _, content, vkey, vector in rows for x in (content, vkey, vector)],
+        )
+        done = await _scripts.run(self._vectors, call)
+        return done.stored, done.skipped
 
     async def vector_keys(self, app: str, user: str, ids: Sequence[str]) -> list[Any]:
         """(id, vkey) stored for each id: None id when the entry does not exist."""
@@ -388,18 +394,7 @@ class MemoryStore:
         entries = self.keys.memory_entries(app, user)
         for _ in range(_ATTEMPTS):
             rows = await self._read(app, user, ids, *_SIG_FIELDS, "session")
-            stats = self.keys.memory_stats(app, user)
-            ks = _Keys(
-                [
-                    entries,
-                    self.keys.memory_deleted(app, user),
-                    self.keys.memory_texts(app, user),
-                    ingest or entries,
-                    stats,
-                    self.keys.memory_df(app, user),
-                    self.keys.memory_context(app, user),
-                ]
-            )
+            ks = _Keys(first_referenced(MEMORY_DELETE))
             ops = []
             for memory_id, row in zip(ids, rows, strict=True):
                 session = row[6]
@@ -415,18 +410,23 @@ class MemoryStore:
                 if only_session is not None:
                     op["only"] = only_session
                 ops.append(op)
-            reply = await _scripts.call(
-                self._delete,
-                ks.keys,
-                [
-                    int(tombstone),
-                    int(self.postings),
-                    int(ingest is not None),
-                    orjson.dumps(ops),
-                ],
+            call = MemoryDelete(
+                entries=entries,
+                deleted=self.keys.memory_deleted(app, user),
+                texts=self.keys.memory_texts(app, user),
+                ingestion=ingest or entries,
+                stats=self.keys.memory_stats(app, user),
+                df=self.keys.memory_df(app, user),
+                context=self.keys.memory_context(app, user),
+                referenced=ks.keys,
+                tombstone=int(tombstone),
+                postings=int(self.postings),
+                spare_ingesting=int(ingest is not None),
+                entries_json=orjson.dumps(ops),
             )
-            if reply[0] == 1:
-                return int(reply[1])
+            deleted = await _scripts.run(self._delete, call)
+            if deleted.done:
+                return deleted.removed
         raise RedisSessionsError("memory entries kept changing during the delete; gave up")
 
     async def delete_all(self, app: str, user: str) -> None:

@@ -1,44 +1,55 @@
 -- Appends one event and applies its state delta to every scope, as one atomic step.
 -- uses: _permitted, _layout, _expiry
--- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
--- KEYS[4] event ids hash         KEYS[5] user state hash
--- KEYS[6] app state hash, or (cluster layout) the user's app outbox stream
--- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see ARGV[12])
--- KEYS[9] app sessions-by-update zset (single node only)
--- KEYS[10] the app's expiry index (_expiry.lua; single node only)
--- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
--- ARGV[2] id of the last event the writer has ('' = none)
--- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
--- ARGV[4] event id   ARGV[5] event JSON   ARGV[6] event time, whole ms since the epoch
--- ARGV[7] last_update_time (float text)
--- ARGV[8] ttl seconds (0 = keep forever), unless the session's metadata has its own 'ttl'
---         (given at create time), which wins
--- ARGV[9] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
---         that may not be applied yet: older entries are dropped, newer ones returned
--- ARGV[10] session id (its member in the user's index)
--- ARGV[11] its member in the app-wide index ('<user>:<session>', escaped)
--- ARGV[12] '' or, for an event carrying a compaction summary, '<start> <end>' (its range of
---          event times, float text): the entry is indexed in KEYS[8] (member '<stream id>
---          <start> <end>', scored by start) and the entries whose ranges it contains are
---          dropped, so compaction-aware reads find the summaries that count without a scan
--- ARGV[13] '' or why this session's reads must always be full ('rewind', 'interrupt', ...;
---          the caller's view of the event). The script adds 'clock' when the event's time is
---          older than the newest stream id (stream ids then stop being event times) and
---          'compaction' when a summary's range ends after the summary's own entry. The
---          first reason is kept in the metadata as 'full_reads'.
--- ARGV[14] catch-up limit: a stale writer that is at most this many events behind gets
---          what it lacks with its refusal (see {-2 ...} below); 0 = never
--- ARGV[15] '' or '1': an appended event's reply carries the catch-up too (other writers
---          of this worker hold copies at the writer's old revision and wait their turn)
--- ARGV[16] the caller's clock, whole ms since the epoch: when the session expires (it has a
---          TTL), the metadata keeps when ('expires', ARGV[16] + TTL), and on a single node so
---          does the app's expiry index (on a cluster that is in another slot: see
---          sessions/_cluster.py)
--- ARGV[17] (single-node layout) how many due members of the expiry index to claim and return
--- ARGV[18] '' or the fingerprint of the model classes that wrote ARGV[5], stored beside it
---          (field 'schema'): a reader with the same classes may rebuild the event without
---          validating it again (sessions/_trusted.py)
--- ARGV[19..21] number of session, user and app fields, then that many field/JSON pairs
+-- KEYS[1] meta: the session's metadata hash
+-- KEYS[2] state: the session state hash
+-- KEYS[3] events: the events stream
+-- KEYS[4] event_ids: the event ids hash
+-- KEYS[5] user_state: the user state hash
+-- KEYS[6] app_state: the app state hash, or (cluster layout) the user's app outbox stream
+-- KEYS[7] user_updated: the user's sessions-by-update zset
+-- KEYS[8] compactions: the compactions zset (see ARGV[12])
+-- KEYS[9] app_updated: the app's sessions-by-update zset (single node only)
+-- KEYS[10] app_expiry: the app's expiry index (_expiry.lua; single node only)
+-- ARGV[1] revision: the revision the writer read ('' = unknown: compare ARGV[2] with the
+--   last event id)
+-- ARGV[2] last_event_id: id of the last event the writer has ('' = none)
+-- ARGV[3] stale_policy: 'reject' (stale writers fail) or 'merge' (stale writers apply, last
+--   writer wins)
+-- ARGV[4] event_id: the event's id
+-- ARGV[5] event: the event's JSON
+-- ARGV[6] event_ms: the event's time, whole ms since the epoch
+-- ARGV[7] update_time: the new last_update_time (float text)
+-- ARGV[8] ttl: ttl seconds (0 = keep forever), unless the session's metadata has its own
+--   'ttl' (given at create time), which wins
+-- ARGV[9] layout: the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest
+--   outbox id that may not be applied yet: older entries are dropped, newer ones returned
+-- ARGV[10] session_id: the session's id (its member in the user's index)
+-- ARGV[11] app_member: its member in the app-wide index ('<user>:<session>', escaped)
+-- ARGV[12] compaction: '' or, for an event carrying a compaction summary, '<start> <end>'
+--   (its range of event times, float text): the entry is indexed in KEYS[8] (member
+--   '<stream id> <start> <end>', scored by start) and the entries whose ranges it contains
+--   are dropped, so compaction-aware reads find the summaries that count without a scan
+-- ARGV[13] full_reads: '' or why this session's reads must always be full ('rewind',
+--   'interrupt', ...; the caller's view of the event). The script adds 'clock' when the
+--   event's time is older than the newest stream id (stream ids then stop being event
+--   times) and 'compaction' when a summary's range ends after the summary's own entry. The
+--   first reason is kept in the metadata as 'full_reads'.
+-- ARGV[14] catch_up_limit: a stale writer that is at most this many events behind gets what
+--   it lacks with its refusal (see {-2 ...} below); 0 = never
+-- ARGV[15] catch_up_now: '' or '1': an appended event's reply carries the catch-up too
+--   (other writers of this worker hold copies at the writer's old revision and wait their
+--   turn)
+-- ARGV[16] now_ms: the caller's clock, whole ms since the epoch: when the session expires
+--   (it has a TTL), the metadata keeps when ('expires', ARGV[16] + TTL), and on a single
+--   node so does the app's expiry index (on a cluster that is in another slot: see
+--   sessions/_cluster.py)
+-- ARGV[17] expiry_take: (single-node layout) how many due members of the expiry index to
+--   claim and return
+-- ARGV[18] schema: '' or the fingerprint of the model classes that wrote ARGV[5], stored
+--   beside it (field 'schema'): a reader with the same classes may rebuild the event
+--   without validating it again (sessions/_trusted.py)
+-- ARGV[19]... state_fields: the numbers of session, user and app fields (ARGV[19], [20],
+--   [21]), then that many field/JSON pairs of each, in that order
 -- The by-update indexes get the new last_update_time; the others are scored by creation.
 -- returns {1, new revision, stream id, after, catch-up if ARGV[15]} appended, where after is
 --         the outbox on a cluster and, on a single node, the expiry index's due members that

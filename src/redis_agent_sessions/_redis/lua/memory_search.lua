@@ -1,8 +1,10 @@
 #!lua flags=no-writes
 -- Plain-backend search: the entries matching the most query words, newest first.
 -- uses: _permitted
--- KEYS[1] texts hash (entry id -> lowercased text)   KEYS[2..] posting zsets (id by time)
--- ARGV[1] limit   ARGV[2] number of query words, then for each word: the number of its
+-- KEYS[1] texts: the texts hash (entry id -> lowercased text)
+-- KEYS[2]... postings: posting zsets (id by time)
+-- ARGV[1] limit: at most this many entries
+-- ARGV[2]... words: the number of query words, then for each word: the number of its
 --   postings, that many KEYS indexes (an entry must be in all), and a substring the
 --   entry's text must contain ('' = none)
 -- returns flat {id, words matched, ...}, best first, at most ARGV[1] entries, or

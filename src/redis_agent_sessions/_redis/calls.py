@@ -1,0 +1,66 @@
+"""The Python side of each Lua script, by name: what a call sends and how its reply reads.
+
+Each script shipped in ``lua/`` has a :class:`Script`: its call object, a NamedTuple whose
+fields are the script's KEYS and then its ARGV, in the order its header declares them
+(``-- KEYS[n] name: ...``, ``-- ARGV[n] name: ...``; ``-- ARGV[n]... name: ...`` for a last
+field whose items are that position and the ones after it), and the function that reads its reply into a reply
+object. ``tests/test_lua_calls.py`` holds every header and its call object alike, so a
+position cannot move on one side only.
+
+NamedTuples, not dataclasses: every append builds one, and a NamedTuple is built and laid out
+flat in C (a frozen dataclass with an append's 29 fields takes several times as long to make).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+__all__ = ["C", "R", "Script"]
+
+C = TypeVar("C", bound=tuple[Any, ...])
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, eq=False)
+class Script(Generic[C, R]):
+    """One ``lua/<name>.lua``: its call object (``call``), whose first ``keys`` fields are
+    KEYS and the rest ARGV, and how its reply is read (``reply(call, raw)``, after the
+    refusals every script shares are raised: see ``scripts.checked``)."""
+
+    name: str
+    call: type[C]
+    keys: int
+    reply: Callable[[C, Any], R]
+    more_keys: bool = False
+    """The last KEYS field is a sequence: its items are that key and the ones after it."""
+    more_args: bool = False
+    """The last ARGV field is a sequence: its items are that argument and the ones after."""
+    optional: bool = False
+    """A field may be None: it is then left out, and the ones after it move up (the header
+    says where, as for keys a layout does not have)."""
+
+    def split(self, call: C) -> tuple[list[Any], list[Any]]:
+        """``call``'s KEYS and ARGV, as sent."""
+        n = self.keys
+        keys = list(call[:n])
+        args = list(call[n:])
+        if self.more_keys:
+            keys[-1:] = keys[-1]
+        if self.more_args:
+            args[-1:] = args[-1]
+        if self.optional:
+            keys = [k for k in keys if k is not None]
+            args = [a for a in args if a is not None]
+        return keys, args
+
+    def fields(self) -> tuple[list[str], list[str]]:
+        """The names of the call object's KEYS fields and of its ARGV fields."""
+        names = list(self.call._fields)  # type: ignore[attr-defined]
+        return names[: self.keys], names[self.keys :]
+
+
+def raw(call: Any, reply: Any) -> Any:
+    """A reply taken as the script gives it (a list of hashes, of members, a count)."""
+    return reply
