@@ -79,8 +79,8 @@
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
 local cluster, unapplied = layout(ARGV[9])
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
-    'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7], 'EXISTS', KEYS[2],
-    'EXISTS', KEYS[3], 'EXISTS', KEYS[4])
+    'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
+  or denied_keys('EXISTS', KEYS[2], KEYS[3], KEYS[4])
   or (ARGV[19] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
   or (ARGV[20] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
@@ -89,10 +89,12 @@ local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 
     'ZADD', KEYS[10], 'ZRANGE', KEYS[10]))
   or (ARGV[12] ~= '' and denied('TYPE', KEYS[8], 'ZADD', KEYS[8], 'ZRANGE', KEYS[8],
     'ZREM', KEYS[8]))
--- Whether the session expires is known only once its metadata is read: ask now, refuse
--- after that read (a read changes nothing) and before the first write.
-local expire_refused = denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
-    'EXPIRE', KEYS[4], 'EXPIRE', KEYS[8])
+-- Whether the session expires is known only once its metadata is read: asked then, only
+-- for a session that expires (a read changes nothing), before the first write.
+local function expire_refused()
+  return denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3], 'EXPIRE', KEYS[4],
+    'EXPIRE', KEYS[8])
+end
 -- The catch-up's reads (see catch_up below) are asked only when a catch-up is due; when
 -- refused there is no catch-up, and no error.
 local function catch_up_refused()
@@ -102,11 +104,13 @@ end
 if refused then return refused end
 
 local has_outbox = false
+local state_type = nil -- KEYS[2]'s, when this append writes it
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
   if ARGV[18 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
+    if i == 2 then state_type = t end
     if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[21] ~= '0' end
   end
 end
@@ -137,14 +141,30 @@ if not meta[1] then return {-1} end
 local rev = tonumber(meta[1])
 -- Redis may evict a session's keys one by one (maxmemory-policy): written as if whole, such
 -- a session would lose its history for good, and without its event ids a retry would be
--- stored twice. Checked before the retry check, which needs those ids.
-local lost = {}
-if rev > 0 and redis.call('EXISTS', KEYS[3]) == 0 then lost[#lost + 1] = 'events' end
-if rev > 0 and redis.call('EXISTS', KEYS[4]) == 0 then lost[#lost + 1] = 'event ids' end
-if meta[6] and redis.call('EXISTS', KEYS[2]) == 0 then lost[#lost + 1] = 'session state' end
-if #lost > 0 then return {-5, KEYS[1], unpack(lost)} end
+-- stored twice. Checked before the retry check, which needs those ids: the keys that must
+-- be there in one EXISTS (the session state's TYPE, read above when this append writes it,
+-- says as much), and what is missing asked only when something is.
+local whole = true
+local state_asked = meta[6] and not state_type
+if rev > 0 and state_asked then
+  whole = redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) == 3
+elseif rev > 0 then
+  whole = redis.call('EXISTS', KEYS[3], KEYS[4]) == 2
+elseif state_asked then
+  whole = redis.call('EXISTS', KEYS[2]) == 1
+end
+if not whole or (meta[6] and state_type == 'none') then
+  local lost = {}
+  if rev > 0 and redis.call('EXISTS', KEYS[3]) == 0 then lost[#lost + 1] = 'events' end
+  if rev > 0 and redis.call('EXISTS', KEYS[4]) == 0 then lost[#lost + 1] = 'event ids' end
+  if meta[6] and redis.call('EXISTS', KEYS[2]) == 0 then lost[#lost + 1] = 'session state' end
+  return {-5, KEYS[1], unpack(lost)}
+end
 local ttl = tonumber(meta[4] or ARGV[8])
-if ttl > 0 and expire_refused then return expire_refused end
+if ttl > 0 then
+  local expire = expire_refused()
+  if expire then return expire end
+end
 
 local seen = redis.pcall('HGET', KEYS[4], ARGV[4])
 if type(seen) == 'table' and seen['err'] then return {-3, KEYS[4], 'not a hash'} end
