@@ -121,8 +121,9 @@ def _check_json(value: object, where: str) -> None:
         return
     if isinstance(value, str):
         # orjson refuses it as well, but with a TypeError that callers encoding memory
-        # metadata do not catch; the check names the value instead.
-        if not _encodable(value):
+        # metadata do not catch; the check names the value instead. (ASCII is asked
+        # first, in place: this runs for every state value written.)
+        if not value.isascii() and not _encodable(value):
             raise InvalidInputError(f"state value {where} has a lone surrogate: {value!r}")
         return
     if isinstance(value, float):
@@ -137,7 +138,7 @@ def _check_json(value: object, where: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInputError(f"state value {where} has a non-string key {key!r}")
-            if not _encodable(key):
+            if not key.isascii() and not _encodable(key):
                 raise InvalidInputError(f"state value {where} has a lone surrogate in key {key!r}")
             _check_json(item, where)
         return

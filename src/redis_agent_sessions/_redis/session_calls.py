@@ -48,7 +48,8 @@ __all__ = [
 def state_argv(fields: Sequence[Sequence[bytes | str]]) -> list[Any]:
     """A delta's field/JSON pairs per scope (session, user, app) as the write scripts take
     them: the three counts of pairs, then the pairs."""
-    return [*(len(f) // 2 for f in fields), *(v for f in fields for v in f)]
+    session, user, app = fields
+    return [len(session) // 2, len(user) // 2, len(app) // 2, *session, *user, *app]
 
 
 # -- append_event.lua ------------------------------------------------------------------------
@@ -116,9 +117,7 @@ def _appended(call: AppendEvent, reply: list[Any]) -> Appended:
     return Appended(status, None, None, [], None)  # -1: no such session
 
 
-APPEND_EVENT = Script(
-    "append_event", AppendEvent, keys=10, reply=_appended, more_args=True, optional=True
-)
+APPEND_EVENT = Script("append_event", AppendEvent, keys=10, reply=_appended, more_args=True)
 
 
 # -- create_session.lua ----------------------------------------------------------------------
@@ -169,9 +168,7 @@ def _created(call: CreateSession, reply: list[Any]) -> Created:
     return Created(True, reply[1], reply[2], [], reply[3])
 
 
-CREATE_SESSION = Script(
-    "create_session", CreateSession, keys=11, reply=_created, more_args=True, optional=True
-)
+CREATE_SESSION = Script("create_session", CreateSession, keys=11, reply=_created, more_args=True)
 
 
 # -- delete_session.lua ----------------------------------------------------------------------
@@ -203,7 +200,6 @@ DELETE_SESSION = Script(
     DeleteSession,
     keys=10,
     reply=lambda call, reply: Deleted(reply[0] == 1, reply[1]),
-    optional=True,
 )
 
 
@@ -245,7 +241,7 @@ def _snapshot(call: ReadSession, reply: list[Any]) -> Snapshot | None:
     return Snapshot(reply[0], reply[1], reply[2], reply[3], reply[4], reply[5], anchor, first)
 
 
-READ_SESSION = Script("read_session", ReadSession, keys=6, reply=_snapshot, optional=True)
+READ_SESSION = Script("read_session", ReadSession, keys=6, reply=_snapshot)
 
 
 # -- read_hashes.lua -------------------------------------------------------------------------
@@ -285,7 +281,6 @@ PRUNE_INDEX = Script(
     reply=lambda call, reply: Pruned(int(reply[0]), reply[1]),
     more_keys=True,
     more_args=True,
-    optional=True,
 )
 
 

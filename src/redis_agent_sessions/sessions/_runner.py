@@ -49,6 +49,8 @@ class ScriptRunner:
         """Run a script; with a write concern and ``shortfalls`` (a write operation), wait
         for it in the same round trip and add any shortfall to ``shortfalls``."""
         try:
+            if self.concern is None or shortfalls is None:
+                return await _scripts.run(script, call)
             return await _concern.run(self.concern, script, call, shortfalls)
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):

@@ -38,7 +38,7 @@ from redis_agent_sessions.sessions._catch_up import Position
 from redis_agent_sessions.sessions._context import Context
 from redis_agent_sessions.sessions._reads import Reads
 from redis_agent_sessions.sessions._replies import NOT_FOUND, OK, appended, pairs, stored_bytes
-from redis_agent_sessions.sessions._turns import Ref
+from redis_agent_sessions.sessions._turns import Ref, Writer
 from redis_agent_sessions.sessions._types import UNKNOWN, E, S, StoredSession
 from redis_agent_sessions.state import TEMP_PREFIX, merge_state, split_state_delta
 
@@ -132,7 +132,8 @@ class Writes(Generic[S, E]):
         return self._codec.build_session(stored, [])
 
     async def append_event(self, session: S, event: E) -> E:
-        await self._ctx.ready(write=True)
+        if not self._ctx.writable:
+            await self._ctx.ready(write=True)
         if not self._codec.is_session(session):
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         if not self._codec.is_event(event):
@@ -160,13 +161,12 @@ class Writes(Generic[S, E]):
         # failure the caller gets its event back as it was, ready to retry.
         event.actions.state_delta = stored_delta
         shortfalls: list[str] = []
-        writer = (Ref(session), event.id, asyncio.current_task())
         turns = self._ctx.turns
         # No coroutine when nobody is in line: the uncontended append stays lean.
         place = (
             None
             if turns is None or not turns.in_line(keys.meta)
-            else await turns.take(keys.meta, writer)
+            else await turns.take(keys.meta, _writer(session, event))
         )
         position = (keys.meta, revision or 0, events[-1].id if events else "")
         lost = False
@@ -199,14 +199,15 @@ class Writes(Generic[S, E]):
                 who = (session.app_name, session.user_id, session.id)
                 new_revision = appended(reply, who, self._codec.errors)
             # The event is stored; if the app step fails the caller retries, and the retry
-            # (a duplicate) finishes it.
-            await self._ctx.layout.settle(keys, reply.after, shortfalls)
+            # (a duplicate) finishes it. Nothing to apply or check: no step.
+            if reply.after:
+                await self._ctx.layout.settle(keys, reply.after, shortfalls)
             # Before the caller's copy takes the event: its retry (a duplicate) waits again.
             self._runner.confirmed("append_event", shortfalls)
         except StaleSessionError:
             lost = True
             if turns is not None and place is None:
-                turns.owe(keys.meta, writer)
+                turns.owe(keys.meta, _writer(session, event))
             event.actions.state_delta = delta
             raise
         except BaseException:
@@ -399,6 +400,11 @@ class Writes(Generic[S, E]):
         await layout.settle(keys, reply.outbox, shortfalls)
         if reply.deleted:  # a retry that finds nothing to delete has nothing to confirm
             self._runner.confirmed("delete_session", shortfalls)
+
+
+def _writer(session: Any, event: Any) -> Writer:
+    """Who takes or owes a turn on a session (:mod:`._turns`)."""
+    return Ref(session), event.id, asyncio.current_task()
 
 
 def _unlisted(app_name: str) -> str:
