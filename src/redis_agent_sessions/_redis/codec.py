@@ -151,10 +151,14 @@ def encode_fields(values: Mapping[str, Any], scope: str) -> list[bytes | str]:
     for key, value in values.items():
         if not isinstance(key, str):
             raise InvalidInputError(f"state keys must be strings, got {key!r} in {scope} scope")
-        if not _encodable(key):
+        if not key.isascii() and not _encodable(key):
             # The key becomes a hash field: HSET would fail inside redis-py, not in here.
             raise InvalidInputError(f"state key {key!r} ({scope} scope) has a lone surrogate")
-        _check_json(value, f"{key!r} ({scope} scope)")
+        # ASCII text, ints and None are what most deltas hold: taken as they are, without
+        # the walk (or its message, made for every value it checks).
+        kind = type(value)
+        if not (kind is int or value is None or (kind is str and value.isascii())):
+            _check_json(value, f"{key!r} ({scope} scope)")
         try:
             encoded = orjson.dumps(value)
         except orjson.JSONEncodeError as exc:

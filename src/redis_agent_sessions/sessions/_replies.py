@@ -6,7 +6,7 @@ of those headers, shared by every part of the engine and both layouts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from redis_agent_sessions._redis.codec import event_ms, text
@@ -113,10 +113,9 @@ def stored_session(key: str, meta: Mapping[Any, Any]) -> StoredSession:
         raise CorruptDataError(key, f"session metadata is missing or bad: {exc!r}") from exc
 
 
-def stored_bytes(fields: Sequence[Sequence[Any]]) -> int:
-    """Bytes of the state fields and values a write stores, as ``encode_fields`` gives them
-    per scope: field names as text (stored as UTF-8), values as JSON bytes."""
-    return sum([len("".join(f[::2]).encode()) + sum(map(len, f[1::2])) for f in fields])
+def stored_bytes(fields: list[list[bytes | str]]) -> int:
+    """Bytes of the state fields and values a write stores (field names are UTF-8 text)."""
+    return sum(len(v.encode() if isinstance(v, str) else v) for f in fields for v in f)
 
 
 def pairs(flat: list[Any]) -> dict[Any, Any]:
