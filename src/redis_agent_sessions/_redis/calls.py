@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["C", "R", "Script"]
+__all__ = ["C", "R", "Script", "raw"]
 
 C = TypeVar("C", bound=tuple[Any, ...])
 R = TypeVar("R")
