@@ -13,6 +13,7 @@ import pytest
 from redis_agent_sessions._redis import memory_calls, session_calls
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.calls import Script
+from redis_agent_sessions.errors import RedisSessionsError
 
 LUA = resources.files("redis_agent_sessions._redis").joinpath("lua")
 _FILES = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
@@ -111,7 +112,7 @@ def test_only_the_declared_libraries_are_prepended(name: str) -> None:
 
 
 def test_an_unknown_library_is_refused() -> None:
-    with pytest.raises(ValueError, match="_nope"):
+    with pytest.raises(RedisSessionsError, match="_nope"):
         _scripts.uses("-- A script.\n-- uses: _permitted, _nope\n-- KEYS[1] k: a key\nreturn 1\n")
     assert _scripts.uses("-- A script that calls no library.\nreturn 1\n") == []
 

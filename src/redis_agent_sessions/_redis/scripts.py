@@ -20,7 +20,12 @@ from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 from redis_agent_sessions._redis.calls import C, R, Script
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.prebuilt import evalsha
-from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError, StoreFullError
+from redis_agent_sessions.errors import (
+    CorruptDataError,
+    PermissionDeniedError,
+    RedisSessionsError,
+    StoreFullError,
+)
 
 __all__ = [
     "LIBRARIES",
@@ -77,8 +82,8 @@ def uses(source: str) -> list[str]:
         if line.startswith("-- uses:"):
             named = [part.strip() for part in line.removeprefix("-- uses:").split(",")]
             unknown = [n for n in named if n not in LIBRARIES]
-            if unknown:
-                raise ValueError(f"unknown Lua libraries {unknown} (known: {LIBRARIES})")
+            if unknown:  # a packaging mistake, which tests/test_lua_calls.py catches
+                raise RedisSessionsError(f"unknown Lua libraries {unknown} (known: {LIBRARIES})")
             return named
     return []
 
