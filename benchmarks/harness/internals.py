@@ -206,7 +206,7 @@ async def pipelines_per_call(call: Callable[[], Awaitable[Any]]) -> list[int]:
 
 @contextmanager
 def page_round_trips(timers: Timers, service: Any) -> Iterator[None]:
-    """Time round trips (a pipeline's ``scripts.execute`` or a ``scripts.call``, reply
+    """Time round trips (a pipeline's ``scripts.execute`` or a ``scripts.evaluate``, reply
     parsing included) as "index rt" outside ``load_sessions`` and "sessions rt" inside it;
     and ``load_sessions`` as "load"."""
     lister = _engine(service).listing
