@@ -21,6 +21,7 @@ from redis_agent_sessions import (
     SessionServiceConfig,
 )
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.session_calls import READ_HASHES, ReadHashes
 from redis_agent_sessions.keys import KeySpace
 
 APP, USER = "app", "user"
@@ -128,13 +129,13 @@ async def test_a_read_only_script_runs_from_tasks_side_by_side_on_fakeredis() ->
     and each must run the script, not raise it (a consolidation step's memory_related.lua
     under a FactWorker's concurrency did)."""
     client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    script = _scripts.register(client, "read_hashes")
-    assert script.script.startswith("#!lua")
+    script = _scripts.register(client, READ_HASHES)
+    assert script.lua.script.startswith("#!lua")
     await client.hset("h", "f", "v")
-    keys, args = ["h"], []
-    replies = await asyncio.gather(*(_scripts.call(script, keys, args) for _ in range(8)))
+    call = ReadHashes(["h"])
+    replies = await asyncio.gather(*(_scripts.run(script, call) for _ in range(8)))
     assert len({repr(r) for r in replies}) == 1
-    assert script.script.startswith("--#!lua")
+    assert script.lua.script.startswith("--#!lua")
     await client.aclose()
 
 

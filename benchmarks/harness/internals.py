@@ -10,10 +10,12 @@ tries each reach-in against the library on the path and says which ones fail.
 Written against the session engine in parts (``redis_agent_sessions.sessions``): a
 service's ``_engine`` (``_engine.SessionEngine``) with ``keys``, ``ctx`` (``_context.Context``:
 ``client``, ``codec``, ``runner``, ``layout``), ``writes`` (``_writes.Writes``:
-``_append_call``) and ``listing`` (``_listing.SessionLister``: ``load_sessions``, ``_pair``);
+``_append_call``, which returns the call object) and ``listing``
+(``_listing.SessionLister``: ``load_sessions``, ``_pair``);
 the names ``split_state_delta`` / ``encode_fields`` as ``_writes`` imported them and
 ``decode_hash`` / ``merge_state`` / ``stored_session`` as ``_listing`` did;
-``ScriptRunner.run``; ``_redis.scripts.call`` / ``execute`` / ``lua_source``;
+``ScriptRunner.run``; ``_redis.scripts.evaluate`` / ``execute`` / ``lua_source``;
+``_redis.session_calls.APPEND_EVENT`` / ``state_argv``;
 ``_redis.prebuilt._pack``; ``_cache.ReadCache`` / ``Cached``; ``_types.StoredSession``; the
 learned facts' ``memory._consolidate.EVENTS_PER_STEP`` (events one generation reads).
 """
@@ -30,6 +32,7 @@ from benchmarks.harness.timing import Timers, patched
 from redis_agent_sessions._redis import codec as _codec_module
 from redis_agent_sessions._redis import prebuilt as _prebuilt
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis import session_calls as _session_calls
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._consolidate import EVENTS_PER_STEP as FACT_EVENTS_PER_STEP
 from redis_agent_sessions.sessions import _listing as _listing_module
@@ -129,7 +132,7 @@ def instrument_points(service: Any, what: Literal["append", "get_session", "page
             Point(KeySpace, "session", "keys"),
             Point(engine.ctx.runner, "run", AFTER_REPLY_LABEL, is_async=True),
             # The script call: packing, redis-py, socket, server.
-            Point(_scripts, "call", "script", is_async=True),
+            Point(_scripts, "evaluate", "script", is_async=True),
         ]
     if what == "get_session":
         return [
@@ -166,7 +169,7 @@ def script_calls_answered(reply: list[Any]) -> Iterator[None]:
     async def instant(script: Any, keys: Any, args: Any) -> list[Any]:
         return reply
 
-    with patched(_scripts, "call", instant):
+    with patched(_scripts, "evaluate", instant):
         yield
 
 
@@ -185,7 +188,7 @@ async def pipelines_per_call(call: Callable[[], Awaitable[Any]]) -> list[int]:
     """The commands of each round trip one call sends (a pipeline: its commands; a script
     call: 1), counted once."""
     execute = _scripts.execute
-    script_call = _scripts.call
+    script_call = _scripts.evaluate
     sizes: list[int] = []
 
     async def counted(pipe: Any, keys: list[str]) -> list[Any]:
@@ -196,19 +199,19 @@ async def pipelines_per_call(call: Callable[[], Awaitable[Any]]) -> list[int]:
         sizes.append(1)
         return await script_call(script, keys, args)
 
-    with patched(_scripts, "execute", counted), patched(_scripts, "call", counted_call):
+    with patched(_scripts, "execute", counted), patched(_scripts, "evaluate", counted_call):
         await call()
     return sizes
 
 
 @contextmanager
 def page_round_trips(timers: Timers, service: Any) -> Iterator[None]:
-    """Time round trips (a pipeline's ``scripts.execute`` or a ``scripts.call``, reply
+    """Time round trips (a pipeline's ``scripts.execute`` or a ``scripts.evaluate``, reply
     parsing included) as "index rt" outside ``load_sessions`` and "sessions rt" inside it;
     and ``load_sessions`` as "load"."""
     lister = _engine(service).listing
     execute = _scripts.execute
-    script_call = _scripts.call
+    script_call = _scripts.evaluate
     load = lister.load_sessions
     inside = False
     clock = time.perf_counter_ns
@@ -239,7 +242,7 @@ def page_round_trips(timers: Timers, service: Any) -> Iterator[None]:
 
     with (
         patched(_scripts, "execute", timed_execute),
-        patched(_scripts, "call", timed_call),
+        patched(_scripts, "evaluate", timed_call),
         patched(lister, "load_sessions", timed_load),
     ):
         yield
@@ -294,23 +297,22 @@ def append_lua_calls(
     keys: list[str] = []
     calls: list[list[Any]] = []
     for event in events:
-        fields = _fields(event.actions.state_delta)
-        raw = models.encode_event(event)
         ts = event.timestamp
-        keys, args = writes._append_call(
+        call = writes._append_call(
             k,
             session.id,
             None,
             "",
             event.id,
-            raw,
+            models.encode_event(event),
             ts,
             ts,
             models.read_hints(event),
+            _session_calls.state_argv(_fields(event.actions.state_delta)),
             schema=models.fingerprint,
         )
-        counts = [len(f) // 2 for f in fields]
-        calls.append([*keys, *args, *counts, *(v for f in fields for v in f)])
+        keys, args = _session_calls.APPEND_EVENT.split(call)
+        calls.append([*keys, *args])
     return keys, calls
 
 
@@ -333,11 +335,19 @@ def append_call_work(service: Any, session: Any, event: Any) -> Callable[[], Any
         ]
         raw = models.encode_event(event)
         keys = engine.keys.session(session.app_name, session.user_id, session.id)
-        script_keys, args = writes._append_call(
-            keys, session.id, 7, "", event.id, raw, event.timestamp, event.timestamp, ("", "")
+        call = writes._append_call(
+            keys,
+            session.id,
+            7,
+            "",
+            event.id,
+            raw,
+            event.timestamp,
+            event.timestamp,
+            ("", ""),
+            _session_calls.state_argv(fields),
         )
-        counts = [len(f) // 2 for f in fields]
-        return [*args, *counts, *(v for f in fields for v in f)], script_keys
+        return _session_calls.APPEND_EVENT.split(call)
 
     return work
 

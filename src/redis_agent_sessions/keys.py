@@ -88,9 +88,8 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
 Identifiers are percent-encoded (``%``, ``:``, ``{``, ``}``, space and C0/C1 control
 characters, each as its code point: ``%3A``, ``%85``), so no two different (app, user,
 session) triples share a key, every key splits unambiguously on ``:``, and no input can
-open or close a hash tag. Everything of
-one (app, user) shares a tag, so one script can touch it all on a cluster; app-scope
-keys carry the app's own tag.
+open or close a hash tag. Everything of one (app, user) shares a tag, so one script can
+touch it all on a cluster; app-scope keys carry the app's own tag.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ def split_state_delta(delta: Mapping[str, Any]) -> ScopedDelta:
     user: dict[str, Any] = {}
     app: dict[str, Any] = {}
     for key, value in delta.items():
-        _check_key(key)
-        if key.startswith(APP_PREFIX):
+        if type(key) is str and ":" not in key:  # most keys: no prefix to look for
+            session[key] = value
+        elif _check_key(key).startswith(APP_PREFIX):
             app[key[len(APP_PREFIX) :]] = value
         elif key.startswith(USER_PREFIX):
             user[key[len(USER_PREFIX) :]] = value

@@ -163,8 +163,9 @@ def _check_json(value: object, where: str, depth: int = 0) -> None:
         return
     if isinstance(value, str):
         # orjson refuses it as well, but with a TypeError that callers encoding memory
-        # metadata do not catch; the check names the value instead.
-        if not _encodable(value):
+        # metadata do not catch; the check names the value instead. (ASCII is asked
+        # first, in place: this runs for every state value written.)
+        if not value.isascii() and not _encodable(value):
             raise InvalidInputError(f"state value {where} has a lone surrogate: {value!r}")
         return
     if isinstance(value, float):
@@ -184,7 +185,7 @@ def _check_json(value: object, where: str, depth: int = 0) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInputError(f"state value {where} has a non-string key {key!r}")
-            if not _encodable(key):
+            if not key.isascii() and not _encodable(key):
                 raise InvalidInputError(f"state value {where} has a lone surrogate in key {key!r}")
             _check_json(item, where, depth + 1)
         return
@@ -197,10 +198,14 @@ def encode_fields(values: Mapping[str, Any], scope: str) -> list[bytes | str]:
     for key, value in values.items():
         if not isinstance(key, str):
             raise InvalidInputError(f"state keys must be strings, got {key!r} in {scope} scope")
-        if not _encodable(key):
+        if not key.isascii() and not _encodable(key):
             # The key becomes a hash field: HSET would fail inside redis-py, not in here.
             raise InvalidInputError(f"state key {key!r} ({scope} scope) has a lone surrogate")
-        _check_json(value, f"{key!r} ({scope} scope)")
+        # ASCII text, ints and None are what most deltas hold: taken as they are, without
+        # the walk (or its message, made for every value it checks).
+        kind = type(value)
+        if not (kind is int or value is None or (kind is str and value.isascii())):
+            _check_json(value, f"{key!r} ({scope} scope)")
         try:
             encoded = orjson.dumps(value)
         except orjson.JSONEncodeError as exc:

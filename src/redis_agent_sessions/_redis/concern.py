@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.commands.core import AsyncScript
 from redis.exceptions import InvalidResponse, NoPermissionError, NoScriptError, ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.calls import C, R
+from redis_agent_sessions._redis.scripts import Registered
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import WriteConcernError
 
@@ -102,41 +103,43 @@ class WriteConcern:
 
 async def run(
     concern: WriteConcern | None,
-    script: AsyncScript,
-    keys: list[Any],
-    args: list[Any],
+    script: Registered[C, R],
+    call: C,
     shortfalls: list[str] | None,
     step: str = "",
-) -> Any:
-    """Run ``script``; with a ``concern`` and ``shortfalls`` (a write operation's), wait as
-    it asks in the same round trip and add any shortfall, after ``step``, to ``shortfalls``."""
+) -> R:
+    """Run ``script`` with ``call``; with a ``concern`` and ``shortfalls`` (a write
+    operation's), wait as it asks in the same round trip and add any shortfall, after
+    ``step``, to ``shortfalls``."""
     if concern is None or shortfalls is None:
-        return await _scripts.call(script, keys, args)
-    return (await run_many(concern, script, [(keys, args)], shortfalls, step))[0]
+        return await _scripts.run(script, call)
+    return (await run_many(concern, script, [call], shortfalls, step))[0]
 
 
 async def run_many(
     concern: WriteConcern | None,
-    script: AsyncScript,
-    calls: list[tuple[list[Any], list[Any]]],
+    script: Registered[C, R],
+    calls: list[C],
     shortfalls: list[str],
     step: str = "",
-) -> list[Any]:
-    """Run ``script`` once per (keys, args) of ``calls``, in order, in one round trip (a
-    pipeline to the node of the first call's first key: every call must be in its slot),
-    then wait as ``concern`` asks and add any shortfall, after ``step``, to
-    ``shortfalls``. The first error (refusals as PermissionDeniedError) is raised; the
-    calls after it still ran."""
-    client = script.registered_client
+) -> list[R]:
+    """Run ``script`` once per call of ``calls``, in order, in one round trip (a pipeline
+    to the node of the first call's first key: every call must be in its slot), then wait
+    as ``concern`` asks and add any shortfall, after ``step``, to ``shortfalls``. The first
+    error (refusals as PermissionDeniedError) is raised; the calls after it still ran."""
+    lua = script.lua
+    client = lua.registered_client
+    sent = [script.script.split(call) for call in calls]
+    first_key = sent[0][0][0]
     waits = concern.commands if concern is not None else []
     node = None
     if waits and isinstance(client, RedisCluster):
-        node = client.get_node_from_key(calls[0][0][0])
+        node = client.get_node_from_key(first_key)
     options = {"target_nodes": node} if node is not None else {}
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        for keys, args in sent:
+            pipe.execute_command("EVALSHA", lua.sha, len(keys), *keys, *args)
         for command in waits:
             pipe.execute_command(*command, **options)
         replies = await pipe.execute(raise_on_error=False)
@@ -148,20 +151,20 @@ async def run_many(
         if isinstance(replies[0], NoScriptError) and attempt == 0:
             # The server lost its scripts (restart, SCRIPT FLUSH): load and run again.
             try:
-                await client.script_load(script.script)
+                await client.script_load(lua.script)
             except NoPermissionError as exc:
-                raise _scripts.permission_error(exc, calls[0][0][0]) from exc
+                raise _scripts.permission_error(exc, first_key) from exc
             continue
         break
-    moved = await _moved(client, node, calls[0][0][0])
-    checked = [_scripts.checked(r, keys) for r, (keys, _) in zip(replies, calls, strict=False)]
+    moved = await _moved(client, node, first_key)
+    checked = [_scripts.checked(r, keys) for r, (keys, _) in zip(replies, sent, strict=False)]
     if concern is not None:
         waited = replies[len(calls) :]
         failed = next((w for w in waited if isinstance(w, Exception)), waited[-1])
         short = "the slot moved during the write" if moved else concern.shortfall(failed)
         if short:
             shortfalls.append(step + short)
-    return checked
+    return [script.script.reply(call, r) for call, r in zip(calls, checked, strict=True)]
 
 
 async def _moved(client: Any, node: ClusterNode | None, key: Any) -> bool:

@@ -12,55 +12,108 @@ import re
 from collections.abc import Callable, Coroutine
 from functools import cache
 from importlib import resources
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 
+from redis_agent_sessions._redis.calls import C, R, Script
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.lost import raise_if_lost
 from redis_agent_sessions._redis.prebuilt import evalsha
-from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError, StoreFullError
+from redis_agent_sessions.errors import (
+    CorruptDataError,
+    PermissionDeniedError,
+    RedisSessionsError,
+    StoreFullError,
+)
 
 __all__ = [
-    "call",
+    "LIBRARIES",
+    "Registered",
     "checked",
+    "evaluate",
     "execute",
     "lua_source",
     "permission_error",
     "register",
+    "run",
     "store_full",
     "typed_permissions",
+    "uses",
 ]
 
-DENIED = -4
-"""First item of a script's reply when the ACL user may not run a command it needs."""
+WRONG_TYPE, DENIED, FULL = -3, -4, -6
+"""First item of a script's reply when a key holds a foreign type, when the ACL user may not
+run a command it needs, and when Redis refused the first write for memory."""
+_REFUSED = (WRONG_TYPE, DENIED, FULL)
+
+
+LIBRARIES = ("_permitted", "_layout", "_expiry", "_memory", "_entries")
+"""The Lua libraries a script may declare on its ``-- uses:`` line, in the order they are
+prepended: each may call the ones before it."""
 
 
 @cache
 def lua_source(name: str) -> str:
-    """The text of ``lua/<name>.lua`` inside this package, after the libraries every script
-    may call: the ACL prelude (``lua/_permitted.lua``), which every script calls before its
-    first command, the layout argument's reader (``lua/_layout.lua``), the expiry index's
-    helpers (``lua/_expiry.lua``) and the memory scripts' (``lua/_memory.lua``, and their
-    entry writes, ``lua/_entries.lua``). A script
-    whose file opens with a shebang line (``#!lua flags=no-writes``: it only reads, so Redis
-    runs it at full memory and never lets it write) keeps that line first, where Redis
-    looks for it."""
+    """The text of ``lua/<name>.lua`` inside this package, after the libraries its header
+    declares on a ``-- uses:`` line (``-- uses: _permitted, _layout``), in that order: the
+    ACL prelude (``lua/_permitted.lua``), which every script calls before its first command,
+    the layout argument's reader (``lua/_layout.lua``), the expiry index's helpers
+    (``lua/_expiry.lua``), the memory scripts' helpers (``lua/_memory.lua``) and their entry
+    writes (``lua/_entries.lua``). Only those: each library's functions are made anew on
+    every run of a script that carries it. A script whose file opens with a shebang line
+    (``#!lua flags=no-writes``: it only reads, so Redis runs it at full memory and never
+    lets it write) keeps that line first, where Redis looks for it."""
     lua = resources.files(__package__).joinpath("lua")
     own = lua.joinpath(f"{name}.lua").read_text("utf-8")
     first = ""
     if own.startswith("#!"):
         first, own = own.split("\n", 1)
         first += "\n"
-    parts = ("_permitted", "_layout", "_expiry", "_memory", "_entries")
+    parts = uses(own)
     return first + "".join(lua.joinpath(f"{p}.lua").read_text("utf-8") for p in parts) + own
 
 
-def register(client: Any, name: str) -> AsyncScript:
-    """``lua/<name>.lua`` bound to ``client``."""
-    script: AsyncScript = client.register_script(lua_source(name))
-    return script
+def uses(source: str) -> list[str]:
+    """The libraries a script's opening comment declares (``-- uses: a, b``), in order."""
+    for line in source.splitlines():
+        if not line.startswith(("--", "#!")):
+            break
+        if line.startswith("-- uses:"):
+            named = [part.strip() for part in line.removeprefix("-- uses:").split(",")]
+            unknown = [n for n in named if n not in LIBRARIES]
+            if unknown:  # a packaging mistake, which tests/test_lua_calls.py catches
+                raise RedisSessionsError(f"unknown Lua libraries {unknown} (known: {LIBRARIES})")
+            return named
+    return []
+
+
+class Registered(Generic[C, R]):
+    """A :class:`Script` registered on one client (redis-py's ``AsyncScript``)."""
+
+    __slots__ = ("lua", "script")
+
+    def __init__(self, script: Script[C, R], lua: AsyncScript) -> None:
+        self.script = script
+        self.lua = lua
+
+    @property
+    def sha(self) -> str:
+        sha: str = self.lua.sha
+        return sha
+
+
+def register(client: Any, script: Script[C, R]) -> Registered[C, R]:
+    """``script`` bound to ``client``."""
+    return Registered(script, client.register_script(lua_source(script.name)))
+
+
+async def run(script: Registered[C, R], call: C) -> R:
+    """Run ``script`` with ``call``: its reply, read (refusals raised as :func:`evaluate`
+    raises them)."""
+    keys, args = script.script.split(call)
+    return script.script.reply(call, await evaluate(script.lua, keys, args))
 
 
 # How a server that loads scripts as plain Lua 5.1 (fakeredis, which the suites and users'
@@ -68,9 +121,10 @@ def register(client: Any, name: str) -> AsyncScript:
 _NO_SHEBANG = "unexpected symbol near '#'"
 
 
-async def call(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
-    """Run ``script``; a refused command (asked before writing, or refused by Redis) is a
-    PermissionDeniedError naming it, a write refused for memory a StoreFullError."""
+async def evaluate(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+    """Run ``script`` with ``keys`` and ``args`` as given; a refused command (asked before
+    writing, or refused by Redis) is a PermissionDeniedError naming it, a write refused for
+    memory a StoreFullError, a key of a foreign type a CorruptDataError."""
     try:
         reply = await evalsha(script, keys, args)
     except ResponseError as exc:
@@ -81,14 +135,15 @@ async def call(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
                 plain = script.registered_client.register_script(f"--{script.script}")
                 script.script, script.sha = plain.script, plain.sha
             if script.script[:4] == "--#!":
-                return await call(script, keys, args)
+                return await evaluate(script, keys, args)
         reply = exc
     return checked(reply, keys)
 
 
 def checked(reply: Any, keys: list[Any]) -> Any:
     """A script's reply, or its error (a pipeline's exception instance) raised: refusals as
-    PermissionDeniedError, anything else as it came."""
+    PermissionDeniedError, a full store as StoreFullError, a script's report of a key of a
+    foreign type as CorruptDataError, anything else as it came."""
     if isinstance(reply, NoPermissionError):  # EVALSHA or SCRIPT LOAD itself
         raise permission_error(reply, keys[0] if keys else None, "evalsha") from reply
     # A command the plan did not foresee, refused inside the script (Redis does not name
@@ -101,8 +156,15 @@ def checked(reply: Any, keys: list[Any]) -> Any:
     # node lost mid-reply here. Returned, it would pass for the script's reply.
     if isinstance(reply, Exception):
         raise reply
-    if isinstance(reply, list) and reply and reply[0] == DENIED:
-        raise PermissionDeniedError(text(reply[1]), text(reply[2]), "nothing was written")
+    # The statuses every script shares (an integer first: a reply of strings never matches).
+    if isinstance(reply, list) and reply and reply[0] in _REFUSED:
+        status = reply[0]
+        if status == DENIED:
+            raise PermissionDeniedError(text(reply[1]), text(reply[2]), "nothing was written")
+        if status == WRONG_TYPE:
+            found = f"expected another type, found {text(reply[2])}"
+            raise CorruptDataError(text(reply[1]), found)
+        raise store_full(text(reply[1]))
     return reply
 
 
@@ -134,17 +196,17 @@ def permission_error(
 
 
 P = ParamSpec("P")
-R = TypeVar("R")
+T = TypeVar("T")
 
 
 def typed_permissions(
-    method: Callable[P, Coroutine[Any, Any, R]],
-) -> Callable[P, Coroutine[Any, Any, R]]:
+    method: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
     """``method`` with Redis's NOPERM replies raised as PermissionDeniedError, and a
     connection redis-py lost without saying so as ConnectionLostError (``lost``)."""
 
     @functools.wraps(method)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await method(*args, **kwargs)
         except NoPermissionError as exc:

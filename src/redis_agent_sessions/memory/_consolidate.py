@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions._redis.memory_calls import MEMORY_RELATED, first_referenced
 from redis_agent_sessions.errors import (
     ConsolidationConflictError,
     GenerationError,
@@ -22,7 +23,6 @@ from redis_agent_sessions.errors import (
 )
 from redis_agent_sessions.memory._facts import (
     ATTEMPTS,
-    RELATED_KEYS,
     Change,
     FactStore,
     Related,
@@ -235,7 +235,8 @@ class Consolidator:
         if not terms:  # turns with no word to rank by (";)") are shown the newest facts
             found = await facts.related(app, user, now=now, most=RELATED, ranked=[], ranking=None)
         elif isinstance(ranker, PlainRanker):
-            ranking = ranker.call(app, user, terms, depth, after=RELATED_KEYS)
+            first = first_referenced(MEMORY_RELATED)
+            ranking = ranker.call(app, user, terms, depth, first=first)
             found = await facts.related(
                 app, user, now=now, most=RELATED, ranked=None, ranking=ranking
             )

@@ -162,9 +162,12 @@ def parse_iso(value: str) -> float:
 
 @dataclass
 class ScriptKeys:
-    """KEYS for one script call: fixed ones first, the rest by index."""
+    """The keys a script call names by their position in KEYS (its call object's
+    ``referenced``), which follow its fixed keys: the first is KEYS[``first``]
+    (``memory_calls.first_referenced``)."""
 
-    keys: list[str]
+    first: int
+    keys: list[str] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
     postings: dict[str, int] = field(default_factory=dict)
     """term -> the index of its posting key (a batch names the same terms again and again:
@@ -172,8 +175,8 @@ class ScriptKeys:
 
     def ref(self, key: str) -> int:
         if key not in self.index:
+            self.index[key] = self.first + len(self.keys)
             self.keys.append(key)
-            self.index[key] = len(self.keys)
         return self.index[key]
 
     def posting(self, base: str, term: str) -> int:

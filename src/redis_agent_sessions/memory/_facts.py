@@ -25,6 +25,16 @@ from pydantic import ValidationError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import _check_json, text
+from redis_agent_sessions._redis.memory_calls import (
+    MEMORY_FACTS,
+    MEMORY_RANK,
+    MEMORY_RELATED,
+    MemoryFacts,
+    MemoryRank,
+    MemoryRelated,
+    first_referenced,
+    first_vector,
+)
 from redis_agent_sessions.errors import (
     ConsolidationConflictError,
     CorruptDataError,
@@ -45,12 +55,8 @@ FACT_PREFIX = "fact-"
 ATTEMPTS = 5
 _BACKOFF, _BACKOFF_CAP = 0.05, 1.0
 """Seconds: the first pause after a conflict at most, and the longest."""
-_FIXED_ARGS = 9
-"""memory_facts' fixed ARGV; vectors follow."""
 DUE = 50
 """Facts past their time to live forgotten by one change at most."""
-RELATED_KEYS = 7
-"""memory_related.lua's fixed KEYS; the ranking's posting keys follow."""
 
 Outcome = Literal["applied", "fact changed", "watermark moved"]
 
@@ -114,8 +120,8 @@ class FactStore:
         self.keys = keys
         self._store = store
         self.history_size = history
-        self._script = _scripts.register(client, "memory_facts")
-        self._related = _scripts.register(client, "memory_related")
+        self._script = _scripts.register(client, MEMORY_FACTS)
+        self._related = _scripts.register(client, MEMORY_RELATED)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -151,40 +157,48 @@ class FactStore:
         now: float,
         most: int,
         ranked: Sequence[str] | None,
-        ranking: tuple[list[str], list[Any]] | None,
+        ranking: MemoryRank | None,
     ) -> Related | None:
         """The facts past their time to live and the ``most`` most related, in one script
         call: all when they are few; else the facts among the ``ranked`` ids (the search
-        module's ranking) or those ``ranking`` (the plain backend's keys and arguments of
-        ``memory_rank.lua``) finds, in order; the newest when none is. None when there are
-        more than ``most`` and neither is given (rank, then ask again)."""
+        module's ranking) or those ``ranking`` (the plain backend's ``memory_rank.lua`` call,
+        its postings numbered as this script's, from ``first_referenced(MEMORY_RELATED)``)
+        finds, in order; the newest when none is. None when there are more than ``most``
+        and neither is given (rank, then ask again)."""
         k = self.keys
-        keys = [
-            k.memory_stats(app, user), k.memory_texts(app, user), k.memory_df(app, user),
-            k.memory_context(app, user), k.memory_facts(app, user),
-            k.memory_fact_expiry(app, user), k.memory_fact_records(app, user),
-        ]  # fmt: skip
-        assert len(keys) == RELATED_KEYS
-        args: list[Any] = [most, int(now * 1000), DUE]
+        postings: Sequence[str] = []
+        choice: list[Any] = []
         if ranking is not None:
-            postings, rank_args = ranking
-            keys += postings
-            args += ["rank", *rank_args]
+            how, postings = "rank", ranking.postings
+            choice = MEMORY_RANK.split(ranking)[1]
         elif ranked is not None:
-            args += ["ids", len(ranked), *ranked]
+            how, choice = "ids", [len(ranked), *ranked]
         else:
-            args.append("ask")
-        reply = await _scripts.call(self._related, keys, args)
-        if reply[0] == 2:
-            return None
-        due = int(reply[1])
-        found = [
-            self._parse(app, user, text(memory_id), raw)
-            for memory_id, raw in zip(reply[2::2], reply[3::2], strict=True)
-        ]
-        return Related(
-            [f for f in found[:due] if f is not None], [f for f in found[due:] if f is not None]
+            how = "ask"
+        call = MemoryRelated(
+            stats=k.memory_stats(app, user),
+            texts=k.memory_texts(app, user),
+            df=k.memory_df(app, user),
+            context=k.memory_context(app, user),
+            facts=k.memory_facts(app, user),
+            expiry=k.memory_fact_expiry(app, user),
+            records=k.memory_fact_records(app, user),
+            postings=postings,
+            most=most,
+            now_ms=int(now * 1000),
+            most_due=DUE,
+            how=how,
+            choice=choice,
         )
+        found = await _scripts.run(self._related, call)
+        if found is None:
+            return None
+
+        def parsed(pairs: list[tuple[Any, Any]]) -> list[Stored]:
+            facts = [self._parse(app, user, text(memory_id), raw) for memory_id, raw in pairs]
+            return [f for f in facts if f is not None]
+
+        return Related(parsed(found.due), parsed(found.shown))
 
     async def ids(self, app: str, user: str, limit: int = -1) -> list[str]:
         """The user's fact ids, most recently changed first."""
@@ -319,13 +333,9 @@ class FactStore:
         in the session, unless one already is; all or nothing."""
         k = self.keys
         sid = session_id if session_id is not None else ""
-        ks = ScriptKeys([
-            k.memory_entries(app, user), k.memory_texts(app, user), k.memory_stats(app, user),
-            k.memory_df(app, user), k.memory_context(app, user), k.memory_facts(app, user),
-            k.memory_fact_expiry(app, user), k.memory_watermark(app, user, sid),
-            k.memory_read_events(app, user, sid), k.memory_fact_records(app, user),
-        ])  # fmt: skip
-        ops, vectors = [], []
+        ks = ScriptKeys(first_referenced(MEMORY_FACTS))
+        ops: list[dict[str, Any]] = []
+        vectors: list[bytes] = []
         for change in changes:
             op: dict[str, Any] = {
                 "id": change.fact_id,
@@ -340,8 +350,8 @@ class FactStore:
                 op["exp"] = change.expires_ms
                 op["rec"] = change.record.decode()
                 if change.doc.vkey is not None and change.doc.vec is not None:
+                    op["v"] = first_vector(MEMORY_FACTS) + len(vectors)
                     vectors.append(change.doc.vec)
-                    op["v"] = _FIXED_ARGS + len(vectors)
             if change.action != "add":
                 # The script compares it with the entry as stored: read once, with the record.
                 op["x"] = change.sig
@@ -354,19 +364,33 @@ class FactStore:
                 )  # fmt: skip
                 op["was"] = was.model_dump_json()
             ops.append(op)
-        reply = await _scripts.call(
-            self._script,
-            ks.keys,
-            [
-                int(self._store.postings), K1, B,
-                "*" if session_id is None else seen_mark, new_mark,
-                self.history_size, int(now * 1000), orjson.dumps(ops), orjson.dumps(list(read)),
-                *vectors,
-            ],
-        )  # fmt: skip
-        if reply[0] == 1:
+        call = MemoryFacts(
+            entries=k.memory_entries(app, user),
+            texts=k.memory_texts(app, user),
+            stats=k.memory_stats(app, user),
+            df=k.memory_df(app, user),
+            context=k.memory_context(app, user),
+            facts=k.memory_facts(app, user),
+            expiry=k.memory_fact_expiry(app, user),
+            watermark=k.memory_watermark(app, user, sid),
+            read_events=k.memory_read_events(app, user, sid),
+            records=k.memory_fact_records(app, user),
+            referenced=ks.keys,
+            postings=int(self._store.postings),
+            k1=K1,
+            b=B,
+            seen_mark="*" if session_id is None else seen_mark,
+            new_mark=new_mark,
+            history_size=self.history_size,
+            now_ms=int(now * 1000),
+            operations=orjson.dumps(ops),
+            read=orjson.dumps(list(read)),
+            vectors=vectors,
+        )
+        applied = await _scripts.run(self._script, call)
+        if applied.status == 1:
             return "applied"
-        return "watermark moved" if reply[0] == 3 else "fact changed"
+        return "watermark moved" if applied.status == 3 else "fact changed"
 
     async def delete(self, app: str, user: str, fact_id: str) -> bool:
         """Forget one fact and its history (``delete_memory``); False when it is gone."""

@@ -25,6 +25,21 @@ from typing import Any, Literal
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.jobs_calls import (
+    JOBS_DUE,
+    JOBS_ENQUEUE,
+    JOBS_FINISH,
+    JOBS_LETTER,
+    JOBS_START,
+    JOBS_TOUCH,
+    JobsDue,
+    JobsEnqueue,
+    JobsFinish,
+    JobsLetter,
+    JobsStart,
+    JobsTouch,
+    Started,
+)
 from redis_agent_sessions.errors import (
     BacklogFullError,
     GenerationError,
@@ -129,10 +144,12 @@ class JobQueue:
         self.telemetry: Any = None
         """The instrumented service's Telemetry (telemetry on): a job keeps the trace that
         asked for it, and a worker's span links to it."""
-        self._scripts = {
-            name: _scripts.register(client, f"jobs_{name}")
-            for name in ("enqueue", "start", "finish", "due", "touch", "letter")
-        }
+        self._enqueue_script = _scripts.register(client, JOBS_ENQUEUE)
+        self._start_script = _scripts.register(client, JOBS_START)
+        self._finish_script = _scripts.register(client, JOBS_FINISH)
+        self._due_script = _scripts.register(client, JOBS_DUE)
+        self._touch_script = _scripts.register(client, JOBS_TOUCH)
+        self._letter_script = _scripts.register(client, JOBS_LETTER)
 
     def shard_keys(self, app: str, user: str) -> tuple[int, JobKeys]:
         shard = self.keys.job_shard(app, user)
@@ -163,27 +180,33 @@ class JobQueue:
         s = self.settings
         idle = s.trigger_idle_seconds
         idle_ms = 0 if idle is None else max(1, int(idle * 1000))
-        reply = await _scripts.call(
-            self._scripts["enqueue"],
-            [k.jobs, k.queued, k.active, k.again, k.due, k.users, k.marks,
-             self.keys.job_events(app, shard, user, sid)],
-            [JobKeys.member(kind, user, sid), escape(user), _now_ms(),
-             math.ceil(s.max_backlog / JobKeys.SHARDS), count, s.trigger_events or 0, idle_ms,
-             MAX_JOB_EVENTS, "" if self.telemetry is None else self.telemetry.traceparent(),
-             *given],
+        call = JobsEnqueue(
+            k.jobs, k.queued, k.active, k.again, k.due, k.users, k.marks,
+            events=self.keys.job_events(app, shard, user, sid),
+            job=JobKeys.member(kind, user, sid),
+            user=escape(user),
+            now_ms=_now_ms(),
+            max_waiting=math.ceil(s.max_backlog / JobKeys.SHARDS),
+            session_events=count,
+            event_trigger=s.trigger_events or 0,
+            idle_ms=idle_ms,
+            max_events=MAX_JOB_EVENTS,
+            traceparent="" if self.telemetry is None else self.telemetry.traceparent(),
+            given=given,
         )  # fmt: skip
-        if reply[0] == -5:
+        done = await _scripts.run(self._enqueue_script, call)
+        if done.status == -5:
             raise BacklogFullError(
                 f"background generation's queue of app {app!r} is full for user {user!r}: "
-                f"{reply[1]} jobs wait in its shard {shard} (max_backlog {s.max_backlog} over "
-                f"{JobKeys.SHARDS} shards); nothing was recorded. The workers are behind"
+                f"{done.waiting} jobs wait in its shard {shard} (max_backlog {s.max_backlog} "
+                f"over {JobKeys.SHARDS} shards); nothing was recorded. The workers are behind"
             )
-        if reply[0] == -6:
+        if done.status == -7:
             raise BacklogFullError(
-                f"{reply[1]} events of session {sid!r} (user {user!r}, app {app!r}) already "
+                f"{done.waiting} events of session {sid!r} (user {user!r}, app {app!r}) already "
                 f"wait for a worker (at most {MAX_JOB_EVENTS}); nothing was recorded"
             )
-        return int(reply[0])
+        return done.status
 
     # -- waiting --------------------------------------------------------------------------
 
@@ -195,10 +218,9 @@ class JobQueue:
         names = [] if session_id is None else [JobKeys.member(c, user, session_id) for c in "se"]
         started = _now_ms()
         if flush:
-            await self._run(
-                "due", [k.jobs, k.queued, k.active, k.again, k.due],
-                [started, 0, *(names or [escape(user) + ":"])],
-            )  # fmt: skip
+            flushing = names or [escape(user) + ":"]
+            call = JobsDue(k.jobs, k.queued, k.active, k.again, k.due, started, 0, flushing)
+            await _scripts.run(self._due_script, call)
         deadline, pause = time.monotonic() + timeout, _POLL
         while True:
             pipe = self._redis.pipeline(transaction=False)
@@ -246,13 +268,13 @@ class JobQueue:
         events = self.keys.job_events(job.app, job.shard, job.user, job.session_id)
         return k, events, self.keys.job_lease(job.app, job.shard, job.user)
 
-    async def start(self, job: Job, token: str, lease_ms: int) -> list[Any]:
+    async def start(self, job: Job, token: str, lease_ms: int) -> Started:
         k, events, lease = self.job_keys(job)
-        reply: list[Any] = await self._run(
-            "start", [k.jobs, k.queued, k.active, k.tries, lease, events],
-            [job.name, job.entry, token, lease_ms, _now_ms(), EVENTS_PER_JOB, int(job.claimed)],
+        call = JobsStart(
+            k.jobs, k.queued, k.active, k.tries, lease, events, job.name, job.entry, token,
+            lease_ms, _now_ms(), EVENTS_PER_JOB, int(job.claimed),
         )  # fmt: skip
-        return reply
+        return await _scripts.run(self._start_script, call)
 
     async def finish(
         self,
@@ -266,32 +288,24 @@ class JobQueue:
         retry_ms: int = 1000,
     ) -> str:
         k, events, lease = self.job_keys(job)
-        reply = await self._run(
-            "finish",
-            [k.jobs, k.queued, k.active, k.again, k.due, k.users, k.marks, k.tries, k.failed,
-             k.dead, k.dropped, events, lease],
-            [job.name, escape(job.user), job.entry, GROUP, token, _now_ms(), outcome, read,
-             error[:2000], attempts, retry_ms, DEAD_LETTERS_KEPT],
+        call = JobsFinish(
+            k.jobs, k.queued, k.active, k.again, k.due, k.users, k.marks, k.tries, k.failed,
+            k.dead, k.dropped, events, lease, job.name, escape(job.user), job.entry, GROUP,
+            token, _now_ms(), outcome, read, error[:2000], attempts, retry_ms,
+            DEAD_LETTERS_KEPT,
         )  # fmt: skip
-        return text(reply[1])
+        return text(await _scripts.run(self._finish_script, call))
 
     async def touch(self, job: Job, consumer: str, token: str, lease_ms: int) -> bool:
         k, _, lease = self.job_keys(job)
-        reply = await self._run(
-            "touch", [k.jobs, lease], [GROUP, consumer, job.entry, token, lease_ms]
-        )
-        return bool(reply[0] == 1)
+        call = JobsTouch(k.jobs, lease, GROUP, consumer, job.entry, token, lease_ms)
+        return await _scripts.run(self._touch_script, call) == 1
 
     async def sweep(self, app: str, shard: int, limit: int = 100) -> int:
         """Deferred jobs of the shard whose time has come, into the stream."""
         k = self.keys.jobs(app, shard)
-        reply = await self._run(
-            "due", [k.jobs, k.queued, k.active, k.again, k.due], [_now_ms(), limit]
-        )
-        return int(reply[0])
-
-    async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await _scripts.call(self._scripts[name], keys, args)
+        call = JobsDue(k.jobs, k.queued, k.active, k.again, k.due, _now_ms(), limit, [])
+        return await _scripts.run(self._due_script, call)
 
     # -- operators ------------------------------------------------------------------------
 
@@ -359,13 +373,12 @@ class JobQueue:
             return None
         letter, k = found[0], self.keys.jobs(app, shard)
         name = JobKeys.member(letter.kind[0], letter.user, letter.session_id)
-        reply = await self._run(
-            "letter",
-            [k.jobs, k.queued, k.active, k.again, k.due, k.users, k.failed, k.dead, k.marks,
-             self.keys.job_events(app, shard, letter.user, letter.session_id)],
-            [entry, action, _now_ms(), name],
+        call = JobsLetter(
+            k.jobs, k.queued, k.active, k.again, k.due, k.users, k.failed, k.dead, k.marks,
+            self.keys.job_events(app, shard, letter.user, letter.session_id),
+            entry, action, _now_ms(), name,
         )  # fmt: skip
-        return letter if reply[0] == 1 else None
+        return letter if await _scripts.run(self._letter_script, call) else None
 
 
 def _now_ms() -> int:

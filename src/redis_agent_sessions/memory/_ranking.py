@@ -37,6 +37,13 @@ from redis.exceptions import ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.memory_calls import (
+    MEMORY_RANK,
+    MEMORY_RESCORE,
+    MemoryRank,
+    MemoryRescore,
+    first_referenced,
+)
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.keys import KeySpace, unescape
@@ -129,40 +136,47 @@ class PlainRanker:
 
     def __init__(self, client: Any, keys: KeySpace) -> None:
         self._keys = keys
-        self._script = _scripts.register(client, "memory_rank")
+        self._script = _scripts.register(client, MEMORY_RANK)
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
-        k = self._keys
-        keys = [
-            k.memory_stats(app, user),
-            k.memory_texts(app, user),
-            k.memory_df(app, user),
-            k.memory_context(app, user),
-        ]
-        postings, args = self.call(app, user, terms, limit, after=len(keys))
-        reply = await _scripts.call(self._script, keys + postings, args)
-        n, read = int(reply[0]), int(reply[1])
-        hits = [(text(i), float(s)) for i, s in zip(reply[2::2], reply[3::2], strict=True)]
-        return Ranked(hits, n, read)
+        call = self.call(app, user, terms, limit, first=first_referenced(MEMORY_RANK))
+        found = await _scripts.run(self._script, call)
+        hits = [(text(i), float(s)) for i, s in found.hits]
+        return Ranked(hits, found.total, found.read)
 
     def call(
-        self, app: str, user: str, terms: Sequence[QueryTerm], limit: int, *, after: int
-    ) -> tuple[list[str], list[Any]]:
-        """The posting keys and the arguments of ``memory_rank.lua``'s ranking, for a script
-        whose KEYS hold ``after`` others first (it ranks in ``memory_related.lua`` too)."""
+        self, app: str, user: str, terms: Sequence[QueryTerm], limit: int, *, first: int
+    ) -> MemoryRank:
+        """``memory_rank.lua``'s call, its postings named by their KEYS positions from
+        ``first`` on: its own, or those of a script that ranks as it does
+        (``memory_related.lua``, whose fixed keys are more)."""
         k = self._keys
-        keys: list[str] = []
-        args: list[Any] = [limit, READ_BUDGET, SUBSTRING_CAP, SUBSTRING_WEIGHT]
-        args += [max(CANDIDATES, 2 * limit), max(EXPAND, limit), AUTHOR_WEIGHT, K1, B]
-        args.append(len(terms))
+        postings: list[str] = []
+        args: list[Any] = [len(terms)]
         for t in terms:
-            keys.append(k.memory_term(app, user, t.term))
-            args += [t.term, t.times, after + len(keys), len(t.grams)]
+            postings.append(k.memory_term(app, user, t.term))
+            args += [t.term, t.times, first + len(postings) - 1, len(t.grams)]
             for gram in t.grams:
-                keys.append(k.memory_gram(app, user, gram))
-                args.append(after + len(keys))
+                postings.append(k.memory_gram(app, user, gram))
+                args.append(first + len(postings) - 1)
             args.append(t.term if t.grams else "")
-        return keys, args
+        return MemoryRank(
+            stats=k.memory_stats(app, user),
+            texts=k.memory_texts(app, user),
+            df=k.memory_df(app, user),
+            context=k.memory_context(app, user),
+            postings=postings,
+            limit=limit,
+            read_budget=READ_BUDGET,
+            substring_cap=SUBSTRING_CAP,
+            substring_weight=SUBSTRING_WEIGHT,
+            candidates=max(CANDIDATES, 2 * limit),
+            expand=max(EXPAND, limit),
+            author_weight=AUTHOR_WEIGHT,
+            k1=K1,
+            b=B,
+            terms=args,
+        )
 
 
 class IndexRanker:
@@ -176,7 +190,7 @@ class IndexRanker:
         self._missing = missing
         """(app, ResponseError) -> whether a missing index means nothing to find (a user's,
         made at their first write); raises when it is an error (an app's, provisioned)."""
-        self._script = _scripts.register(topology.client, "memory_rescore")
+        self._script = _scripts.register(topology.client, MEMORY_RESCORE)
 
     async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
         k = self._keys
@@ -238,19 +252,33 @@ class IndexRanker:
             for reply in replies[: len(candidates)]
             for key in _doc_keys(reply)
         }
-        keys = [k.memory_context(app, user)]
-        args: list[Any] = [limit, n, AUTHOR_WEIGHT, SUBSTRING_WEIGHT, length / n, K1, B]
-        args += [max(EXPAND, limit), len(terms)]
+        # An entry holding a word's grams is named by its KEYS position, after the context.
+        holding: list[str] = []
+        at = first_referenced(MEMORY_RESCORE)
+        args: list[Any] = [len(terms)]
         inside = dict(zip([t.term for t in subs], replies[len(candidates) :], strict=True))
         for i, t in enumerate(terms):
-            holding = _doc_keys(inside[t.term]) if t.term in inside else []
-            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(holding)]
-            for key in holding:
-                keys.append(key)
-                args += [len(keys), unescape(key[start:])]
+            found = _doc_keys(inside[t.term]) if t.term in inside else []
+            args += [t.term, t.times, df[2 * i], df[2 * i + 1], len(found)]
+            for key in found:
+                holding.append(key)
+                args += [at + len(holding) - 1, unescape(key[start:])]
         args += [len(proposed), *proposed]
-        reply = await _scripts.call(self._script, keys, args)
-        ranked.hits = [(text(i), float(s)) for i, s in zip(reply[::2], reply[1::2], strict=True)]
+        call = MemoryRescore(
+            context=k.memory_context(app, user),
+            holding=holding,
+            limit=limit,
+            indexed=n,
+            author_weight=AUTHOR_WEIGHT,
+            substring_weight=SUBSTRING_WEIGHT,
+            average_length=length / n,
+            k1=K1,
+            b=B,
+            expand=max(EXPAND, limit),
+            terms=args,
+        )
+        scored = await _scripts.run(self._script, call)
+        ranked.hits = [(text(i), float(s)) for i, s in scored]
         return ranked
 
 

@@ -10,6 +10,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.memory_calls import MEMORY_VECTORS, MemoryVectors
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import MemoryIndexError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace, escape
@@ -178,7 +179,7 @@ class PlainSearch:
         self._redis = client
         self._keys = keys
         self._semantic = semantic
-        self._vectors = _scripts.register(client, "memory_vectors")
+        self._vectors = _scripts.register(client, MEMORY_VECTORS)
 
     async def nearest(self, app: str, user: str, query: bytes, k: int) -> list[Hit]:
         """The ``k`` nearest of the user's newest ``PLAIN_SCAN`` entries by exact cosine,
@@ -189,6 +190,6 @@ class PlainSearch:
         newest = await self._redis.zrevrange(entries, 0, PLAIN_SCAN - 1, withscores=True)
         base = self._keys.memory_entry(app, user, "")  # escaping each whole key cost ~10%
         keys = [base + escape(text(member)) for member, _ in newest]
-        blobs = await _scripts.call(self._vectors, keys, []) if keys else []
+        blobs = await _scripts.run(self._vectors, MemoryVectors(keys)) if keys else []
         rows = [(text(m), float(ts), b) for (m, ts), b in zip(newest, blobs, strict=True)]
         return nearest(self._semantic.vectorizer, query, rows, k)

@@ -21,6 +21,16 @@ from redis.exceptions import NoPermissionError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.memory_calls import (
+    MEMORY_DELETE,
+    MEMORY_PUT,
+    MEMORY_VECTOR,
+    MemoryDelete,
+    MemoryPut,
+    MemoryVector,
+    first_referenced,
+    first_vector,
+)
 from redis_agent_sessions.errors import CorruptDataError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import K1, B
@@ -39,15 +49,11 @@ _INGEST_TTL = 3600
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
 _SIG_FIELDS = ("own", "tf", "dl", "au", "grams")
-_ARGS = 9
-"""memory_put's fixed ARGV; vectors follow."""
-_FINAL = 4
-"""memory_put's ARGV[5]: '1' on the last batch of an ingestion."""
 _FIRST_BATCH = 32
 """Entries of the first batch of a long write: Redis starts on it while the next is made."""
 
 
-_Made = tuple[list[Doc], tuple[list[str], list[Any]]]
+_Made = tuple[list[Doc], MemoryPut]
 """A batch, and its script call."""
 
 
@@ -81,9 +87,9 @@ class MemoryStore:
         self._redis = client
         self.keys = keys
         self.postings = postings
-        self._put_script = _scripts.register(client, "memory_put")
-        self._delete = _scripts.register(client, "memory_delete")
-        self._vectors = _scripts.register(client, "memory_vector")
+        self._put_script = _scripts.register(client, MEMORY_PUT)
+        self._delete = _scripts.register(client, MEMORY_DELETE)
+        self._vectors = _scripts.register(client, MEMORY_VECTOR)
 
     def _postings(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> list[list[int]]:
         """The postings a doc is added to, its own terms': [key index, quarter weight]."""
@@ -207,7 +213,7 @@ class MemoryStore:
             docs, call = current
             ahead = ingest is None or following is not None
             if not ahead:
-                call[1][_FINAL] = 1
+                call = call._replace(final=1)
             running = asyncio.ensure_future(self._put(write, docs, call))
             try:
                 await asyncio.sleep(0)  # it sends its call before the next batch is made
@@ -221,56 +227,57 @@ class MemoryStore:
 
     def _call(
         self, write: _Write, docs: Sequence[Doc], final: bool, stored: list[Any] | None
-    ) -> tuple[list[str], list[Any]]:
-        """The KEYS and ARGV of one ``memory_put.lua`` call (``stored``: the entries' sig
-        fields as read after a refusal)."""
+    ) -> MemoryPut:
+        """One ``memory_put.lua`` call (``stored``: the entries' sig fields as read after a
+        refusal)."""
         app, user = write.app, write.user
         entries = self.keys.memory_entries(app, user)
-        ks = ScriptKeys([
-            entries,
-            self.keys.memory_deleted(app, user),
-            entries if write.session_id is None
-            else self.keys.memory_session(app, user, write.session_id),
-            write.ingest or entries,
-            self.keys.memory_texts(app, user),
-            self.keys.memory_stats(app, user),
-            self.keys.memory_df(app, user),
-            self.keys.memory_context(app, user),
-        ])  # fmt: skip
+        ks = ScriptKeys(first_referenced(MEMORY_PUT))
         ops = []
         vectors: list[bytes] = []
         for i, doc in enumerate(docs):
             op = self.entry_op(ks, app, user, doc)
             if doc.vkey is not None and doc.vec is not None:
+                op["v"] = first_vector(MEMORY_PUT) + len(vectors)
                 vectors.append(doc.vec)
-                op["v"] = _ARGS + len(vectors)
             if stored is not None and (sig := stored_sig(stored[i])) is not None:
                 op["x"] = sig
                 op["o"] = [ks.ref(k) for k in self.stored_postings(app, user, stored[i])]
             ops.append(op)
-        args = [
-            write.mode, int(self.postings), int(write.session_id is not None),
-            _INGEST_TTL if write.ingest else 0, int(final), _STALE_BATCH, orjson.dumps(ops),
-            K1, B, *vectors,
-        ]  # fmt: skip
-        return ks.keys, args
+        sid = write.session_id
+        return MemoryPut(
+            entries=entries,
+            deleted=self.keys.memory_deleted(app, user),
+            session=entries if sid is None else self.keys.memory_session(app, user, sid),
+            ingestion=write.ingest or entries,
+            texts=self.keys.memory_texts(app, user),
+            stats=self.keys.memory_stats(app, user),
+            df=self.keys.memory_df(app, user),
+            context=self.keys.memory_context(app, user),
+            referenced=ks.keys,
+            mode=write.mode,
+            postings=int(self.postings),
+            record_session=int(write.session_id is not None),
+            ingestion_ttl=_INGEST_TTL if write.ingest else 0,
+            final=int(final),
+            stale_limit=_STALE_BATCH,
+            entries_json=orjson.dumps(ops),
+            k1=K1,
+            b=B,
+            vectors=vectors,
+        )
 
-    async def _put(
-        self,
-        write: _Write,
-        docs: Sequence[Doc],
-        call: tuple[list[str], list[Any]],
-    ) -> list[str]:
+    async def _put(self, write: _Write, docs: Sequence[Doc], call: MemoryPut) -> list[str]:
         """Send ``call`` (of ``docs``); when it wrote nothing, send them again as the
         script asked (with their vectors, or after reading what is stored)."""
-        final = call[1][_FINAL] == 1
+        final = call.final == 1
         for _ in range(_ATTEMPTS):
-            reply = await _scripts.call(self._put_script, *call)
-            if reply[0] == 1:
-                return [text(x) for x in reply[2:]]
+            put = await _scripts.run(self._put_script, call)
+            if put.status == 1:
+                return [text(x) for x in put.stale]
             stored = None
-            if reply[0] == 2 and write.embed is not None:
-                missing = {text(x) for x in reply[1:]}
+            if put.status == 2 and write.embed is not None:
+                missing = {text(x) for x in put.missing}
                 await write.embed([doc for doc in docs if doc.id in missing])
             else:
                 stored = await self._read(write.app, write.user, [d.id for d in docs], *_SIG_FIELDS)
@@ -297,12 +304,13 @@ class MemoryStore:
     ) -> tuple[int, int]:
         """Store (id, content embedded, vkey, vector) where the content is unchanged:
         (stored, skipped)."""
-        keys = [self.keys.memory_entry(app, user, memory_id) for memory_id, *_ in rows]
-        args: list[Any] = [model]
-        for _, content, vkey, vector in rows:
-            args += [content, vkey, vector]
-        reply = await _scripts.call(self._vectors, keys, args)
-        return int(reply[0]), int(reply[1])
+        call = MemoryVector(
+            entries=[self.keys.memory_entry(app, user, memory_id) for memory_id, *_ in rows],
+            model=model,
+            rows=[x for _, content, vkey, vector in rows for x in (content, vkey, vector)],
+        )
+        done = await _scripts.run(self._vectors, call)
+        return done.stored, done.skipped
 
     async def vector_keys(self, app: str, user: str, ids: Sequence[str]) -> list[Any]:
         """(id, vkey) stored for each id: None id when the entry does not exist."""
@@ -322,18 +330,7 @@ class MemoryStore:
         entries = self.keys.memory_entries(app, user)
         for _ in range(_ATTEMPTS):
             rows = await self._read(app, user, ids, *_SIG_FIELDS, "session")
-            stats = self.keys.memory_stats(app, user)
-            ks = ScriptKeys(
-                [
-                    entries,
-                    self.keys.memory_deleted(app, user),
-                    self.keys.memory_texts(app, user),
-                    ingest or entries,
-                    stats,
-                    self.keys.memory_df(app, user),
-                    self.keys.memory_context(app, user),
-                ]
-            )
+            ks = ScriptKeys(first_referenced(MEMORY_DELETE))
             ops = []
             for memory_id, row in zip(ids, rows, strict=True):
                 session = row[5]
@@ -349,18 +346,23 @@ class MemoryStore:
                 if only_session is not None:
                     op["only"] = only_session
                 ops.append(op)
-            reply = await _scripts.call(
-                self._delete,
-                ks.keys,
-                [
-                    int(tombstone),
-                    int(self.postings),
-                    int(ingest is not None),
-                    orjson.dumps(ops),
-                ],
+            call = MemoryDelete(
+                entries=entries,
+                deleted=self.keys.memory_deleted(app, user),
+                texts=self.keys.memory_texts(app, user),
+                ingestion=ingest or entries,
+                stats=self.keys.memory_stats(app, user),
+                df=self.keys.memory_df(app, user),
+                context=self.keys.memory_context(app, user),
+                referenced=ks.keys,
+                tombstone=int(tombstone),
+                postings=int(self.postings),
+                spare_ingesting=int(ingest is not None),
+                entries_json=orjson.dumps(ops),
             )
-            if reply[0] == 1:
-                return int(reply[1])
+            deleted = await _scripts.run(self._delete, call)
+            if deleted.done:
+                return deleted.removed
         raise RedisSessionsError("memory entries kept changing during the delete; gave up")
 
     async def delete_all(self, app: str, user: str) -> None:

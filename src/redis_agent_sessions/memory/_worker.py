@@ -319,12 +319,12 @@ class FactWorker:
         """Started: (failed attempts, its events, the ms it was queued at, 0: not known);
         None when there is nothing to run."""
         for attempt in range(1_000_000):
-            reply = await self._queue.start(job, token, self.visibility_ms)
-            if reply[0] == -1:
+            started = await self._queue.start(job, token, self.visibility_ms)
+            if started.status == -1:
                 await self._ack(job)  # ended meanwhile by a worker that claimed it
                 return None
-            if reply[0] == 1:
-                return int(reply[1]), list(reply[3:]), float(text(reply[2]) or 0)
+            if started.status == 1:
+                return started.attempts, list(started.events), started.queued_ms
             if self._stopping.is_set():
                 await self._end(job, token, "release")
                 return None

@@ -12,9 +12,9 @@ from typing import Any
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.session_calls import REGISTER_APP, RegisterApp
 from redis_agent_sessions.errors import CorruptDataError, PermissionDeniedError
 from redis_agent_sessions.keys import KeySpace, escape
-from redis_agent_sessions.sessions._replies import typed
 
 __all__ = ["AppListing"]
 
@@ -25,7 +25,7 @@ class AppListing:
 
     def __init__(self, client: Any, keys: KeySpace) -> None:
         self._client = client
-        self._script = _scripts.register(client, "register_app")
+        self._script = _scripts.register(client, REGISTER_APP)
         self._registry = keys.apps()
         self._listed: set[str] = set()
 
@@ -50,10 +50,15 @@ class AppListing:
             await self._run(app_name, first_created, write=True)
             self._listed.add(app_name)
 
-    async def _run(self, app_name: str, first_created: float, *, write: bool) -> int:
-        args = [escape(app_name), repr(first_created), "1" if write else ""]
+    async def _run(self, app_name: str, first_created: float, *, write: bool) -> None:
+        call = RegisterApp(
+            apps=self._registry,
+            app_member=escape(app_name),
+            first_created=repr(first_created),
+            write="1" if write else "",
+        )
         try:
-            return int(typed(await _scripts.call(self._script, [self._registry], args)))
+            await _scripts.run(self._script, call)
         except PermissionDeniedError as exc:
             if exc.key != self._registry or exc.command not in (None, "EVALSHA"):
                 raise

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.session_calls import Created, ExpiryDue
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
 from redis_agent_sessions.sessions._layout import Layout
@@ -55,14 +56,8 @@ class ClusterLayout(Layout):
         worker knows: older entries are dropped by the next script, newer ones returned."""
         return self.outbox.first_unapplied(keys.app_applied, keys.user_member)
 
-    def _create_app_keys(self, keys: SessionKeys) -> list[str]:
-        return [keys.app_outbox]
-
-    def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
-        return keys.app_outbox
-
-    def _app_indexes(self, keys: SessionKeys) -> list[str]:
-        return []
+    def app_keys(self, keys: SessionKeys, first: str, *rest: str) -> tuple[str, list[str | None]]:
+        return keys.app_outbox, [None for _ in rest]
 
     def recording(
         self, keys: SessionKeys, app_writes: bool = True
@@ -70,18 +65,19 @@ class ClusterLayout(Layout):
         return self.registry.recording(keys) if app_writes else _NO_APP_WRITES
 
     async def created(
-        self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
+        self, keys: SessionKeys, app_name: str, now: float, reply: Created, shortfalls: list[str]
     ) -> Any:
         # Alongside the app step: it needs no order (a retried create lists it too).
         listed = self.apps.list(app_name, now)
-        if reply[0] == 0:
-            if reply[1]:
-                await asyncio.gather(listed, self._apply(keys, reply[1], want_state=False))
+        if not reply.created:
+            if reply.outbox:
+                await asyncio.gather(listed, self._apply(keys, reply.outbox, want_state=False))
             else:
                 await listed
             return None
         due: list[Any] = []
-        applied = self._apply(keys, reply[2], want_state=True, shortfalls=shortfalls, due=due)
+        outbox = reply.outbox
+        applied = self._apply(keys, outbox, want_state=True, shortfalls=shortfalls, due=due)
         app_raw = (await asyncio.gather(listed, applied))[1]
         await self.drop_expired(app_name, due)
         return app_raw
@@ -156,12 +152,14 @@ class ClusterLayout(Layout):
             pipe.hget(keys.app_applied, keys.user_member)
             outbox_key, mode = keys.app_outbox, f"cluster:{first}"
             script = self.read_script(keys, count, start, anchor, outbox_key, mode)
-            flat, (app_raw, applied) = await asyncio.gather(
+            read, (app_raw, applied) = await asyncio.gather(
                 script, _scripts.execute(pipe, [keys.app_state, keys.app_applied])
             )
-            reply = [pairs(flat[0]), *flat[1:]] if flat else []
-            if not flat:
+            if read is None:
                 return [], app_raw
+            checks = [] if anchor is None else [read.anchor, read.first]
+            meta, state, user = pairs(read.meta), read.state, read.user_state
+            reply = [meta, state, user, read.shared, read.events, read.present, *checks]
         # The outbox was read even for a missing session: a user's pending writes (say, the
         # index removal of a delete whose app step failed) are finished by any read.
         if reply:
@@ -214,9 +212,8 @@ class ClusterLayout(Layout):
 
         async def take(n: int, claim: bool) -> list[Any]:
             now = int(time.time() * 1000)
-            args = [now, n, "1" if claim else ""]
-            found: list[Any] = await self.runner.run(self.runner.expiry_due, [key], args, [])
-            return found
+            call = ExpiryDue(expiry=key, now_ms=now, at_most=n, claim="1" if claim else "")
+            return await self.runner.run(self.runner.expiry_due, call)
 
         if dry_run:
             found = await take(limit + 1, claim=False)
@@ -238,9 +235,6 @@ class ClusterLayout(Layout):
         for u, s in gone:
             by_user.setdefault(u, []).append((u, s))
         return list(by_user.values())
-
-    def _prune_keys(self, first: SessionKeys) -> list[str]:
-        return [first.app_outbox]
 
     async def _pruned(self, first: SessionKeys, outbox: Any) -> None:
         # The user's next script would drop the entries just applied; a user whose sessions

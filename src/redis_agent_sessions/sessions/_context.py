@@ -42,6 +42,9 @@ class Context(Generic[S, E]):
     """Spans and counters (``SessionServiceConfig.telemetry``), or None."""
     policy_checked: bool = False
     """Whether the server's maxmemory-policy was looked at (the first operation does)."""
+    writable: bool = False
+    """Whether :meth:`ready` for a write has nothing left to do (each of its checks, once
+    passed, stays passed): a write then skips it."""
 
     @property
     def ttl(self) -> str | None:
@@ -59,5 +62,7 @@ class Context(Generic[S, E]):
         if not self.policy_checked:
             self.policy_checked = True
             await warn_once(self.layout.topology, self.ttl)
-        if write and self.runner.concern is not None:
-            await self.runner.check_server()
+        if write:
+            if self.runner.concern is not None:
+                await self.runner.check_server()
+            self.writable = True

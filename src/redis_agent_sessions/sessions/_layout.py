@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.lost import lost_connection
+from redis_agent_sessions._redis.session_calls import Created, PruneIndex, ReadSession, Snapshot
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.errors import RedisSessionsError
 from redis_agent_sessions.keys import KeySpace, SessionKeys, split_app_member
@@ -89,39 +90,14 @@ class Layout(ABC):
     def mode(self, keys: SessionKeys) -> str:
         """The scripts' layout argument for an operation on ``keys``' session."""
 
-    # -- the keys each write script touches ----------------------------------------------
+    # -- the keys each script touches --------------------------------------------------------
 
-    def create_keys(self, keys: SessionKeys, app_name: str) -> tuple[list[str], list[Any]]:
-        """create_session.lua's KEYS, and the ARGV that follow the state fields."""
-        return [
-            *_own(keys),
-            keys.user_state,
-            keys.user_sessions,
-            keys.user_updated,
-            *self._create_app_keys(keys),
-        ], self._create_tail(app_name)
-
-    def append_keys(self, keys: SessionKeys) -> list[str]:
-        """append_event.lua's KEYS."""
-        return [
-            *_own(keys),
-            keys.user_state,
-            self._app_writes(keys, keys.app_state),
-            *self._closing(keys),
-        ]
-
-    def delete_keys(self, keys: SessionKeys) -> list[str]:
-        """delete_session.lua's KEYS."""
-        return [
-            *_own(keys),
-            keys.user_sessions,
-            self._app_writes(keys, keys.app_sessions),
-            *self._closing(keys),
-        ]
-
-    def _closing(self, keys: SessionKeys) -> list[str]:
-        """The KEYS after the first six of append and delete (KEYS[7..])."""
-        return [keys.user_updated, keys.compactions, *self._app_indexes(keys)]
+    @abstractmethod
+    def app_keys(self, keys: SessionKeys, first: str, *rest: str) -> tuple[str, list[str | None]]:
+        """The app's keys a script of ``keys``' session names (``first``, then ``rest``), as
+        this layout has it touch them: all of them on one node; on a cluster, where they
+        are in another slot, the user's outbox for ``first`` and None (left out) for the
+        rest."""
 
     def read_script(
         self,
@@ -131,29 +107,23 @@ class Layout(ABC):
         anchor: str | None,
         shared: str,
         mode: str,
-    ) -> Awaitable[Any]:
+    ) -> Awaitable[Snapshot | None]:
         """read_session.lua's snapshot of ``keys``' session (``shared``: the app state hash,
         or on a cluster the user's outbox; ``mode``: the layout argument)."""
-        how = "all" if count is None else "recent" if count else "none"
-        args: list[Any] = [how, start, count or 0, mode]
-        if anchor is not None:
-            args.append(anchor)
-        read = [keys.meta, keys.state, keys.user_state, keys.events, shared, keys.event_ids]
-        return self.runner.run(self.runner.read, read, args, [])
-
-    @abstractmethod
-    def _create_app_keys(self, keys: SessionKeys) -> list[str]: ...
-
-    def _create_tail(self, app_name: str) -> list[Any]:
-        return []
-
-    @abstractmethod
-    def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
-        """Where a user-slot script writes what goes to ``app_key``."""
-
-    @abstractmethod
-    def _app_indexes(self, keys: SessionKeys) -> list[str]:
-        """The app's by-update and expiry indexes, when a user-slot script writes them."""
+        call = ReadSession(
+            meta=keys.meta,
+            state=keys.state,
+            user_state=keys.user_state,
+            events=keys.events,
+            app_state=shared,
+            event_ids=keys.event_ids,
+            range="all" if count is None else "recent" if count else "none",
+            start=start,
+            recent_count=count or 0,
+            layout=mode,
+            anchor=anchor,
+        )
+        return self.runner.run(self.runner.read, call)
 
     @abstractmethod
     def recording(
@@ -173,10 +143,10 @@ class Layout(ABC):
 
     @abstractmethod
     async def created(
-        self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
+        self, keys: SessionKeys, app_name: str, now: float, reply: Created, shortfalls: list[str]
     ) -> Any:
-        """The app step of a create (``reply`` is create_session.lua's): the app state hash
-        as the new session sees it, or None when the session existed already."""
+        """The app step of a create: the app state hash as the new session sees it, or None
+        when the session existed already."""
 
     @abstractmethod
     async def settle(
@@ -226,17 +196,29 @@ class Layout(ABC):
 
     async def _prune_group(self, app_name: str, group: list[tuple[str, str]]) -> int:
         first = self.keys.session(app_name, group[0][0], group[0][1])
-        keys = self._prune_keys(first)
-        args: list[str] = [self.mode(first), str(int(time.time() * 1000))]
+        app_sessions, (app_updated, app_expiry) = self.app_keys(
+            first, first.app_sessions, first.app_updated, first.app_expiry
+        )
+        session_keys: list[str] = []
+        sessions: list[str] = []
         for u, s in group:
             sk = self.keys.session(app_name, u, s)
-            keys += (sk.meta, sk.user_sessions, sk.user_updated)
-            args += (s, sk.app_member)
+            session_keys += (sk.meta, sk.user_sessions, sk.user_updated)
+            sessions += (s, sk.app_member)
+        call = PruneIndex(
+            app_sessions=app_sessions,
+            app_updated=app_updated,
+            app_expiry=app_expiry,
+            session_keys=session_keys,
+            layout=self.mode(first),
+            now_ms=str(int(time.time() * 1000)),
+            sessions=sessions,
+        )
         async with self.recording(first):
-            reply = await self.runner.run(self.runner.prune, keys, args, [])
-        await self.settle(first, reply[1], cleanup=False)
-        await self._pruned(first, reply[1])
-        return int(reply[0])
+            pruned = await self.runner.run(self.runner.prune, call)
+        await self.settle(first, pruned.outbox, cleanup=False)
+        await self._pruned(first, pruned.outbox)
+        return pruned.dropped
 
     async def drop_expired(self, app_name: str, due: list[Any]) -> None:
         """After a write landed: check the sessions its step found due in the app's expiry
@@ -265,13 +247,5 @@ class Layout(ABC):
     def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]: ...
 
     @abstractmethod
-    def _prune_keys(self, first: SessionKeys) -> list[str]: ...
-
-    @abstractmethod
     async def _pruned(self, first: SessionKeys, outbox: Any) -> None:
         """After a prune of ``first``'s user and its app step (``outbox``: the prune's)."""
-
-
-def _own(keys: SessionKeys) -> list[str]:
-    """The session's own keys, KEYS[1..4] of every write script."""
-    return [keys.meta, keys.state, keys.events, keys.event_ids]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import stream_id, text
 from redis_agent_sessions._redis.concern import WriteConcern, run
-from redis_agent_sessions.errors import CorruptDataError
+from redis_agent_sessions._redis.session_calls import APP_APPLY, AppApply
 
 if TYPE_CHECKING:  # imported only when telemetry is on
     from redis_agent_sessions._telemetry import Telemetry
@@ -41,7 +41,7 @@ class AppOutbox:
     """Applies outbox entries and remembers, per user, how far they are known applied."""
 
     def __init__(self, client: Any) -> None:
-        self._apply = _scripts.register(client, "app_apply")
+        self._apply = _scripts.register(client, APP_APPLY)
         self._applied: OrderedDict[tuple[str, str], str] = OrderedDict()
         self.telemetry: Telemetry | None = None
 
@@ -112,25 +112,32 @@ class AppOutbox:
 
         Returns the app state hash as a flat list when ``want_state``, else None.
         """
-        take = take if due is not None else 0
-        now = int(time.time() * 1000)
-        args: list[Any] = [user_member, "1" if want_state else "0", now, take]
+        flat: list[Any] = []
         for entry_id, fields in entries:
-            args += (entry_id, len(fields) // 2, *fields)
-        keys = [app_state, app_versions, app_sessions, app_applied, app_expiry]
+            flat += (entry_id, len(fields) // 2, *fields)
+        call = AppApply(
+            app_state=app_state,
+            app_versions=app_versions,
+            app_sessions=app_sessions,
+            app_applied=app_applied,
+            app_expiry=app_expiry,
+            user_member=user_member,
+            want_state="1" if want_state else "0",
+            now_ms=int(time.time() * 1000),
+            expiry_take=take if due is not None else 0,
+            entries=flat,
+        )
         short = len(shortfalls) if shortfalls is not None else 0
-        reply = await run(concern, self._apply, keys, args, shortfalls, "app step: ")
-        if reply and reply[0] == -3:
-            raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
+        applied = await run(concern, self._apply, call, shortfalls, "app step: ")
         # An application the replicas did not confirm may be lost in a failover: learned,
         # it would let the user's next script drop entries the new primary never applied,
         # and the caller's retry would then be acknowledged without them.
         if shortfalls is None or len(shortfalls) == short:
-            self.learn(app_applied, user_member, reply[0])
+            self.learn(app_applied, user_member, applied.last_applied)
         if counts is not None:
-            counts.append(int(reply[2]))
-        if late and self.telemetry is not None and int(reply[2]):
-            self.telemetry.count("cluster.app_writes_applied_late", int(reply[2]))
+            counts.append(applied.entries_applied)
+        if late and self.telemetry is not None and applied.entries_applied:
+            self.telemetry.count("cluster.app_writes_applied_late", applied.entries_applied)
         if due is not None:
-            due += reply[3]
-        return reply[1] if want_state else None
+            due += applied.due
+        return applied.app_state if want_state else None

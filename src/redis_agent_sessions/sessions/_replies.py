@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from redis_agent_sessions._redis.codec import event_ms, text
-from redis_agent_sessions._redis.scripts import store_full
+from redis_agent_sessions._redis.session_calls import Appended
 from redis_agent_sessions.errors import CorruptDataError, IncompleteSessionError
 from redis_agent_sessions.sessions._types import ErrorTypes, StoredSession
 
@@ -20,7 +20,6 @@ __all__ = [
     "NOT_FOUND",
     "OK",
     "STALE",
-    "WRONG_TYPE",
     "appended",
     "first_id",
     "missing_parts",
@@ -29,33 +28,24 @@ __all__ = [
     "stored_bytes",
     "stored_events",
     "stored_session",
-    "typed",
 ]
 
-OK, DUPLICATE, NOT_FOUND, STALE, WRONG_TYPE = 1, 2, -1, -2, -3
-INCOMPLETE, FULL = -5, -6
+OK, DUPLICATE, NOT_FOUND, STALE, INCOMPLETE = 1, 2, -1, -2, -5
 _EVENT_FIELD = (b"event", "event")
 _SCHEMA_FIELD = (b"schema", "schema")
 
 
-def typed(reply: Any) -> Any:
-    """A script's reply, or its report of a key holding a foreign type raised."""
-    if isinstance(reply, list) and reply and reply[0] == WRONG_TYPE:
-        raise CorruptDataError(text(reply[1]), f"expected another type, found {text(reply[2])}")
-    if isinstance(reply, list) and reply and reply[0] == FULL:
-        raise store_full(text(reply[1]))
-    return reply
-
-
-def appended(reply: Any, who: tuple[str, str, str], errors: ErrorTypes) -> None:
-    """append_event.lua's refusals raised: no such session, a stale writer, or a session
-    whose keys were evicted apart. ``who``: the session's app, user and id."""
-    if reply[0] == NOT_FOUND:
+def appended(reply: Appended, who: tuple[str, str, str], errors: ErrorTypes) -> int:
+    """The revision an append made (or, already stored, found), or append_event.lua's
+    refusals raised: no such session, a stale writer, or a session whose keys were evicted
+    apart. ``who``: the session's app, user and id."""
+    if reply.status == NOT_FOUND:
         raise errors.not_found(f"Session {who[2]} not found.")
-    if reply[0] == STALE:
+    if reply.status == STALE:
         raise errors.stale()
-    if reply[0] == INCOMPLETE:
-        raise IncompleteSessionError(*who, [text(m) for m in reply[2:]], text(reply[1]))
+    if reply.revision is None:  # INCOMPLETE
+        raise IncompleteSessionError(*who, [text(m) for m in reply.missing], text(reply.key))
+    return reply.revision
 
 
 def missing_parts(meta: Mapping[Any, Any], state: Any, present: Any) -> list[str]:

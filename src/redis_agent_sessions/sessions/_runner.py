@@ -3,18 +3,27 @@ confirmed as the write concern asks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from redis_agent_sessions._redis import concern as _concern
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.calls import C, R
 from redis_agent_sessions._redis.concern import WriteConcern
+from redis_agent_sessions._redis.scripts import Registered
+from redis_agent_sessions._redis.session_calls import (
+    APPEND_EVENT,
+    CREATE_SESSION,
+    DELETE_SESSION,
+    EXPIRY_DUE,
+    PRUNE_INDEX,
+    READ_HASHES,
+    READ_SESSION,
+)
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, PayloadTooLargeError, WriteConcernError
-from redis_agent_sessions.sessions._replies import typed
 
 __all__ = ["ScriptRunner"]
 
@@ -26,45 +35,35 @@ class ScriptRunner:
         self.client = client
         self.config = config
         self.concern = WriteConcern.of(config)
-        self.read = _scripts.register(client, "read_session")
-        self.create = _scripts.register(client, "create_session")
-        self.append = _scripts.register(client, "append_event")
-        self.delete = _scripts.register(client, "delete_session")
-        self.prune = _scripts.register(client, "prune_index")
-        self.read_hashes = _scripts.register(client, "read_hashes")
-        self.expiry_due = _scripts.register(client, "expiry_due")
+        self.read = _scripts.register(client, READ_SESSION)
+        self.create = _scripts.register(client, CREATE_SESSION)
+        self.append = _scripts.register(client, APPEND_EVENT)
+        self.delete = _scripts.register(client, DELETE_SESSION)
+        self.prune = _scripts.register(client, PRUNE_INDEX)
+        self.read_hashes = _scripts.register(client, READ_HASHES)
+        self.expiry_due = _scripts.register(client, EXPIRY_DUE)
 
     async def run(
-        self,
-        script: Any,
-        keys: list[str],
-        args: list[Any],
-        fields: list[list[bytes | str]],
-        shortfalls: list[str] | None = None,
-        tail: Sequence[Any] = (),
-    ) -> Any:
+        self, script: Registered[C, R], call: C, shortfalls: list[str] | None = None
+    ) -> R:
         """Run a script; with a write concern and ``shortfalls`` (a write operation), wait
-        for it in the same round trip and add any shortfall to ``shortfalls``. ``fields``
-        (per scope) go after ``args`` with their counts first, then ``tail``."""
-        counts = [len(f) // 2 for f in fields] if fields else []
-        flat = [v for f in fields for v in f]
-        argv = [*args, *counts, *flat, *tail]
+        for it in the same round trip and add any shortfall to ``shortfalls``."""
         try:
-            reply = await _concern.run(self.concern, script, keys, argv, shortfalls)
+            if self.concern is None or shortfalls is None:
+                return await _scripts.run(script, call)
+            return await _concern.run(self.concern, script, call, shortfalls)
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
                 raise CorruptDataError(
-                    keys[0], f"a key of this session has a foreign type: {exc}"
+                    call[0], f"a key of this session has a foreign type: {exc}"
                 ) from exc
             raise
-        return typed(reply)
 
     async def run_many(
-        self, script: Any, calls: list[tuple[list[str], list[Any]]], shortfalls: list[str]
-    ) -> list[Any]:
-        """``script`` once per (keys, args) call, pipelined in one round trip."""
-        replies = await _concern.run_many(self.concern, script, calls, shortfalls)
-        return [typed(reply) for reply in replies]
+        self, script: Registered[C, R], calls: list[C], shortfalls: list[str]
+    ) -> list[R]:
+        """``script`` once per call, pipelined in one round trip."""
+        return await _concern.run_many(self.concern, script, calls, shortfalls)
 
     async def check_server(self) -> None:
         """Before the first write: the server can confirm writes as the concern asks."""

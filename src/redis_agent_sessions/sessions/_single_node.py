@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import OutOfMemoryError
 
 from redis_agent_sessions._redis import scripts as _scripts
+from redis_agent_sessions._redis.session_calls import Created, ReadHashes
 from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.sessions._layout import Layout
 from redis_agent_sessions.sessions._replies import pairs
@@ -30,19 +31,8 @@ class SingleNode(Layout):
     def mode(self, keys: SessionKeys) -> str:
         return "single"
 
-    def _create_app_keys(self, keys: SessionKeys) -> list[str]:
-        return [
-            keys.app_state,
-            keys.app_sessions,
-            keys.app_updated,
-            keys.app_expiry,
-        ]
-
-    def _app_writes(self, keys: SessionKeys, app_key: str) -> str:
-        return app_key
-
-    def _app_indexes(self, keys: SessionKeys) -> list[str]:
-        return [keys.app_updated, keys.app_expiry]
+    def app_keys(self, keys: SessionKeys, first: str, *rest: str) -> tuple[str, list[str | None]]:
+        return first, list(rest)
 
     def observe(self, telemetry: Telemetry) -> None:
         """Nothing: every operation is one script here, so nothing is ever applied late."""
@@ -54,13 +44,13 @@ class SingleNode(Layout):
         return _NOTHING
 
     async def created(
-        self, keys: SessionKeys, app_name: str, now: float, reply: Any, shortfalls: list[str]
+        self, keys: SessionKeys, app_name: str, now: float, reply: Created, shortfalls: list[str]
     ) -> Any:
         await self.apps.list(app_name, now)  # also when it existed: a retry finishes it
-        if reply[0] != 1:
+        if not reply.created:
             return None
-        await self.drop_expired(app_name, reply[3])
-        return reply[2]
+        await self.drop_expired(app_name, reply.due)
+        return reply.app_state
 
     async def settle(
         self,
@@ -116,11 +106,13 @@ class SingleNode(Layout):
     async def _scripted_snapshot(
         self, keys: SessionKeys, count: int | None, start: str, anchor: str | None
     ) -> tuple[list[Any], Any]:
-        reply = await self.read_script(keys, count, start, anchor, keys.app_state, "single")
-        if not reply:
+        read = await self.read_script(keys, count, start, anchor, keys.app_state, "single")
+        if read is None:
             return [], None
-        app_state = pairs(reply[3])
-        return [pairs(reply[0]), pairs(reply[1]), pairs(reply[2]), app_state, *reply[4:]], app_state
+        app_state = pairs(read.shared)
+        checks = [] if anchor is None else [read.anchor, read.first]
+        meta, state, user_state = pairs(read.meta), pairs(read.state), pairs(read.user_state)
+        return [meta, state, user_state, app_state, read.events, read.present, *checks], app_state
 
     async def read_sessions(
         self,
@@ -136,7 +128,8 @@ class SingleNode(Layout):
         replies: list[Any] = []
         for at in range(0, len(read_keys), _HASHES_PER_SCRIPT):
             chunk = read_keys[at : at + _HASHES_PER_SCRIPT]
-            replies += await self.runner.run(self.runner.read_hashes, chunk, [], [])
+            hashes = await self.runner.run(self.runner.read_hashes, ReadHashes(chunk))
+            replies += hashes
         return replies, app_raw
 
     async def sweep(
@@ -147,9 +140,6 @@ class SingleNode(Layout):
 
     def _prune_groups(self, gone: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
         return [gone]
-
-    def _prune_keys(self, first: SessionKeys) -> list[str]:
-        return [first.app_sessions, first.app_updated, first.app_expiry]
 
     async def _pruned(self, first: SessionKeys, outbox: Any) -> None:
         """Nothing: the prune script wrote the app's keys too."""

@@ -40,11 +40,11 @@ from redis.exceptions import RedisError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions._redis.session_calls import APP_PENDING, AppPending, PendingReply
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace, SessionKeys, unescape
 from redis_agent_sessions.sessions._apps import AppListing
 from redis_agent_sessions.sessions._outbox import AppOutbox, Entry
-from redis_agent_sessions.sessions._replies import typed
 from redis_agent_sessions.sessions._runner import ScriptRunner
 
 __all__ = [
@@ -141,7 +141,7 @@ class AppRegistry:
         self._client = runner.client
         self._keys = keys
         self._outbox = outbox
-        self._script = _scripts.register(runner.client, "app_pending")
+        self._script = _scripts.register(runner.client, APP_PENDING)
         self._held: OrderedDict[tuple[str, str], _Registration] = OrderedDict()
 
     def recording(self, keys: SessionKeys) -> AbstractAsyncContextManager[None]:
@@ -160,8 +160,8 @@ class AppRegistry:
     async def _registered(self, keys: SessionKeys) -> AsyncIterator[None]:
         at = time.monotonic()
         member = keys.user_member
-        score, previous = await self._call(keys.app_pending, "add", member, _ms(time.time()))
-        mine = _Registration(at, text(score), text(previous))
+        added = await self._call(keys.app_pending, "add", member, _ms(time.time()))
+        mine = _Registration(at, text(added.score), text(added.previous))
         slot = (keys.app_pending, member)
         self._held[slot] = mine
         self._held.move_to_end(slot)
@@ -187,7 +187,7 @@ class AppRegistry:
         seconds) left pending, oldest first, and take them off the registry."""
         registry = self._keys.app_pending(app_name)
         due = await self._call(registry, "due", _ms(time.time() - older_than), limit + 1)
-        found = list(zip(due[::2], due[1::2], strict=True))
+        found = list(due.members)
         tally = _Tally()
         shortfalls: list[str] = []
         for at in range(0, min(len(found), limit), _BATCH):
@@ -255,10 +255,10 @@ class AppRegistry:
             # written before that rule (idempotent: a listed app is not written again).
             await self._apps.list(app_name, min(created))
         scored = [x for member, score in batch for x in (member, score)]
-        tally.cleared += int(await self._call(registry, "clear", *scored))
+        tally.cleared += (await self._call(registry, "clear", *scored)).cleared
 
-    async def _call(self, registry: str, *args: Any) -> Any:
-        return typed(await _scripts.call(self._script, [registry], list(args)))
+    async def _call(self, registry: str, operation: str, *operands: Any) -> PendingReply:
+        return await _scripts.run(self._script, AppPending(registry, operation, operands))
 
 
 def _ms(seconds: float) -> str:

@@ -21,6 +21,12 @@ from redis_agent_sessions._redis.codec import (
     session_ttl,
     text,
 )
+from redis_agent_sessions._redis.session_calls import (
+    AppendEvent,
+    CreateSession,
+    DeleteSession,
+    state_argv,
+)
 from redis_agent_sessions.errors import (
     CorruptDataError,
     InvalidInputError,
@@ -31,16 +37,8 @@ from redis_agent_sessions.keys import SessionKeys
 from redis_agent_sessions.sessions._catch_up import Position
 from redis_agent_sessions.sessions._context import Context
 from redis_agent_sessions.sessions._reads import Reads
-from redis_agent_sessions.sessions._replies import (
-    DUPLICATE,
-    NOT_FOUND,
-    OK,
-    STALE,
-    appended,
-    pairs,
-    stored_bytes,
-)
-from redis_agent_sessions.sessions._turns import Ref
+from redis_agent_sessions.sessions._replies import NOT_FOUND, OK, appended, pairs, stored_bytes
+from redis_agent_sessions.sessions._turns import Ref, Writer
 from redis_agent_sessions.sessions._types import UNKNOWN, E, S, StoredSession
 from redis_agent_sessions.state import TEMP_PREFIX, ScopedDelta, merge_state, split_state_delta
 
@@ -129,38 +127,46 @@ class Writes(Generic[S, E]):
         now = time.time() if create_time is None else create_time
         keys = self._ctx.keys.session(app_name, user_id, sid)
         layout = self._ctx.layout
-        script_keys, tail = layout.create_keys(keys, app_name)
+        app_writes, (app_sessions, app_updated, app_expiry) = layout.app_keys(
+            keys, keys.app_state, keys.app_sessions, keys.app_updated, keys.app_expiry
+        )
+        call = CreateSession(
+            meta=keys.meta,
+            state=keys.state,
+            events=keys.events,
+            event_ids=keys.event_ids,
+            user_state=keys.user_state,
+            user_sessions=keys.user_sessions,
+            user_updated=keys.user_updated,
+            app_state=app_writes,
+            app_sessions=app_sessions,
+            app_updated=app_updated,
+            app_expiry=app_expiry,
+            session_id=sid,
+            app_name=app_name,
+            user_id=user_id,
+            create_time=repr(now),
+            ttl=(self._ctx.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
+            app_member=keys.app_member,
+            layout=layout.mode(keys),
+            own_ttl="" if own_ttl is None else "1",
+            now_ms=int(time.time() * 1000),
+            expiry_take=layout.expired_per_write,
+            state_fields=state_argv(fields),
+        )
         shortfalls: list[str] = []
         try:
             await layout.listing(app_name)
             async with layout.recording(keys):
-                reply = await self._runner.run(
-                    self._runner.create,
-                    script_keys,
-                    [
-                        sid,
-                        app_name,
-                        user_id,
-                        repr(now),
-                        (self._ctx.config.ttl_seconds or 0) if own_ttl is None else own_ttl,
-                        keys.app_member,
-                        layout.mode(keys),
-                        "" if own_ttl is None else "1",
-                        int(time.time() * 1000),
-                        layout.expired_per_write,
-                    ],
-                    fields,
-                    shortfalls,
-                    tail=tail,
-                )
+                reply = await self._runner.run(self._runner.create, call, shortfalls)
         except PermissionDeniedError as exc:
             if exc.key != self._ctx.keys.apps():
                 raise
             raise PermissionDeniedError(exc.command, exc.key, _unlisted(app_name)) from exc
         app_raw = await layout.created(keys, app_name, now, reply, shortfalls)
-        if reply[0] == 0:
+        if not reply.created:
             raise self._codec.errors.already_exists(f"Session with id {sid} already exists.")
-        user_state = decode_hash(keys.user_state, reply[1])
+        user_state = decode_hash(keys.user_state, reply.user_state)
         self._runner.confirmed("create_session", shortfalls)
         app_state = decode_hash(keys.app_state, app_raw)
         stored = StoredSession(
@@ -169,7 +175,8 @@ class Writes(Generic[S, E]):
         return self._codec.build_session(stored, [])
 
     async def append_event(self, session: S, event: E) -> E:
-        await self._ctx.ready(write=True)
+        if not self._ctx.writable:
+            await self._ctx.ready(write=True)
         if not self._codec.is_session(session):
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         if not self._codec.is_event(event):
@@ -198,13 +205,12 @@ class Writes(Generic[S, E]):
         # failure the caller gets its event back as it was, ready to retry.
         event.actions.state_delta = stored_delta
         shortfalls: list[str] = []
-        writer = (Ref(session), event.id, asyncio.current_task())
         turns = self._ctx.turns
         # No coroutine when nobody is in line: the uncontended append stays lean.
         place = (
             None
             if turns is None or not turns.in_line(keys.meta)
-            else await turns.take(keys.meta, writer)
+            else await turns.take(keys.meta, _writer(session, event))
         )
         position = (keys.meta, revision or 0, events[-1].id if events else "")
         lost = False
@@ -214,7 +220,7 @@ class Writes(Generic[S, E]):
                 # An append of this worker replaced this copy's revision moments ago, and
                 # its reply told what the copy lacks: a refusal needs no round trip.
                 raise self._codec.errors.stale()
-            script_keys, args = self._append_call(
+            call = self._append_call(
                 keys,
                 session.id,
                 revision,
@@ -224,27 +230,28 @@ class Writes(Generic[S, E]):
                 timestamp,
                 timestamp,
                 self._codec.read_hints(event),
+                state_argv(fields),
                 catch_up=turns is not None and turns.waiting(keys.meta, place),
                 schema=self._codec.fingerprint,
             )
             async with self._ctx.layout.recording(keys, app_writes=bool(fields[2])):
-                reply = await self._runner.run(
-                    self._runner.append, script_keys, args, fields, shortfalls
-                )
-                if len(reply) > 4 or (reply[0] == STALE and len(reply) > 2):
-                    self._hold_catch_up(keys, position, reply[-1])
-                elif reply[0] in (OK, DUPLICATE, STALE):
-                    self._ctx.catch_ups.seen(keys.meta, int(reply[1]))
-                appended(reply, (session.app_name, session.user_id, session.id), self._codec.errors)
+                reply = await self._runner.run(self._runner.append, call, shortfalls)
+                if reply.catch_up is not None:
+                    self._hold_catch_up(keys, position, reply.catch_up)
+                elif reply.revision is not None:
+                    self._ctx.catch_ups.seen(keys.meta, reply.revision)
+                who = (session.app_name, session.user_id, session.id)
+                new_revision = appended(reply, who, self._codec.errors)
             # The event is stored; if the app step fails the caller retries, and the retry
-            # (a duplicate) finishes it.
-            await self._ctx.layout.settle(keys, reply[3], shortfalls)
+            # (a duplicate) finishes it. Nothing to apply or check: no step.
+            if reply.after:
+                await self._ctx.layout.settle(keys, reply.after, shortfalls)
             # Before the caller's copy takes the event: its retry (a duplicate) waits again.
             self._runner.confirmed("append_event", shortfalls)
         except StaleSessionError:
             lost = True
             if turns is not None and place is None:
-                turns.owe(keys.meta, writer)
+                turns.owe(keys.meta, _writer(session, event))
             event.actions.state_delta = delta
             raise
         except BaseException:
@@ -254,10 +261,9 @@ class Writes(Generic[S, E]):
             if place is not None:
                 assert turns is not None
                 turns.taken(keys.meta, place, lost=lost)
-        new_revision = int(reply[1])
         # A duplicate whose revision follows the caller's is a retry after a lost reply:
         # the caller has not seen its own event yet.
-        if reply[0] == OK or revision == new_revision - 1:
+        if reply.status == OK or revision == new_revision - 1:
             session.state.update(temp)
             session.state.update(stored_delta)
             events.append(event)
@@ -278,11 +284,11 @@ class Writes(Generic[S, E]):
         before it reads or writes anything, then finds no session and writes nothing."""
         keys = self._ctx.keys.session(app_name, user_id, session_id)
         fields = _encoded(split_state_delta({"probe": 0, "user:probe": 0, "app:probe": 0}))
-        script_keys, args = self._append_call(
-            keys, session_id, 0, "", "probe", b"{}", 0.0, 0.0, ("", "")
+        call = self._append_call(
+            keys, session_id, 0, "", "probe", b"{}", 0.0, 0.0, ("", ""), state_argv(fields)
         )
-        reply = await self._runner.run(self._runner.append, script_keys, args, fields)
-        if reply[0] != NOT_FOUND:
+        reply = await self._runner.run(self._runner.append, call)
+        if reply.status != NOT_FOUND:
             raise CorruptDataError(keys.meta, "the readiness probe's session exists")
         return "append and read scripts run"
 
@@ -306,37 +312,53 @@ class Writes(Generic[S, E]):
         timestamp: float,
         update_time: float,
         hints: tuple[str, str],
+        state_fields: list[Any],
         *,
         catch_up: bool = False,
         cleanup: bool = True,
         schema: str = "",
-    ) -> tuple[list[str], list[Any]]:
-        """append_event.lua's KEYS and ARGV up to (not including) the state fields; with
-        ``cleanup``, the script takes members of the app's expiry index due for a check
-        (single node: :meth:`Layout.settle` checks them). ``schema`` is the fingerprint of
-        the models that encoded ``raw_event`` ('' when it is not their own encoding, as
-        for imported JSON: readers then validate it)."""
-        script_keys = self._ctx.layout.append_keys(keys)
-        args = [
-            "" if revision is None else revision,
-            last_event_id,
-            self._ctx.config.stale_policy,
-            event_id,
-            raw_event,
-            event_ms(timestamp),
-            repr(float(update_time)),
-            self._ctx.config.ttl_seconds or 0,
-            self._ctx.layout.mode(keys),
-            session_id,
-            keys.app_member,
-            *hints,
-            self.catch_up_events if self._ctx.config.stale_policy == "reject" else 0,
-            "1" if catch_up else "",
-            int(time.time() * 1000),
-            self._ctx.layout.expired_per_write if cleanup else 0,
-            schema,
-        ]
-        return script_keys, args
+    ) -> AppendEvent:
+        """append_event.lua's call (``state_fields``: :func:`state_argv`); with ``cleanup``,
+        the script takes members of the app's expiry index due for a check (single node:
+        :meth:`Layout.settle` checks them). ``schema`` is the fingerprint of the models that
+        encoded ``raw_event`` ('' when it is not their own encoding, as for imported JSON:
+        readers then validate it)."""
+        layout = self._ctx.layout
+        config = self._ctx.config
+        app_state, (app_updated, app_expiry) = layout.app_keys(
+            keys, keys.app_state, keys.app_updated, keys.app_expiry
+        )
+        return AppendEvent(
+            meta=keys.meta,
+            state=keys.state,
+            events=keys.events,
+            event_ids=keys.event_ids,
+            user_state=keys.user_state,
+            app_state=app_state,
+            user_updated=keys.user_updated,
+            compactions=keys.compactions,
+            app_updated=app_updated,
+            app_expiry=app_expiry,
+            revision="" if revision is None else revision,
+            last_event_id=last_event_id,
+            stale_policy=config.stale_policy,
+            event_id=event_id,
+            event=raw_event,
+            event_ms=event_ms(timestamp),
+            update_time=repr(float(update_time)),
+            ttl=config.ttl_seconds or 0,
+            layout=layout.mode(keys),
+            session_id=session_id,
+            app_member=keys.app_member,
+            compaction=hints[0],
+            full_reads=hints[1],
+            catch_up_limit=self.catch_up_events if config.stale_policy == "reject" else 0,
+            catch_up_now="1" if catch_up else "",
+            now_ms=int(time.time() * 1000),
+            expiry_take=layout.expired_per_write if cleanup else 0,
+            schema=schema,
+            state_fields=state_fields,
+        )
 
     async def append_exported(
         self,
@@ -356,17 +378,18 @@ class Writes(Generic[S, E]):
         if not events:
             return
         shortfalls: list[str] = []
+        no_state = state_argv([[], [], []])
         last = len(events) - 1
         start = 0
         while start <= last:
-            calls: list[tuple[list[str], list[Any]]] = []
+            calls: list[AppendEvent] = []
             size = 0
             for revision in range(start, last + 1):
                 if calls and size + len(events[revision].raw) > self.exported_batch_bytes:
                     break
                 event = events[revision]
                 size += len(event.raw)
-                script_keys, args = self._append_call(
+                call = self._append_call(
                     keys,
                     session_id,
                     revision,
@@ -376,14 +399,15 @@ class Writes(Generic[S, E]):
                     event.timestamp,
                     update_time if revision == last else event.timestamp,
                     event.hints,
+                    no_state,
                     cleanup=revision == last,
                 )
-                calls.append((script_keys, [*args, 0, 0, 0]))  # no state fields in any scope
+                calls.append(call)
             replies = await self._runner.run_many(self._runner.append, calls, shortfalls)
             for reply in replies:
                 appended(reply, (keys.app_name, user_id, session_id), self._codec.errors)
             start += len(calls)
-        await self._ctx.layout.settle(keys, replies[-1][3], shortfalls)
+        await self._ctx.layout.settle(keys, replies[-1].after, shortfalls)
         self._runner.confirmed("append_event", shortfalls)
 
     def check_exported(self, event: E, raw: bytes, where: str = "event") -> Exported:
@@ -419,20 +443,37 @@ class Writes(Generic[S, E]):
         )
         shortfalls: list[str] = []
         layout = self._ctx.layout
+        app_sessions, (app_updated, app_expiry) = layout.app_keys(
+            keys, keys.app_sessions, keys.app_updated, keys.app_expiry
+        )
+        call = DeleteSession(
+            meta=keys.meta,
+            state=keys.state,
+            events=keys.events,
+            event_ids=keys.event_ids,
+            user_sessions=keys.user_sessions,
+            app_sessions=app_sessions,
+            user_updated=keys.user_updated,
+            compactions=keys.compactions,
+            app_updated=app_updated,
+            app_expiry=app_expiry,
+            session_id=session_id,
+            app_member=keys.app_member,
+            layout=layout.mode(keys),
+        )
         async with layout.recording(keys):
-            reply = await self._runner.run(
-                self._runner.delete,
-                layout.delete_keys(keys),
-                [session_id, keys.app_member, layout.mode(keys)],
-                [],
-                shortfalls,
-            )
+            reply = await self._runner.run(self._runner.delete, call, shortfalls)
         if self._ctx.cache is not None:
             self._ctx.cache.drop(keys.meta)
         self._ctx.catch_ups.drop(keys.meta)
-        await layout.settle(keys, reply[1], shortfalls)
-        if reply[0] == 1:  # a retry that finds nothing to delete has nothing to confirm
+        await layout.settle(keys, reply.outbox, shortfalls)
+        if reply.deleted:  # a retry that finds nothing to delete has nothing to confirm
             self._runner.confirmed("delete_session", shortfalls)
+
+
+def _writer(session: Any, event: Any) -> Writer:
+    """Who takes or owes a turn on a session (:mod:`._turns`)."""
+    return Ref(session), event.id, asyncio.current_task()
 
 
 def _unlisted(app_name: str) -> str:

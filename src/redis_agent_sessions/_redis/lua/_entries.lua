@@ -1,5 +1,6 @@
 -- Memory entry writes, shared by memory_put, memory_delete and memory_facts.
--- Prepended to every script by _scripts.py (a library, not a script: no KEYS, no ARGV).
+-- Prepended to every script that names it on its '-- uses:' line (_redis/scripts.py), after
+-- _memory.lua, whose helpers it calls (a library, not a script: no KEYS, no ARGV).
 -- K names the user's fixed keys: {entries = zset, texts = hash, stats = hash, df = hash,
 -- ctx = hash}.
 -- write_entries(K, todo, opt): stores each op of todo as memory_put.lua describes it, with

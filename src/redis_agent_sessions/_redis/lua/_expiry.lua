@@ -1,4 +1,5 @@
--- Prepended to every script by _scripts.py, after _layout.lua (a library: no KEYS, no ARGV).
+-- Prepended to every script that names it on its '-- uses:' line (_redis/scripts.py) (a
+-- library: no KEYS, no ARGV).
 -- The app's expiry index (ras:{<app>}:sessions_expiry, a zset) scores each session that
 -- expires by the ms time it is due to be checked: when it expires, by the clock of the worker
 -- that last set its TTL (sessions/_layout.py). A due member is only a candidate: the prune

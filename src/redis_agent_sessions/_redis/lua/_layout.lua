@@ -1,4 +1,5 @@
--- Prepended to every script by _scripts.py, after _permitted.lua (a library: no KEYS, no ARGV).
+-- Prepended to every script that names it on its '-- uses:' line (_redis/scripts.py) (a
+-- library: no KEYS, no ARGV).
 -- layout(arg): which key layout the caller chose (sessions/_layout.py), from the one
 --   argument that names it: 'single' -> false, nil (one node holds every key);
 --   'cluster:<id>' -> true, '<id>' (every script stays in one hash slot; app-scope writes

@@ -1,5 +1,5 @@
--- Memory scripts' shared helpers. Prepended to every script by _scripts.py (a library, not a
--- script: no KEYS, no ARGV).
+-- Memory scripts' shared helpers. Prepended to every script that names it on its '-- uses:'
+-- line (_redis/scripts.py) (a library, not a script: no KEYS, no ARGV).
 -- stored_sig(own, tf, dl, au, grams): what an entry (those fields, as HMGET read them) is
 --   found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
 -- idf(n, df): Lucene's BM25 idf of a term in df of n entries (never negative).

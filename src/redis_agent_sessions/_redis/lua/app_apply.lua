@@ -5,18 +5,24 @@
 -- different users meet in the same order whoever applies them, whenever.
 -- A version is the entry's outbox id (the user's shard's clock, in ms, then a sequence),
 -- zero-padded so that versions compare as strings, then the user: "<ms>-<seq>:<user>".
--- KEYS[1] app state hash   KEYS[2] app versions hash   KEYS[3] app sessions zset
--- KEYS[4] app applied hash (user -> last outbox id applied)
--- KEYS[5] the app's expiry index (_expiry.lua), scored on a cluster by when to check a session:
---   when a create's TTL would end it, later when it was found alive then (prune_index.lua)
--- ARGV[1] the user's field in KEYS[4] (escaped user id)   ARGV[2] '1' to return the app state
--- ARGV[3] the caller's clock, whole ms since the epoch
--- ARGV[4] how many due members of the expiry index to claim and return (0: none)
--- ARGV[5..] entries, oldest first: id, number of fields, then that many name/value pairs;
---   names: 'app:<field>' -> JSON, 'index_add' -> member (then 'score' -> score, and for a
---   session that expires 'expire' -> ms; without it the member leaves the expiry index),
---   'index_rem' -> member (out of both indexes), 'index_expire' -> member (then 'expire' ->
---   ms: its new time in the expiry index, if it is there)
+-- uses: _permitted, _expiry
+-- KEYS[1] app_state: the app state hash
+-- KEYS[2] app_versions: the app versions hash
+-- KEYS[3] app_sessions: the app's sessions zset
+-- KEYS[4] app_applied: the app applied hash (user -> last outbox id applied)
+-- KEYS[5] app_expiry: the app's expiry index (_expiry.lua), scored on a cluster by when to
+--   check a session: when a create's TTL would end it, later when it was found alive then
+--   (prune_index.lua)
+-- ARGV[1] user_member: the user's field in KEYS[4] (escaped user id)
+-- ARGV[2] want_state: '1' to return the app state
+-- ARGV[3] now_ms: the caller's clock, whole ms since the epoch
+-- ARGV[4] expiry_take: how many due members of the expiry index to claim and return (0:
+--   none)
+-- ARGV[5]... entries: the entries, oldest first: id, number of fields, then that many
+--   name/value pairs; names: 'app:<field>' -> JSON, 'index_add' -> member (then 'score' ->
+--   score, and for a session that expires 'expire' -> ms; without it the member leaves the
+--   expiry index), 'index_rem' -> member (out of both indexes), 'index_expire' -> member
+--   (then 'expire' -> ms: its new time in the expiry index, if it is there)
 -- returns {last id applied ('' = none yet), app state as field/value list (ARGV[2] = '1'),
 --         how many of the entries this call applied (the others were applied before),
 --         the expiry index's due members this call claimed (see expiry_due in _expiry.lua)},

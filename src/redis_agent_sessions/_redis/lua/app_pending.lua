@@ -2,8 +2,9 @@
 -- outbox (sessions/_sweep.py), a zset in the app's slot: escaped user id -> ms time of the
 -- user's latest registration. Workers register a user before a user-slot script that records
 -- app-scope writes; the sweep applies what registered users left pending, then clears them.
--- KEYS[1] the app's registry zset
--- ARGV[1] what to do, then its arguments:
+-- uses: _permitted
+-- KEYS[1] registry: the app's registry zset
+-- ARGV[1] operation: what to do, with its operands (ARGV[2] on):
 --   'add', member, now (ms): registers the user at `now`, or just after its current score
 --     when that is not older (a slower clock): every registration changes the score, and
 --     none makes the user look older. Returns {new score, previous score ('' = none)}
@@ -14,6 +15,7 @@
 --     {member, score, ...}
 --   'clear', member, score, ...: removes each member whose score is still the one given (a
 --     re-registration since keeps it). Returns how many it removed
+-- ARGV[2]... operands: the operation's, as above
 -- returns {-3, key, found type} when KEYS[1] has a foreign type, {-4, command, key} when the
 --   ACL user may not run a command it needs (nothing written either way)
 local op, key = ARGV[1], KEYS[1]

@@ -1,43 +1,55 @@
 -- Appends one event and applies its state delta to every scope, as one atomic step.
--- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
--- KEYS[4] event ids hash         KEYS[5] user state hash
--- KEYS[6] app state hash, or (cluster layout) the user's app outbox stream
--- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see ARGV[12])
--- KEYS[9] app sessions-by-update zset (single node only)
--- KEYS[10] the app's expiry index (_expiry.lua; single node only)
--- ARGV[1] revision the writer read ('' = unknown: compare ARGV[2] with the last event id)
--- ARGV[2] id of the last event the writer has ('' = none)
--- ARGV[3] 'reject' (stale writers fail) or 'merge' (stale writers apply, last writer wins)
--- ARGV[4] event id   ARGV[5] event JSON   ARGV[6] event time, whole ms since the epoch
--- ARGV[7] last_update_time (float text)
--- ARGV[8] ttl seconds (0 = keep forever), unless the session's metadata has its own 'ttl'
---         (given at create time), which wins
--- ARGV[9] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
---         that may not be applied yet: older entries are dropped, newer ones returned
--- ARGV[10] session id (its member in the user's index)
--- ARGV[11] its member in the app-wide index ('<user>:<session>', escaped)
--- ARGV[12] '' or, for an event carrying a compaction summary, '<start> <end>' (its range of
---          event times, float text): the entry is indexed in KEYS[8] (member '<stream id>
---          <start> <end>', scored by start) and the entries whose ranges it contains are
---          dropped, so compaction-aware reads find the summaries that count without a scan
--- ARGV[13] '' or why this session's reads must always be full ('rewind', 'interrupt', ...;
---          the caller's view of the event). The script adds 'clock' when the event's time is
---          older than the newest stream id (stream ids then stop being event times) and
---          'compaction' when a summary's range ends after the summary's own entry. The
---          first reason is kept in the metadata as 'full_reads'.
--- ARGV[14] catch-up limit: a stale writer that is at most this many events behind gets
---          what it lacks with its refusal (see {-2 ...} below); 0 = never
--- ARGV[15] '' or '1': an appended event's reply carries the catch-up too (other writers
---          of this worker hold copies at the writer's old revision and wait their turn)
--- ARGV[16] the caller's clock, whole ms since the epoch: when the session expires (it has a
---          TTL), the metadata keeps when ('expires', ARGV[16] + TTL), and on a single node so
---          does the app's expiry index (on a cluster that is in another slot: see
---          sessions/_cluster.py)
--- ARGV[17] (single-node layout) how many due members of the expiry index to claim and return
--- ARGV[18] '' or the fingerprint of the model classes that wrote ARGV[5], stored beside it
---          (field 'schema'): a reader with the same classes may rebuild the event without
---          validating it again (sessions/_trusted.py)
--- ARGV[19..21] number of session, user and app fields, then that many field/JSON pairs
+-- uses: _permitted, _layout, _expiry
+-- KEYS[1] meta: the session's metadata hash
+-- KEYS[2] state: the session state hash
+-- KEYS[3] events: the events stream
+-- KEYS[4] event_ids: the event ids hash
+-- KEYS[5] user_state: the user state hash
+-- KEYS[6] app_state: the app state hash, or (cluster layout) the user's app outbox stream
+-- KEYS[7] user_updated: the user's sessions-by-update zset
+-- KEYS[8] compactions: the compactions zset (see ARGV[12])
+-- KEYS[9] app_updated: the app's sessions-by-update zset (single node only)
+-- KEYS[10] app_expiry: the app's expiry index (_expiry.lua; single node only)
+-- ARGV[1] revision: the revision the writer read ('' = unknown: compare ARGV[2] with the
+--   last event id)
+-- ARGV[2] last_event_id: id of the last event the writer has ('' = none)
+-- ARGV[3] stale_policy: 'reject' (stale writers fail) or 'merge' (stale writers apply, last
+--   writer wins)
+-- ARGV[4] event_id: the event's id
+-- ARGV[5] event: the event's JSON
+-- ARGV[6] event_ms: the event's time, whole ms since the epoch
+-- ARGV[7] update_time: the new last_update_time (float text)
+-- ARGV[8] ttl: ttl seconds (0 = keep forever), unless the session's metadata has its own
+--   'ttl' (given at create time), which wins
+-- ARGV[9] layout: the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest
+--   outbox id that may not be applied yet: older entries are dropped, newer ones returned
+-- ARGV[10] session_id: the session's id (its member in the user's index)
+-- ARGV[11] app_member: its member in the app-wide index ('<user>:<session>', escaped)
+-- ARGV[12] compaction: '' or, for an event carrying a compaction summary, '<start> <end>'
+--   (its range of event times, float text): the entry is indexed in KEYS[8] (member
+--   '<stream id> <start> <end>', scored by start) and the entries whose ranges it contains
+--   are dropped, so compaction-aware reads find the summaries that count without a scan
+-- ARGV[13] full_reads: '' or why this session's reads must always be full ('rewind',
+--   'interrupt', ...; the caller's view of the event). The script adds 'clock' when the
+--   event's time is older than the newest stream id (stream ids then stop being event
+--   times) and 'compaction' when a summary's range ends after the summary's own entry. The
+--   first reason is kept in the metadata as 'full_reads'.
+-- ARGV[14] catch_up_limit: a stale writer that is at most this many events behind gets what
+--   it lacks with its refusal (see {-2 ...} below); 0 = never
+-- ARGV[15] catch_up_now: '' or '1': an appended event's reply carries the catch-up too
+--   (other writers of this worker hold copies at the writer's old revision and wait their
+--   turn)
+-- ARGV[16] now_ms: the caller's clock, whole ms since the epoch: when the session expires
+--   (it has a TTL), the metadata keeps when ('expires', ARGV[16] + TTL), and on a single
+--   node so does the app's expiry index (on a cluster that is in another slot: see
+--   sessions/_cluster.py)
+-- ARGV[17] expiry_take: (single-node layout) how many due members of the expiry index to
+--   claim and return
+-- ARGV[18] schema: '' or the fingerprint of the model classes that wrote ARGV[5], stored
+--   beside it (field 'schema'): a reader with the same classes may rebuild the event
+--   without validating it again (sessions/_trusted.py)
+-- ARGV[19]... state_fields: the numbers of session, user and app fields (ARGV[19], [20],
+--   [21]), then that many field/JSON pairs of each, in that order
 -- The by-update indexes get the new last_update_time; the others are scored by creation.
 -- returns {1, new revision, stream id, after, catch-up if ARGV[15]} appended, where after is
 --         the outbox on a cluster and, on a single node, the expiry index's due members that
@@ -67,8 +79,8 @@
 -- and KEYS[4]; XADD to KEYS[3] is the first write; state hashes are checked when written.
 local cluster, unapplied = layout(ARGV[9])
 local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 'XADD', KEYS[3],
-    'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7], 'EXISTS', KEYS[2],
-    'EXISTS', KEYS[3], 'EXISTS', KEYS[4])
+    'HSET', KEYS[1], 'HSET', KEYS[4], 'TYPE', KEYS[7], 'ZADD', KEYS[7])
+  or denied_keys('EXISTS', KEYS[2], KEYS[3], KEYS[4])
   or (ARGV[19] ~= '0' and denied('TYPE', KEYS[2], 'HSET', KEYS[2]))
   or (ARGV[20] ~= '0' and denied('TYPE', KEYS[5], 'HSET', KEYS[5]))
   or (cluster and denied('TYPE', KEYS[6], 'XADD', KEYS[6], 'XTRIM', KEYS[6], 'XRANGE', KEYS[6]))
@@ -77,10 +89,12 @@ local refused = denied('HMGET', KEYS[1], 'HGET', KEYS[4], 'XREVRANGE', KEYS[3], 
     'ZADD', KEYS[10], 'ZRANGE', KEYS[10]))
   or (ARGV[12] ~= '' and denied('TYPE', KEYS[8], 'ZADD', KEYS[8], 'ZRANGE', KEYS[8],
     'ZREM', KEYS[8]))
--- Whether the session expires is known only once its metadata is read: ask now, refuse
--- after that read (a read changes nothing) and before the first write.
-local expire_refused = denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3],
-    'EXPIRE', KEYS[4], 'EXPIRE', KEYS[8])
+-- Whether the session expires is known only once its metadata is read: asked then, only
+-- for a session that expires (a read changes nothing), before the first write.
+local function expire_refused()
+  return denied('EXPIRE', KEYS[1], 'EXPIRE', KEYS[2], 'EXPIRE', KEYS[3], 'EXPIRE', KEYS[4],
+    'EXPIRE', KEYS[8])
+end
 -- The catch-up's reads (see catch_up below) are asked only when a catch-up is due; when
 -- refused there is no catch-up, and no error.
 local function catch_up_refused()
@@ -90,11 +104,13 @@ end
 if refused then return refused end
 
 local has_outbox = false
+local state_type = nil -- KEYS[2]'s, when this append writes it
 for scope, i in ipairs({2, 5, 6}) do
   local want = (cluster and i == 6) and 'stream' or 'hash'
   if ARGV[18 + scope] ~= '0' or (cluster and i == 6) then
     local t = redis.call('TYPE', KEYS[i])['ok']
     if t ~= 'none' and t ~= want then return {-3, KEYS[i], t} end
+    if i == 2 then state_type = t end
     if cluster and i == 6 then has_outbox = t ~= 'none' or ARGV[21] ~= '0' end
   end
 end
@@ -125,14 +141,30 @@ if not meta[1] then return {-1} end
 local rev = tonumber(meta[1])
 -- Redis may evict a session's keys one by one (maxmemory-policy): written as if whole, such
 -- a session would lose its history for good, and without its event ids a retry would be
--- stored twice. Checked before the retry check, which needs those ids.
-local lost = {}
-if rev > 0 and redis.call('EXISTS', KEYS[3]) == 0 then lost[#lost + 1] = 'events' end
-if rev > 0 and redis.call('EXISTS', KEYS[4]) == 0 then lost[#lost + 1] = 'event ids' end
-if meta[6] and redis.call('EXISTS', KEYS[2]) == 0 then lost[#lost + 1] = 'session state' end
-if #lost > 0 then return {-5, KEYS[1], unpack(lost)} end
+-- stored twice. Checked before the retry check, which needs those ids: the keys that must
+-- be there in one EXISTS (the session state's TYPE, read above when this append writes it,
+-- says as much), and what is missing asked only when something is.
+local whole = true
+local state_asked = meta[6] and not state_type
+if rev > 0 and state_asked then
+  whole = redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) == 3
+elseif rev > 0 then
+  whole = redis.call('EXISTS', KEYS[3], KEYS[4]) == 2
+elseif state_asked then
+  whole = redis.call('EXISTS', KEYS[2]) == 1
+end
+if not whole or (meta[6] and state_type == 'none') then
+  local lost = {}
+  if rev > 0 and redis.call('EXISTS', KEYS[3]) == 0 then lost[#lost + 1] = 'events' end
+  if rev > 0 and redis.call('EXISTS', KEYS[4]) == 0 then lost[#lost + 1] = 'event ids' end
+  if meta[6] and redis.call('EXISTS', KEYS[2]) == 0 then lost[#lost + 1] = 'session state' end
+  return {-5, KEYS[1], unpack(lost)}
+end
 local ttl = tonumber(meta[4] or ARGV[8])
-if ttl > 0 and expire_refused then return expire_refused end
+if ttl > 0 then
+  local expire = expire_refused()
+  if expire then return expire end
+end
 
 local seen = redis.pcall('HGET', KEYS[4], ARGV[4])
 if type(seen) == 'table' and seen['err'] then return {-3, KEYS[4], 'not a hash'} end

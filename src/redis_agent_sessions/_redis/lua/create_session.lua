@@ -1,28 +1,40 @@
 -- Creates a session unless its id is taken, and writes its initial state in every scope.
 -- Nothing is written when the session exists, so a failed duplicate create has no side effect.
--- KEYS[1] session meta hash      KEYS[2] session state hash   KEYS[3] events stream
--- KEYS[4] event ids hash         KEYS[5] user state hash      KEYS[6] user sessions zset
--- KEYS[7] user sessions-by-update zset
--- KEYS[8] app state hash         KEYS[9] app sessions zset    KEYS[10] app sessions-by-update
--- KEYS[11] the app's expiry index (_expiry.lua)
+-- uses: _permitted, _layout, _expiry
+-- KEYS[1] meta: the session's metadata hash
+-- KEYS[2] state: the session state hash
+-- KEYS[3] events: the events stream
+-- KEYS[4] event_ids: the event ids hash
+-- KEYS[5] user_state: the user state hash
+-- KEYS[6] user_sessions: the user's sessions zset
+-- KEYS[7] user_updated: the user's sessions-by-update zset
+-- KEYS[8] app_state: the app state hash, or (cluster layout) the user's app outbox stream
+-- KEYS[9] app_sessions: the app's sessions zset (single node only)
+-- KEYS[10] app_updated: the app's sessions-by-update zset (single node only)
+-- KEYS[11] app_expiry: the app's expiry index (_expiry.lua; single node only)
 --   (cluster layout: KEYS[8] is the user's app outbox stream, no KEYS[9..11])
 -- The registry of app names is the caller's step (sessions/_apps.py, register_app.lua): a
 -- tenant's user may only read it, and Redis refuses a script any key it may not write.
--- ARGV[1] session id   ARGV[2] app_name   ARGV[3] user_id   ARGV[4] create time (float text)
--- ARGV[5] ttl seconds (0 = keep forever)  ARGV[6] member in the app sessions zset
--- ARGV[7] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
---         that may not be applied yet: older entries are dropped, newer ones returned
--- ARGV[8] '1' = ARGV[5] is this session's own ttl, kept in its metadata for every append to
---         refresh ('' = the service default, which appends pass themselves)
+-- ARGV[1] session_id: the session's id
+-- ARGV[2] app_name: the app's name
+-- ARGV[3] user_id: the user's id
+-- ARGV[4] create_time: the creation time (float text)
+-- ARGV[5] ttl: ttl seconds (0 = keep forever)
+-- ARGV[6] app_member: the session's member in the app sessions zset
+-- ARGV[7] layout: the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest
+--   outbox id that may not be applied yet: older entries are dropped, newer ones returned
+-- ARGV[8] own_ttl: '1' = ARGV[5] is this session's own ttl, kept in its metadata for every
+--   append to refresh ('' = the service default, which appends pass themselves)
 -- The session indexes are scored by creation time, the -by-update ones by last update
 -- (appends move those).
--- ARGV[9] the caller's clock, whole ms since the epoch: with a TTL, the session's metadata
---   keeps when it expires ('expires', ARGV[9] + TTL) and so does the app's expiry index
---   (on a cluster through the outbox's index_add, 'expire' -> ms); without one, any entry of a
---   session that had this id before is dropped there
--- ARGV[10] (single-node layout) how many due members of the expiry index to claim and return
--- ARGV[11..13] number of session, user and app fields, then that many field/JSON pairs in
---   order
+-- ARGV[9] now_ms: the caller's clock, whole ms since the epoch: with a TTL, the session's
+--   metadata keeps when it expires ('expires', ARGV[9] + TTL) and so does the app's expiry
+--   index (on a cluster through the outbox's index_add, 'expire' -> ms); without one, any
+--   entry of a session that had this id before is dropped there
+-- ARGV[10] expiry_take: (single-node layout) how many due members of the expiry index to
+--   claim and return
+-- ARGV[11]... state_fields: the numbers of session, user and app fields (ARGV[11], [12],
+--   [13]), then that many field/JSON pairs of each, in that order
 -- returns {1, user state as field/value list, app state as field/value list, due} when
 --         created (due: the expiry index's members claimed, see expiry_due in _expiry.lua)
 --         ({1, user state, outbox entries from the layout's id on} in the cluster layout, where the

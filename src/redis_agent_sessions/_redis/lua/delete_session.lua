@@ -1,14 +1,21 @@
 -- Deletes a session, its events and its index entries; user and app state stay.
--- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] events stream
--- KEYS[4] event ids hash      KEYS[5] user sessions zset   KEYS[6] app sessions zset, or
---   (cluster layout) the user's app outbox stream
--- KEYS[7] user sessions-by-update zset  KEYS[8] compactions zset (see append_event.lua)
--- KEYS[9] app sessions-by-update zset (single node only)
--- KEYS[10] the app's expiry index (_expiry.lua; single node only: on a cluster the outbox's
---   index_rem drops the session there too)
--- ARGV[1] session id   ARGV[2] member in the app sessions zset
--- ARGV[3] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
---         that may not be applied yet: older entries are dropped, newer ones returned
+-- uses: _permitted, _layout
+-- KEYS[1] meta: the session's metadata hash
+-- KEYS[2] state: the session state hash
+-- KEYS[3] events: the events stream
+-- KEYS[4] event_ids: the event ids hash
+-- KEYS[5] user_sessions: the user's sessions zset
+-- KEYS[6] app_sessions: the app's sessions zset, or (cluster layout) the user's app outbox
+--   stream
+-- KEYS[7] user_updated: the user's sessions-by-update zset
+-- KEYS[8] compactions: the compactions zset (see append_event.lua)
+-- KEYS[9] app_updated: the app's sessions-by-update zset (single node only)
+-- KEYS[10] app_expiry: the app's expiry index (_expiry.lua; single node only: on a cluster
+--   the outbox's index_rem drops the session there too)
+-- ARGV[1] session_id: the session's id
+-- ARGV[2] app_member: its member in the app sessions zset
+-- ARGV[3] layout: the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest
+--   outbox id that may not be applied yet: older entries are dropped, newer ones returned
 -- returns {n, outbox}: n = 1 when something was deleted, 0 when there was nothing; outbox
 --         (cluster layout) = entries from the layout's id on, the app index removal among them, for
 --         the caller to apply; {-3, key, found type} when an index has a foreign type

@@ -1,7 +1,10 @@
 -- The due members of an app's expiry index (_expiry.lua), for the sweep to check.
--- KEYS[1] the app's expiry index (ras:{<app>}:sessions_expiry)
--- ARGV[1] the caller's clock, whole ms since the epoch   ARGV[2] at most this many
--- ARGV[3] '1' to claim them (see expiry_due in _expiry.lua), '' to only read them (a dry run)
+-- uses: _permitted, _expiry
+-- KEYS[1] expiry: the app's expiry index (ras:{<app>}:sessions_expiry)
+-- ARGV[1] now_ms: the caller's clock, whole ms since the epoch
+-- ARGV[2] at_most: at most this many
+-- ARGV[3] claim: '1' to claim them (see expiry_due in _expiry.lua), '' to only read them (a
+--   dry run)
 -- returns the members, earliest due first; {-3, key, found type} when the key has a foreign
 --         type, {-4, command, key} when the ACL user may not run a command it needs (nothing
 --         written either way)

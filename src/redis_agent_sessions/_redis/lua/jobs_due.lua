@@ -1,10 +1,16 @@
 -- Moves deferred jobs whose time has come (an idle trigger, a retry's pause) into the
 -- stream; or, flushing, those of one session or user whatever their time
 -- (wait_for_generation).
--- KEYS[1] jobs stream   KEYS[2] queued zset   KEYS[3] active zset   KEYS[4] again zset
--- KEYS[5] due zset
--- ARGV[1] now, ms   ARGV[2] most jobs moved
--- ARGV[3..] flushing: the jobs to move, or one '<user>:' (escaped) for all of its jobs
+-- uses: _permitted
+-- KEYS[1] jobs: the jobs stream
+-- KEYS[2] queued: the queued zset
+-- KEYS[3] active: the active zset
+-- KEYS[4] again: the again zset
+-- KEYS[5] due: the due zset
+-- ARGV[1] now_ms: now, ms
+-- ARGV[2] limit: most jobs moved
+-- ARGV[3]... flushing: the jobs to move, or one '<user>:' (escaped) for all of its jobs;
+--   none: those whose time has come
 -- returns {moved}, or {-4, command, key} when the ACL user may not run a command it needs
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local refused = denied('ZRANGE', KEYS[5], 'ZREM', KEYS[5], 'ZSCORE', KEYS[2], 'ZADD', KEYS[2],

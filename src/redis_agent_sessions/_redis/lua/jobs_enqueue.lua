@@ -1,18 +1,30 @@
 -- Records a request for background generation in the shard of its (app, user): a new job,
 -- one merged into the job already waiting for the session (coalesced), or a deferred one
 -- (its trigger not reached yet).
--- KEYS[1] jobs stream   KEYS[2] queued zset   KEYS[3] active zset   KEYS[4] again zset
--- KEYS[5] due zset   KEYS[6] users zset   KEYS[7] marks zset   KEYS[8] the job's events list
--- ARGV[1] the job ('<s|e>:<user>:<session>', escaped)   ARGV[2] its user (escaped)
--- ARGV[3] now, ms   ARGV[4] most jobs waiting (queued or deferred) in this shard
--- ARGV[5] a session job: the session's events (for the event-count trigger)
--- ARGV[6] the event-count trigger (0: none)   ARGV[7] the idle trigger, ms (0: none)
--- ARGV[8] most events waiting for one job   ARGV[9] the request's W3C traceparent ('': none)
--- ARGV[10..] events given one by one (JSON, in order)
+-- uses: _permitted
+-- KEYS[1] jobs: the jobs stream
+-- KEYS[2] queued: the queued zset
+-- KEYS[3] active: the active zset
+-- KEYS[4] again: the again zset
+-- KEYS[5] due: the due zset
+-- KEYS[6] users: the users zset
+-- KEYS[7] marks: the marks zset
+-- KEYS[8] events: the job's events list
+-- ARGV[1] job: the job ('<s|e>:<user>:<session>', escaped)
+-- ARGV[2] user: its user (escaped)
+-- ARGV[3] now_ms: now, ms
+-- ARGV[4] max_waiting: most jobs waiting (queued or deferred) in this shard
+-- ARGV[5] session_events: a session job: the session's events (for the event-count trigger)
+-- ARGV[6] event_trigger: the event-count trigger (0: none)
+-- ARGV[7] idle_ms: the idle trigger, ms (0: none)
+-- ARGV[8] max_events: most events waiting for one job
+-- ARGV[9] traceparent: the request's W3C traceparent ('': none)
+-- ARGV[10]... given: events given one by one (JSON, in order)
 -- returns {1} queued, {2} merged into the job waiting or running, {3} deferred,
---         {-5, waiting} the shard's backlog is full, {-6, waiting} the job's events are,
+--         {-5, waiting} the shard's backlog is full, {-7, waiting} the job's events are,
 --         {-4, command, key} when the ACL user may not run a command it needs;
---         nothing is written unless the reply is 1, 2 or 3
+--         nothing is written unless the reply is 1, 2 or 3 (not -6: that is every
+--         script's refusal for memory, _redis/scripts.py)
 local job, user, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local trigger, idle = tonumber(ARGV[6]), tonumber(ARGV[7])
 local session_job = string.sub(job, 1, 2) == 's:'
@@ -35,7 +47,7 @@ end
 -- how many of its events wait in its list.
 local mark = tonumber(redis.call('ZSCORE', KEYS[7], job) or '0')
 if given > 0 then
-  if mark + given > tonumber(ARGV[8]) then return {-6, mark} end
+  if mark + given > tonumber(ARGV[8]) then return {-7, mark} end
   for i = 10, #ARGV, 1000 do
     redis.call('LPUSH', KEYS[8], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end

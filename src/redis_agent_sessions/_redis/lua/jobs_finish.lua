@@ -2,17 +2,33 @@
 -- in the dead letters with its error), its session gone (dropped and counted), or released
 -- (a worker stopping: queued again at once). The job is acknowledged here, after whatever
 -- it applied, so a worker that dies before leaves it to be claimed again.
--- KEYS[1] jobs stream   KEYS[2] queued zset   KEYS[3] active zset   KEYS[4] again zset
--- KEYS[5] due zset   KEYS[6] users zset   KEYS[7] marks zset   KEYS[8] tries zset
--- KEYS[9] failed zset   KEYS[10] dead letters stream   KEYS[11] dropped count string
--- KEYS[12] the job's events list   KEYS[13] the user's lease string
--- ARGV[1] the job   ARGV[2] its user (escaped)   ARGV[3] its stream entry id
--- ARGV[4] the consumer group   ARGV[5] the worker's token for this job   ARGV[6] now, ms
--- ARGV[7] 'done' | 'failed' | 'dead' | 'gone' | 'release'
--- ARGV[8] done: the events it read (an events job: taken off its list; a session job: the
---   session's count, its mark for the event-count trigger; -1: none kept)   ARGV[9] failed, dead: the error
--- ARGV[10] most attempts   ARGV[11] failed: ms until it is tried again
--- ARGV[12] dead letters kept (approximately)
+-- uses: _permitted
+-- KEYS[1] jobs: the jobs stream
+-- KEYS[2] queued: the queued zset
+-- KEYS[3] active: the active zset
+-- KEYS[4] again: the again zset
+-- KEYS[5] due: the due zset
+-- KEYS[6] users: the users zset
+-- KEYS[7] marks: the marks zset
+-- KEYS[8] tries: the tries zset
+-- KEYS[9] failed: the failed zset
+-- KEYS[10] dead: the dead letters stream
+-- KEYS[11] dropped: the dropped count string
+-- KEYS[12] events: the job's events list
+-- KEYS[13] lease: the user's lease string
+-- ARGV[1] job: the job
+-- ARGV[2] user: its user (escaped)
+-- ARGV[3] entry: its stream entry id
+-- ARGV[4] group: the consumer group
+-- ARGV[5] token: the worker's token for this job
+-- ARGV[6] now_ms: now, ms
+-- ARGV[7] outcome: 'done' | 'failed' | 'dead' | 'gone' | 'release'
+-- ARGV[8] read: done: the events it read (an events job: taken off its list; a session
+--   job: the session's count, its mark for the event-count trigger; -1: none kept)
+-- ARGV[9] error: failed, dead: the error
+-- ARGV[10] attempts: most attempts
+-- ARGV[11] retry_ms: failed: ms until it is tried again
+-- ARGV[12] dead_kept: dead letters kept (approximately)
 -- returns {1, outcome}: 'done', 'retry' (deferred), 'dead', 'gone' or 'released', or
 --         'stale' when the entry is no longer in the stream (another worker that claimed it
 --         ended it: nothing but the acknowledgement is written);

@@ -1,10 +1,20 @@
 -- An operator's answer to a dead letter: retry its job (queued again, its attempts counted
 -- afresh) or drop it.
--- KEYS[1] jobs stream   KEYS[2] queued zset   KEYS[3] active zset   KEYS[4] again zset
--- KEYS[5] due zset   KEYS[6] users zset   KEYS[7] failed zset   KEYS[8] dead letters stream
--- KEYS[9] marks zset   KEYS[10] the job's events list
--- ARGV[1] the dead letter's entry id   ARGV[2] 'retry' | 'drop'   ARGV[3] now, ms
--- ARGV[4] its job, as read before (the events list is that job's)
+-- uses: _permitted
+-- KEYS[1] jobs: the jobs stream
+-- KEYS[2] queued: the queued zset
+-- KEYS[3] active: the active zset
+-- KEYS[4] again: the again zset
+-- KEYS[5] due: the due zset
+-- KEYS[6] users: the users zset
+-- KEYS[7] failed: the failed zset
+-- KEYS[8] dead: the dead letters stream
+-- KEYS[9] marks: the marks zset
+-- KEYS[10] events: the job's events list
+-- ARGV[1] entry: the dead letter's entry id
+-- ARGV[2] action: 'retry' | 'drop'
+-- ARGV[3] now_ms: now, ms
+-- ARGV[4] job: its job, as read before (the events list is that job's)
 -- returns {1, job} done, {0} no such dead letter (or one of another job),
 --         {-4, command, key} when the ACL user may not run a command it needs
 local id, now = ARGV[1], tonumber(ARGV[3])

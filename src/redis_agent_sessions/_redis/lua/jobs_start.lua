@@ -1,10 +1,20 @@
 -- A worker starts a job it read from the stream: it takes the user's lease (so that no two
 -- workers generate for one user at once), marks the job active and gets its events.
--- KEYS[1] jobs stream   KEYS[2] queued zset   KEYS[3] active zset   KEYS[4] tries zset
--- KEYS[5] the user's lease string   KEYS[6] the job's events list
--- ARGV[1] the job   ARGV[2] its stream entry id   ARGV[3] the worker's token for this job
--- ARGV[4] the lease's time to live, ms   ARGV[5] now, ms   ARGV[6] most events to read
--- ARGV[7] '1' when the entry was claimed from a worker that stopped answering (an attempt)
+-- uses: _permitted
+-- KEYS[1] jobs: the jobs stream
+-- KEYS[2] queued: the queued zset
+-- KEYS[3] active: the active zset
+-- KEYS[4] tries: the tries zset
+-- KEYS[5] lease: the user's lease string
+-- KEYS[6] events: the job's events list
+-- ARGV[1] job: the job
+-- ARGV[2] entry: its stream entry id
+-- ARGV[3] token: the worker's token for this job
+-- ARGV[4] lease_ms: the lease's time to live, ms
+-- ARGV[5] now_ms: now, ms
+-- ARGV[6] max_events: most events to read
+-- ARGV[7] claimed: '1' when the entry was claimed from a worker that stopped answering (an
+--   attempt)
 -- returns {1, failed attempts, ms it was queued at ('' when it was not: claimed, or
 --         asked for again while it ran), event JSON, ...} started (events oldest first),
 --         {0, holder} another job holds the user's lease (nothing written),

@@ -1,8 +1,13 @@
 -- A worker still holding a job says so: the entry's idle time starts again (so no other
 -- worker claims it) and the user's lease lives on, when this job holds it.
--- KEYS[1] jobs stream   KEYS[2] the user's lease string
--- ARGV[1] the consumer group   ARGV[2] the consumer   ARGV[3] the entry id
--- ARGV[4] the worker's token for this job   ARGV[5] the lease's time to live, ms
+-- uses: _permitted
+-- KEYS[1] jobs: the jobs stream
+-- KEYS[2] lease: the user's lease string
+-- ARGV[1] group: the consumer group
+-- ARGV[2] consumer: the consumer
+-- ARGV[3] entry: the entry id
+-- ARGV[4] token: the worker's token for this job
+-- ARGV[5] lease_ms: the lease's time to live, ms
 -- returns {1} when the job holds the lease, {0} when not (not started yet, or the lease
 --         lapsed: a job goes on, the compare-and-set keeps what it applies right),
 --         {-1} when the entry is no longer this consumer's (another worker claimed it:

@@ -1,12 +1,19 @@
 -- Deletes memory entries with their postings, all or nothing.
--- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] texts hash   KEYS[4] ingestion set
--- KEYS[5] stats hash   KEYS[6] document frequencies hash   KEYS[7] context hash
--- KEYS[8..] entry hashes, session sets and posting zsets, referenced by index below
--- ARGV[1] '1' to remember deleted ids (they are then never re-ingested)
--- ARGV[2] '1' when the plain backend's postings are kept
--- ARGV[3] '1' to spare ids in KEYS[4] (a concurrent ingestion wants them)
--- ARGV[4] JSON list: {id, k = entry key index, s = session set index (0 = none),
---   x = the sig read before (own|tf|dl|au|grams; absent = entry was missing),
+-- uses: _permitted, _memory, _entries
+-- KEYS[1] entries: the entries zset
+-- KEYS[2] deleted: the deleted set
+-- KEYS[3] texts: the texts hash
+-- KEYS[4] ingestion: the ingestion set
+-- KEYS[5] stats: the stats hash
+-- KEYS[6] df: the document frequencies hash
+-- KEYS[7] context: the context hash
+-- KEYS[8]... referenced: entry hashes, session sets and posting zsets, referenced by index
+--   below
+-- ARGV[1] tombstone: '1' to remember deleted ids (they are then never re-ingested)
+-- ARGV[2] postings: '1' when the plain backend's postings are kept
+-- ARGV[3] spare_ingesting: '1' to spare ids in KEYS[4] (a concurrent ingestion wants them)
+-- ARGV[4] entries_json: JSON list: {id, k = entry key index, s = session set index (0 =
+--   none), x = the sig read before (own|tf|dl|au|grams; absent = entry was missing),
 --   o = its posting key indexes (plain),
 --   only = session id the entry must still belong to (absent = any)}
 -- returns {0} when an entry changed since it was read (nothing written: read and retry),

@@ -1,23 +1,35 @@
 -- Applies a generator's operations on one user's facts, all or nothing, each checked against
 -- the revision the generator saw (compare-and-set), and moves the session's watermark.
--- KEYS[1] entries zset   KEYS[2] texts hash   KEYS[3] stats hash   KEYS[4] document
---   frequencies hash   KEYS[5] context hash   KEYS[6] facts zset (id -> last change, s)
--- KEYS[7] expiry zset (id -> ms)   KEYS[8] the session's watermark string
--- KEYS[9] the session's set of events read one by one   KEYS[10] fact records hash (id ->
---   what memory_related.lua returns of it)
--- KEYS[11..] entry hashes, history lists and posting zsets, referenced by index below
--- ARGV[1] '1' when the plain backend's postings are kept   ARGV[2] BM25 k1   ARGV[3] b
--- ARGV[4] the watermark the generator read ('' = none yet; '*' = do not check it)
--- ARGV[5] the watermark to set ('' = leave it)   ARGV[6] most revisions a history keeps
--- ARGV[7] now, ms   ARGV[8] JSON list of operations:
+-- uses: _permitted, _memory, _entries
+-- KEYS[1] entries: the entries zset
+-- KEYS[2] texts: the texts hash
+-- KEYS[3] stats: the stats hash
+-- KEYS[4] df: the document frequencies hash
+-- KEYS[5] context: the context hash
+-- KEYS[6] facts: the facts zset (id -> last change, s)
+-- KEYS[7] expiry: the expiry zset (id -> ms)
+-- KEYS[8] watermark: the session's watermark string
+-- KEYS[9] read_events: the session's set of events read one by one
+-- KEYS[10] records: the fact records hash (id -> what memory_related.lua returns of it)
+-- KEYS[11]... referenced: entry hashes, history lists and posting zsets, referenced by index
+--   below
+-- ARGV[1] postings: '1' when the plain backend's postings are kept
+-- ARGV[2] k1: BM25 k1
+-- ARGV[3] b: BM25 b
+-- ARGV[4] seen_mark: the watermark the generator read ('' = none yet; '*' = do not check
+--   it)
+-- ARGV[5] new_mark: the watermark to set ('' = leave it)
+-- ARGV[6] history_size: most revisions a history keeps
+-- ARGV[7] now_ms: now, ms
+-- ARGV[8] operations: JSON list of operations:
 --   {id, a = 'add' | 'update' | 'delete' | 'expire', k = entry key index, h = history key
 --    index, rev = the revision seen ('' for add), x = the stored sig read with it (plain),
 --    o = its posting key indexes (plain), for add and update also memory_put.lua's entry
 --    fields (ts, f, own, tf, dl, au, gr, nb, c, p, g, t, vk, v), exp = expiry ms (0 = none),
 --    rec = its record for KEYS[10], was = JSON of what it said before, pushed on its
 --    history (update)}
--- ARGV[9] JSON list of event ids to mark read in KEYS[9] (given one by one)
--- ARGV[10..] vector bytes
+-- ARGV[9] read: JSON list of event ids to mark read in KEYS[9] (given one by one)
+-- ARGV[10]... vectors: vector bytes
 -- returns {3} when the watermark is not ARGV[4], or one of ARGV[9]'s events is read
 --         already (another worker read these events first),
 --         {0, id} when a fact is not at the revision seen (or an expiry not due: nothing

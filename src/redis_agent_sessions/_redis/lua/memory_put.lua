@@ -1,28 +1,39 @@
 -- Writes a batch of memory entries with their term statistics (and postings), all or nothing.
--- KEYS[1] entries zset   KEYS[2] deleted set   KEYS[3] session set   KEYS[4] ingestion set
--- KEYS[5] texts hash     KEYS[6] stats hash (n = entries indexed, len = their quarter
---   lengths)   KEYS[7] document frequencies hash (term -> entries found by it with their
---   context; @author -> entries)   KEYS[8] context hash (id -> what a search scores it by)
--- KEYS[9..] entry hashes and posting zsets, referenced by index below
--- ARGV[1] 'replace' (overwrite), 'keep' (skip ids already stored) or 'explicit'
---         (overwrite, and a deleted id comes back)
--- ARGV[2] '1' when the plain backend's postings are kept   ARGV[3] '1' to record ids in KEYS[3]
--- ARGV[4] ttl seconds of KEYS[4] (0 = no ingestion set)
--- ARGV[5] '1' on the last batch of an ingestion: report the session's stale ids
--- ARGV[6] most stale ids reported   ARGV[7] JSON list of entries:
+-- uses: _permitted, _memory, _entries
+-- KEYS[1] entries: the entries zset
+-- KEYS[2] deleted: the deleted set
+-- KEYS[3] session: the session set
+-- KEYS[4] ingestion: the ingestion set
+-- KEYS[5] texts: the texts hash
+-- KEYS[6] stats: the stats hash (n = entries indexed, len = their quarter lengths)
+-- KEYS[7] df: the document frequencies hash (term -> entries found by it with their
+--   context; @author -> entries)
+-- KEYS[8] context: the context hash (id -> what a search scores it by)
+-- KEYS[9]... referenced: entry hashes and posting zsets, referenced by index below
+-- ARGV[1] mode: 'replace' (overwrite), 'keep' (skip ids already stored) or 'explicit'
+--   (overwrite, and a deleted id comes back)
+-- ARGV[2] postings: '1' when the plain backend's postings are kept
+-- ARGV[3] record_session: '1' to record ids in KEYS[3]
+-- ARGV[4] ingestion_ttl: ttl seconds of KEYS[4] (0 = no ingestion set)
+-- ARGV[5] final: '1' on the last batch of an ingestion: report the session's stale ids
+-- ARGV[6] stale_limit: most stale ids reported
+-- ARGV[7] entries_json: JSON list of entries:
 --   {id, k = entry key index, ts, f = [field, value, ...] but those it is found by: own
 --    (term:count ...), tf (term:quarters ..., with the context), dl = quarter length with
 --    the context, au (author terms), gr (its grams field); sig = own|tf|dl|au|grams (built
 --    here: _entries.lua's entry_sig), x = the stored sig the posting indexes in o belong
 --    to, c = [its terms with the context, then its author terms] (counted in KEYS[7]:
---    a list decodes faster than the script splits tf), p = [[posting key index, quarter weight], ...] of its own terms (plain),
+--    a list decodes faster than the script splits tf),
+--    p = [[posting key index, quarter weight], ...] of its own terms (plain),
 --    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, tf),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none),
 --    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
 --    (0 = keep the stored vector, whose vkey must equal vk), kv = 1 to keep the stored
 --    vector fields as they are (no vk)}
--- ARGV[8] BM25 k1   ARGV[9] BM25 b   ARGV[10..] vector bytes (binary, so outside the JSON)
+-- ARGV[8] k1: BM25 k1
+-- ARGV[9] b: BM25 b
+-- ARGV[10]... vectors: vector bytes (binary, so outside the JSON)
 -- returns {0} when an entry's stored sig differs from x (nothing written: read and retry),
 --         {2, ids...} when entries sent without a vector no longer have one stored under
 --         their vk (nothing written: embed those and retry),

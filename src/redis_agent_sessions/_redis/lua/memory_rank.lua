@@ -1,24 +1,35 @@
 #!lua flags=no-writes
 -- Plain-backend search: one user's entries ranked by BM25 (memory/_ranking.py), best first.
--- KEYS[1] stats hash (n, len)   KEYS[2] texts hash   KEYS[3] document frequencies hash
--- KEYS[4] context hash (see _memory.lua)
--- KEYS[5..] posting zsets: a term's (entry id by weight) and gram ones (id by time)
--- ARGV[1] limit   ARGV[2] most postings read in all   ARGV[3] most substring matches per
--- term   ARGV[4] substring weight   ARGV[5] candidates scored   ARGV[6] of which the best
--- have their neighbours scored too   ARGV[7] author weight   ARGV[8] BM25 k1   ARGV[9] BM25 b
--- ARGV[10] number of query terms, then for each (in the order scores are summed): the
---   term, times the query says it, its posting's KEYS index, the number of gram postings
---   and their KEYS indexes (an entry must be in all), and the substring to verify ('' = none)
+-- uses: _permitted, _memory
+-- KEYS[1] stats: the stats hash (n, len)
+-- KEYS[2] texts: the texts hash
+-- KEYS[3] df: the document frequencies hash
+-- KEYS[4] context: the context hash (see _memory.lua)
+-- KEYS[5]... postings: posting zsets: a term's (entry id by weight) and gram ones (id by time)
+-- ARGV[1] limit: at most this many entries
+-- ARGV[2] read_budget: most postings read in all
+-- ARGV[3] substring_cap: most substring matches per term
+-- ARGV[4] substring_weight: the weight of a substring match
+-- ARGV[5] candidates: candidates scored
+-- ARGV[6] expand: of which the best have their neighbours scored too
+-- ARGV[7] author_weight: the weight of an author term
+-- ARGV[8] k1: BM25 k1
+-- ARGV[9] b: BM25 b
+-- ARGV[10]... terms: the number of query terms, then for each (in the order scores are
+--   summed): the term, times the query says it, its posting's KEYS index, the number of
+--   gram postings and their KEYS indexes (an entry must be in all), and the substring to
+--   verify ('' = none)
 -- returns {the user's entries, postings read, id, score, ...}, best first (equal scores:
 --         newest, then larger id), at most ARGV[1] entries, or {-4, command, key} when the
 --         ACL user may not run a command
 -- Candidates: postings are read best weight first, a chunk at a time from the term whose
 -- next weight could add most; each entry met is scored on its own words as far as read
 -- (what it scored in the postings read so far). Reading stops once the limit-th best of
--- those first scores beats anything an entry not yet met could still reach, or after
--- ARGV[2] postings: a term in most entries is never read whole. The best ARGV[5] (all, when they are at most four times as many) are then
--- scored with their context, and the turns around the best ARGV[6] of them too
--- (_memory.lua's best_entries).
+-- those first scores beats anything an entry not yet met could still reach, or after the
+-- read budget (ARGV[2]) of postings: a term in most entries is never read whole. The
+-- best ARGV[5] candidates (all, when they are at most four times as many) are then scored
+-- with their context, and the turns around the best ARGV[6] of them too (_memory.lua's
+-- best_entries).
 local refused = denied_each('ZCARD', KEYS, 5) or denied_each('ZSCORE', KEYS, 5)
   or denied_each('ZREVRANGE', KEYS, 5) or denied('HMGET', KEYS[1], 'HGET', KEYS[2])
   or denied('HMGET', KEYS[3], 'HMGET', KEYS[4])

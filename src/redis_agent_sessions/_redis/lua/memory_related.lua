@@ -4,17 +4,26 @@
 -- (all of them when they are few; else the best ranked among the user's entries for the
 -- events' words, as memory_rank.lua ranks, or by the search module's ranking given here),
 -- each as its record: what the generator is shown, and what a change of it compares.
--- KEYS[1] stats hash   KEYS[2] texts hash   KEYS[3] document frequencies hash
--- KEYS[4] context hash (KEYS[1..4] as memory_rank.lua's)   KEYS[5] facts zset (id -> last
--- change)   KEYS[6] facts' expiry zset (id -> ms)   KEYS[7] fact records hash (id -> JSON)
--- KEYS[8..] posting zsets (memory_rank.lua's)
--- ARGV[1] most facts shown   ARGV[2] now, ms   ARGV[3] most facts past their time returned
--- ARGV[4] how the facts shown are chosen when there are more: 'rank' (memory_rank.lua's ARGV
---   follow, from ARGV[5]), 'ids' (ARGV[5] ids follow, ranked by the search module, best
+-- uses: _permitted, _memory
+-- KEYS[1] stats: the stats hash (KEYS[1..4] as memory_rank.lua's)
+-- KEYS[2] texts: the texts hash
+-- KEYS[3] df: the document frequencies hash
+-- KEYS[4] context: the context hash
+-- KEYS[5] facts: the facts zset (id -> last change)
+-- KEYS[6] expiry: the facts' expiry zset (id -> ms)
+-- KEYS[7] records: the fact records hash (id -> JSON)
+-- KEYS[8]... postings: posting zsets (memory_rank.lua's)
+-- ARGV[1] most: most facts shown
+-- ARGV[2] now_ms: now, ms
+-- ARGV[3] most_due: most facts past their time returned
+-- ARGV[4] how: how the facts shown are chosen when there are more: 'rank' (memory_rank.lua's
+--   ARGV follow, from ARGV[5]), 'ids' (ARGV[5] ids follow, ranked by the search module, best
 --   first; none: the newest) or 'ask' (the caller ranks, then asks again)
--- returns {2, 0} when the user has more facts than are shown and ARGV[4] is 'ask', else {1, due count, id, record, ...}: the facts past their time
---         first, then those shown (a fact past its time is not shown; a record is nil when
---         the fact is gone), or {-4, command, key} when the ACL user may not run a command
+-- ARGV[5]... choice: what ARGV[4] says follows
+-- returns {2, 0} when the user has more facts than are shown and ARGV[4] is 'ask', else
+--         {1, due count, id, record, ...}: the facts past their time first, then those
+--         shown (a fact past its time is not shown; a record is nil when the fact is
+--         gone), or {-4, command, key} when the ACL user may not run a command
 local refused = denied('ZRANGE', KEYS[6], 'ZREVRANGE', KEYS[5], 'ZSCORE', KEYS[5],
     'HMGET', KEYS[7], 'HMGET', KEYS[1], 'HGET', KEYS[2], 'HMGET', KEYS[3], 'HMGET', KEYS[4])
   or denied_each('ZCARD', KEYS, 8) or denied_each('ZSCORE', KEYS, 8)

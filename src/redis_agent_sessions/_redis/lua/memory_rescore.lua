@@ -2,15 +2,22 @@
 -- Search-backend ranking, last step: the candidates the search module proposed scored
 -- exactly as the plain backend scores (memory_rank.lua), by BM25 over each one's terms with
 -- their context, and the turns around the best of them too (_memory.lua's best_entries).
--- KEYS[1] context hash (one user's)   KEYS[2..] entry hashes holding a query word's grams
--- ARGV[1] limit   ARGV[2] entries indexed by terms (n)   ARGV[3] author weight
--- ARGV[4] substring weight   ARGV[5] average quarter length   ARGV[6] BM25 k1
--- ARGV[7] BM25 b   ARGV[8] how many of the best candidates have their neighbours scored
--- ARGV[9] number of query terms, then for each (in the order scores are summed): the
---   term, times the query says it, its document frequency, its author field's document
---   frequency, the number of substring candidates (the newest entries holding all the
---   word's grams) and for each its KEYS index and id; then the number of candidates and
---   their ids
+-- uses: _permitted, _memory
+-- KEYS[1] context: the context hash (one user's)
+-- KEYS[2]... holding: entry hashes holding a query word's grams
+-- ARGV[1] limit: at most this many entries
+-- ARGV[2] indexed: entries indexed by terms (n)
+-- ARGV[3] author_weight: the weight of an author term
+-- ARGV[4] substring_weight: the weight of a substring match
+-- ARGV[5] average_length: the average quarter length
+-- ARGV[6] k1: BM25 k1
+-- ARGV[7] b: BM25 b
+-- ARGV[8] expand: how many of the best candidates have their neighbours scored
+-- ARGV[9]... terms: the number of query terms, then for each (in the order scores are
+--   summed): the term, times the query says it, its document frequency, its author
+--   field's document frequency, the number of substring candidates (the newest entries
+--   holding all the word's grams) and for each its KEYS index and id; then the number of
+--   candidates and their ids
 -- returns flat {id, score, ...}, best first (equal scores: newest, then larger id), at most
 --         ARGV[1] entries, or {-4, command, key} when the ACL user may not run a command
 -- One user's entries are alike to an ACL rule: asking for the first stands for the rest.

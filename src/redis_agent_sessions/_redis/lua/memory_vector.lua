@@ -1,7 +1,9 @@
 -- Stores re-embedded vectors on memory entries whose content is still what was embedded.
--- KEYS[1], KEYS[2], ... entry hashes (one (app, user): one slot)
--- ARGV[1] the model name (vmodel), then for each key: the content that was embedded (as
---   read: compared whole, which costs no more than reading it did), its vkey, its vector
+-- uses: _permitted
+-- KEYS[1]... entries: entry hashes (one (app, user): one slot)
+-- ARGV[1] model: the model name (vmodel)
+-- ARGV[2]... rows: for each key, the content that was embedded (as read: compared whole,
+--   which costs no more than reading it did), its vkey, its vector
 -- returns {stored, skipped} (skipped: the entry is gone or its content changed since it
 --         was read; the next run embeds it again), or {-4, command, key} when the ACL user
 --         may not run a command it needs (nothing written)

@@ -1,7 +1,8 @@
 #!lua flags=no-writes
 -- Reads the vectors of memory entries, for the plain backend's exact vector search: one
 -- command instead of one HGET per entry (most of the time of a pipeline of thousands).
--- KEYS[1], KEYS[2], ... entry hashes (one (app, user): one slot)
+-- uses: _permitted
+-- KEYS[1]... entries: entry hashes (one (app, user): one slot)
 -- returns the "vec" field of each key, in order (false where there is none), or
 --         {-4, command, key} when the ACL user may not run a command it needs
 local refused = denied_each('HGET', KEYS)

@@ -3,14 +3,19 @@
 -- one that is in the app's expiry index is due there again when its metadata says it expires
 -- (when that has passed, in EXPIRY_SOON_MS or as long as it has outlived it, at most
 -- EXPIRY_RECHECK_MS, _expiry.lua; in EXPIRY_RECHECK_MS when it is not known).
--- KEYS[1] app sessions zset, or (cluster layout) the user's app outbox stream;
---   single node: KEYS[2] the app sessions-by-update zset, KEYS[3] the app's expiry index;
---   then for each session: its meta hash, its user sessions zset and its user
---   sessions-by-update zset (all of one user in the cluster layout)
--- ARGV[1] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
---         that may not be applied yet: older entries are dropped, newer ones returned
--- ARGV[2] the caller's clock, whole ms since the epoch
--- ARGV[3..] for each session, in the same order: its session id and its app sessions member
+-- uses: _permitted, _layout, _expiry
+-- KEYS[1] app_sessions: the app's sessions zset, or (cluster layout) the user's app outbox
+--   stream
+-- KEYS[2] app_updated: the app's sessions-by-update zset (single node only)
+-- KEYS[3] app_expiry: the app's expiry index (single node only)
+-- KEYS[4]... session_keys: for each session, its meta hash, its user sessions zset and its
+--   user sessions-by-update zset (all of one user in the cluster layout, where they start
+--   at KEYS[2])
+-- ARGV[1] layout: the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest
+--   outbox id that may not be applied yet: older entries are dropped, newer ones returned
+-- ARGV[2] now_ms: the caller's clock, whole ms since the epoch
+-- ARGV[3]... sessions: for each session, in the same order: its session id and its app
+--   sessions member
 -- returns {dropped, outbox}: the number of sessions dropped from the indexes, and (cluster
 --         layout) the outbox entries from the layout's id on, app index removals
 --         (index_rem) and the kept sessions' expiry index updates (index_expire, 'expire' ->

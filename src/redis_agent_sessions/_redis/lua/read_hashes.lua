@@ -2,7 +2,8 @@
 -- Reads many hashes in one call: a page of sessions' metadata and state hashes (single node).
 -- One script reply costs the client far less than a pipeline of as many HGETALLs, whose
 -- replies redis-py reads and converts one by one (3.3 vs 8.3 ms for 300 hashes).
--- KEYS[1], KEYS[2], ... the hashes to read (any number; ARGV unused)
+-- uses: _permitted
+-- KEYS[1]... hashes: the hashes to read (any number; no ARGV)
 -- returns {hash 1 as a field/value list, ...} ({} for a missing one), {-3, key, error} when
 --         a key has a foreign type, or {-4, command, key} when the ACL user may not run
 --         a command it needs

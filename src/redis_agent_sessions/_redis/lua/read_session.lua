@@ -3,17 +3,22 @@
 -- The cluster layout's fallback when optimistic pipelined reads keep racing with writers:
 -- read-only, and a script rather than MULTI, which redis-py's cluster client runs slowly.
 -- (Lua copies every entry into tables and back: ~2.5x a pipeline for 1,000 events.)
--- KEYS[1] session meta hash   KEYS[2] session state hash   KEYS[3] user state hash
--- KEYS[4] events stream       KEYS[5] app state hash, or (cluster layout) the
---   user's app outbox stream
--- ARGV[1] 'all' (XRANGE from ARGV[2]), 'recent' (the newest ARGV[3] events from ARGV[2] on)
---         or 'none' (no events)
--- ARGV[2] first stream id ('-' = from the start)   ARGV[3] count for 'recent'
--- KEYS[6] event ids hash: whether it exists (with the stream, what shows keys evicted
---         apart); a read that brings a copy up to date also checks its newest event there
--- ARGV[4] the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest outbox id
---         that may not be applied yet: the outbox is read from there
--- ARGV[5] (optional) id of the newest event the copy has ('' = none): the copy's check
+-- uses: _permitted, _layout
+-- KEYS[1] meta: the session's metadata hash
+-- KEYS[2] state: the session state hash
+-- KEYS[3] user_state: the user state hash
+-- KEYS[4] events: the events stream
+-- KEYS[5] app_state: the app state hash, or (cluster layout) the user's app outbox stream
+-- KEYS[6] event_ids: the event ids hash: whether it exists (with the stream, what shows keys
+--   evicted apart); a read that brings a copy up to date also checks its newest event there
+-- ARGV[1] range: 'all' (XRANGE from ARGV[2]), 'recent' (the newest ARGV[3] events from
+--   ARGV[2] on) or 'none' (no events)
+-- ARGV[2] start: the first stream id ('-' = from the start)
+-- ARGV[3] recent_count: how many events for 'recent'
+-- ARGV[4] layout: the layout (_layout.lua): 'single', or 'cluster:<id>' with the lowest
+--   outbox id that may not be applied yet: the outbox is read from there
+-- ARGV[5] anchor: (optional) id of the newest event the copy has ('' = none): the copy's
+--   check
 -- returns {meta, session state, user state, app state or outbox entries, events,
 --         {EXISTS events, EXISTS event ids}} (hashes as field/value lists, events newest
 --         first for 'recent'; {} when there is no session), with ARGV[5] two more: its

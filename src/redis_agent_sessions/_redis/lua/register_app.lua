@@ -5,9 +5,12 @@
 -- Writes only for an app not yet listed, so a Redis user that may only read the registry
 -- (a tenant, whose app an operator registered: docs/security.md#tenants) never writes it,
 -- and no tenant can remove, retype or hide another app's entry.
--- KEYS[1] the apps zset (member: the escaped app name, scored by its first creation time)
--- ARGV[1] the app's member   ARGV[2] its first session's creation time (float text)
--- ARGV[3] '1' to list it, '' to check only
+-- uses: _permitted
+-- KEYS[1] apps: the apps zset (member: the escaped app name, scored by its first creation
+--   time)
+-- ARGV[1] app_member: the app's member
+-- ARGV[2] first_created: its first session's creation time (float text)
+-- ARGV[3] write: '1' to list it, '' to check only
 -- returns 1 when it listed the app (checking: when it would), 0 when it was listed already,
 --         {-3, key, found type} when
 --         the key has a foreign type, {-4, command, key} when the ACL user may not run a
