@@ -38,8 +38,7 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
     ras:mem:{<app>:<user>}:session:<id>          set    entry ids that session contributed
     ras:mem:{<app>:<user>}:session:<id>:ingest:<token>  set  ids seen by one running ingestion
     ras:mem:{<app>:<user>}:deleted               set    deleted entry ids, never re-ingested
-    ras:mem:{<app>:<user>}:facts                 zset   learned facts' ids (entries too), by their
-                                                        last change
+    ras:mem:{<app>:<user>}:facts                 zset   learned facts' ids (entries too), by change
     ras:mem:{<app>:<user>}:facts:expiry          zset   facts with a time to live, by when (ms)
     ras:mem:{<app>:<user>}:fact:<id>:history     list   what a fact said before, newest first (JSON)
     ras:mem:factrec:{<app>:<user>}               hash   fact id -> what a generator is shown of it
