@@ -12,7 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, DataError
+from redis.exceptions import ConnectionError, DataError, NoScriptError
 
 from _servers import skip_without
 from redis_agent_sessions import Event, EventActions, RedisSessionService
@@ -179,3 +179,28 @@ async def test_unpackable_arguments_raise_redis_py_s_error() -> None:
         await script(keys=[], args=[None])
     assert str(via_prebuilt.value) == str(via_redis_py.value)
     assert await prebuilt.evalsha(script, [], [1, "é", b"x", 1.5]) == 1
+
+
+class _LostTwice:
+    """A script whose server lacks it for the first ``lost`` calls, as a promoted replica
+    does while redis-py's slot table still names the old primary."""
+
+    def __init__(self, lost: int) -> None:
+        self.lost, self.calls = lost, 0
+
+    async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        self.calls += 1
+        if self.calls <= self.lost:
+            raise NoScriptError("No matching script.")
+        return [keys, args]
+
+
+async def test_a_script_lost_in_a_failover_is_run_again() -> None:
+    script: Any = _LostTwice(lost=2)
+    assert await prebuilt.by_redis_py(script, ["k"], ["a"]) == [["k"], ["a"]]
+    assert script.calls == 3
+    # A server that keeps refusing it: redis-py's error, after as many tries.
+    script = _LostTwice(lost=3)
+    with pytest.raises(NoScriptError):
+        await prebuilt.by_redis_py(script, ["k"], ["a"])
+    assert script.calls == 3

@@ -39,7 +39,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["evalsha"]
+__all__ = ["by_redis_py", "evalsha"]
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -55,12 +55,12 @@ async def evalsha(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         return await _on_cluster(script, client, keys, args)
     packed = _packed(client, script.sha, keys, args)
     if packed is None:
-        return await script(keys=keys, args=args)
+        return await by_redis_py(script, keys, args)
     try:
         return await _send(client, packed)
     except NoScriptError:
         # The server lost its scripts (restart, SCRIPT FLUSH): redis-py loads it again.
-        return await script(keys=keys, args=args)
+        return await by_redis_py(script, keys, args)
 
 
 def _packed(client: Any, sha: str, keys: list[Any], args: list[Any]) -> bytes | None:
@@ -114,13 +114,13 @@ async def _on_cluster(
         or type(client).execute_command is not RedisCluster.execute_command
         or getattr(client, "_initialize", True)
     ):
-        return await script(keys=keys, args=args)
+        return await by_redis_py(script, keys, args)
     try:
         packed = _pack(("EVALSHA", script.sha, len(keys), *keys, *args))
         node = client.nodes_manager.get_node_from_slot(client.keyslot(keys[0]))
         conn = node.acquire_connection()
     except (TypeError, UnicodeError, *_HANDED_OVER):
-        return await script(keys=keys, args=args)
+        return await by_redis_py(script, keys, args)
     try:
         # As ClusterNode.execute_command does (redis-py 8): a connection a maintenance
         # notification marked for reconnection is closed first, and reopens on the send.
@@ -140,4 +140,23 @@ async def _on_cluster(
     else:
         node.release(conn)
         return reply
+    return await by_redis_py(script, keys, args)
+
+
+_LOADS = 3
+"""Times redis-py may load a lost script and run it again before its refusal stands."""
+
+
+async def by_redis_py(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+    """``script(keys=keys, args=args)``, again while the server says it lacks the script.
+
+    redis-py loads a lost script and retries once. On a cluster in a failover its load can
+    go to the old primary, from a slot table not refreshed yet, while the retry is
+    redirected to the promoted replica, which never had the script: the next call finds
+    the table refreshed. The scripts are safe to run again."""
+    for _ in range(_LOADS - 1):
+        try:
+            return await script(keys=keys, args=args)
+        except NoScriptError:
+            continue
     return await script(keys=keys, args=args)
