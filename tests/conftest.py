@@ -6,7 +6,7 @@ services treat as a cluster (the cluster code path, with every script and transa
 to stay in one slot); the real server named by REDIS_URL, once as an admin and once (``acl``)
 with the services logged in as the documented least-privilege ACL user; the real Redis
 Cluster named by REDIS_CLUSTER_URL; and Valkey, one node (REDIS_VALKEY_URL) and a cluster
-(REDIS_VALKEY_CLUSTER_URL), except for the suites of ``_backends.NOT_ON_VALKEY``. A real
+(REDIS_VALKEY_CLUSTER_URL), except for the suites of ``_backends.LEFT_OFF``. A real
 variant is skipped when its variable is unset. Real servers are flushed before and after each
 test, so point the variables at throwaway servers.
 
@@ -27,7 +27,7 @@ from hypothesis import settings
 from _backends import (
     BACKENDS,
     CACHE_ON,
-    NOT_ON_VALKEY,
+    LEFT_OFF,
     SMOKE,
     STORED_DATA,
     VALIDATION,
@@ -60,7 +60,7 @@ EXTRAS = {"adk": ("google.adk", "[adk]"), "cli": ("rich", "[cli]")}
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _this_shard(config, items)
-    _leave_off_valkey(config, items)
+    _leave_off_suites(config, items)
     _leave_off(config, items, _not_needed)
     for item in items:
         if _smoke(item):
@@ -89,12 +89,12 @@ def _this_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     items[:] = kept
 
 
-def _leave_off_valkey(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselects the suites of NOT_ON_VALKEY on the backends named there (why: see there)."""
+def _leave_off_suites(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects the suites of LEFT_OFF on the backends named there (why: see there)."""
     kept, left_off = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        kinds = NOT_ON_VALKEY.get(item.path.stem, frozenset())
+        kinds = LEFT_OFF.get(item.path.stem, frozenset())
         params = callspec.params.values() if callspec is not None else ()
         off = any(isinstance(p, str) and p in kinds for p in params)
         (left_off if off else kept).append(item)
