@@ -123,7 +123,8 @@ the whole module)."""
 @asynccontextmanager
 async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
     """An admin client of backend ``kind`` (one of :data:`BACKENDS` or
-    :data:`SEARCH_BACKENDS`), empty before and after."""
+    :data:`SEARCH_BACKENDS`, or ``valkey-acl``: Valkey on the least-privilege user's database,
+    for the ACL suites), empty before and after."""
     # The cleanup is in `finally`: a test that opens a backend itself, not through a fixture,
     # leaves it empty and closed when it fails too.
     if kind in ("fake", "fake-slots", "validate"):
@@ -152,11 +153,16 @@ async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[A
             await flush_cluster(cluster)
             await cluster.aclose()
         return
-    variable = {"valkey": "REDIS_VALKEY_URL", "real": "REDIS_URL", "acl": "REDIS_URL"}
+    variable = {
+        "valkey": "REDIS_VALKEY_URL",
+        "valkey-acl": "REDIS_VALKEY_URL",
+        "real": "REDIS_URL",
+        "acl": "REDIS_URL",
+    }
     url = skip_without(variable.get(kind, "REDIS_SEARCH_URL"))
     # The least-privilege suites run on another database than 0, which needs SELECT (the
     # search module's ones on 0: it indexes no other).
-    client = Redis.from_url(on_db(url, ACL_DB) if kind == "acl" else url)
+    client = Redis.from_url(on_db(url, ACL_DB) if kind in ("acl", "valkey-acl") else url)
     await client.flushdb()
     try:
         yield client
