@@ -125,7 +125,11 @@ the whole module)."""
 
 @asynccontextmanager
 async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
-    """An admin client of backend ``kind`` (one of :data:`BACKENDS`), empty before and after."""
+    """An admin client of backend ``kind`` (one of :data:`BACKENDS` or
+    :data:`SEARCH_BACKENDS`, or ``valkey-acl``: Valkey on the least-privilege user's database,
+    for the ACL suites), empty before and after."""
+    # The cleanup is in `finally`: a test that opens a backend itself, not through a fixture,
+    # leaves it empty and closed when it fails too.
     if kind in ("fake", "fake-slots", "validate"):
         # A fresh server per test: a script that leaked a global would break later ones.
         server = fakeredis.FakeServer()
@@ -137,26 +141,37 @@ async def backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[A
         else:
             cluster_layout(monkeypatch)
             client = SlotCheckedRedis(server=server)
-        yield client
-        await client.aclose()
+        try:
+            yield client
+        finally:
+            await client.aclose()
         return
     if kind.endswith("cluster"):
         variable = f"REDIS_{kind.upper().replace('-', '_')}_URL"
         cluster = RedisCluster.from_url(skip_without(variable))
         await flush_cluster(cluster)
-        yield cluster
-        await flush_cluster(cluster)
-        await cluster.aclose()
+        try:
+            yield cluster
+        finally:
+            await flush_cluster(cluster)
+            await cluster.aclose()
         return
-    variable = {"valkey": "REDIS_VALKEY_URL", "real": "REDIS_URL", "acl": "REDIS_URL"}
+    variable = {
+        "valkey": "REDIS_VALKEY_URL",
+        "valkey-acl": "REDIS_VALKEY_URL",
+        "real": "REDIS_URL",
+        "acl": "REDIS_URL",
+    }
     url = skip_without(variable.get(kind, "REDIS_SEARCH_URL"))
     # The least-privilege suites run on another database than 0, which needs SELECT (the
     # search module's ones on 0: it indexes no other).
-    client = Redis.from_url(on_db(url, ACL_DB) if kind == "acl" else url)
+    client = Redis.from_url(on_db(url, ACL_DB) if kind in ("acl", "valkey-acl") else url)
     await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
+    try:
+        yield client
+    finally:
+        await client.flushdb()
+        await client.aclose()
 
 
 def every_config(

@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user, readme_commands, readme_rules
-from _servers import ACL_DB, on_db, skip_without
-from _slots import flush_cluster
+from _backends import backend
 from redis_agent_sessions import (
     Content,
     Event,
@@ -44,17 +42,18 @@ Step = Callable[[], Awaitable[Any]]
 VALKEY = pytest.param("REDIS_VALKEY_URL", marks=pytest.mark.valkey)
 
 
+# The acl kinds: not database 0 where the server allows it, as the documented line must work
+# for any (the user needs SELECT). RediSearch indexes only database 0 ("Cannot create index on
+# db != 0").
+KINDS = {"REDIS_URL": "acl", "REDIS_SEARCH_URL": "search-acl", "REDIS_VALKEY_URL": "valkey-acl"}
+
+
 @pytest.fixture(params=["REDIS_URL", "REDIS_SEARCH_URL", VALKEY])
-async def admin(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
-    # Not database 0 where the backend allows it: the documented line must work for any (the
-    # user needs SELECT). RediSearch indexes only database 0 ("Cannot create index on db != 0").
-    url = skip_without(request.param)
-    search = request.param == "REDIS_SEARCH_URL"
-    client = Redis.from_url(url if search else on_db(url, ACL_DB))
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
+async def admin(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Redis]:
+    async with backend(KINDS[request.param], monkeypatch) as client:
+        yield client
 
 
 def text_event(words: str, **delta: Any) -> Event:
@@ -218,10 +217,11 @@ async def test_the_readme_user_runs_every_operation(admin: Redis, layout: str) -
     "variable",
     ["REDIS_CLUSTER_URL", pytest.param("REDIS_VALKEY_CLUSTER_URL", marks=pytest.mark.valkey)],
 )
-async def test_the_readme_user_runs_every_operation_on_a_cluster(variable: str) -> None:
-    admin = RedisCluster.from_url(skip_without(variable))
-    await flush_cluster(admin)
-    try:
+async def test_the_readme_user_runs_every_operation_on_a_cluster(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kind = {"REDIS_CLUSTER_URL": "cluster", "REDIS_VALKEY_CLUSTER_URL": "valkey-cluster"}[variable]
+    async with backend(kind, monkeypatch) as admin:
         async with acl_user(admin) as worker:
             await run_as(admin, worker, cluster_layout=True, search=False)
         # Without the cluster rules the client cannot even learn the topology.
@@ -229,9 +229,6 @@ async def test_the_readme_user_runs_every_operation_on_a_cluster(variable: str) 
             async with acl_user(admin, without=command[1:]) as worker:
                 with pytest.raises(Exception, match=r"permission|NOPERM|cannot be connected"):
                     await run_as(admin, worker, cluster_layout=True, search=False)
-    finally:
-        await flush_cluster(admin)
-        await admin.aclose()
 
 
 async def _has_search(admin: Redis) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from _backends import backend
+from _backends import backend, pick
 
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
@@ -83,7 +83,7 @@ def lives(facts: list[dict[str, Any]], turns: list[dict[str, Any]]) -> str:
     return json.dumps({"operations": [op]})
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+@pytest.fixture(params=pick("fake", "real"))
 async def client(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Any]:

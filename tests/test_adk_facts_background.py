@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from _backends import backend
+from _backends import backend, pick
 
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
@@ -74,7 +74,7 @@ async def remember(callback_context: CallbackContext) -> None:
     await invocation.memory_service.add_session_to_memory(invocation.session)
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+@pytest.fixture(params=pick("fake", "real"))
 async def client(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from _backends import backend
+from _backends import backend, pick
 from _embedders import SynonymEmbedder
 
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
@@ -73,7 +73,7 @@ class Scripted(BaseLlm):
         yield LlmResponse(content=types.Content(role="model", parts=[part]))
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+@pytest.fixture(params=pick("fake", "real"))
 async def client(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Any]:

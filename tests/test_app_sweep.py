@@ -21,14 +21,11 @@ from typing import Any
 
 import fakeredis
 import pytest
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from _acl import acl_user
+from _backends import backend, pick
 from _cli import Cli
-from _servers import skip_without
-from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
     Event,
     EventActions,
@@ -60,32 +57,20 @@ class Target:
 
 @pytest.fixture(
     params=[
-        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
+        *pick("fake-slots"),
+        # The registry's real node, with the services told it is a cluster.
         pytest.param("layout", marks=[pytest.mark.real, pytest.mark.cluster]),
-        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
+        *pick("cluster"),
     ]
 )
 async def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The cluster code path: on a slot-checking fakeredis, on one real node
     (``cluster=True``), and on a real cluster."""
-    if request.param == "fake-slots":
-        cluster_layout(monkeypatch)
-        fake = SlotCheckedRedis(server=fakeredis.FakeServer())
-        yield Target(fake, SessionServiceConfig())
-        await fake.aclose()
-        return
-    if request.param == "layout":
-        node = Redis.from_url(skip_without("REDIS_URL"))
-        await node.flushdb()
-        yield Target(node, SessionServiceConfig(cluster=True))
-        await node.flushdb()
-        await node.aclose()
-        return
-    cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
-    await flush_cluster(cluster)
-    yield Target(cluster, SessionServiceConfig())
-    await flush_cluster(cluster)
-    await cluster.aclose()
+    layout = request.param == "layout"
+    async with backend("real" if layout else request.param, monkeypatch) as client:
+        yield Target(
+            client, SessionServiceConfig(cluster=True) if layout else SessionServiceConfig()
+        )
 
 
 @pytest.fixture
@@ -394,23 +379,12 @@ async def test_only_the_first_app_write_of_a_user_per_interval_registers(
 # -- a single node, bad input ---------------------------------------------------------------
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("fake", marks=pytest.mark.fake),
-        pytest.param("real", marks=pytest.mark.real),
-    ]
-)
-async def single(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    if request.param == "fake":
-        fake = fakeredis.FakeAsyncRedis()
-        yield fake
-        await fake.aclose()
-        return
-    node = Redis.from_url(skip_without("REDIS_URL"))
-    await node.flushdb()
-    yield node
-    await node.flushdb()
-    await node.aclose()
+@pytest.fixture(params=pick("fake", "real"))
+async def single(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    async with backend(request.param, monkeypatch) as client:
+        yield client
 
 
 async def test_a_single_node_has_nothing_to_sweep(single: Any, bound: float) -> None:
@@ -473,39 +447,30 @@ async def test_bad_sweep_arguments_are_refused_before_anything_runs(
 @pytest.mark.acl
 @pytest.mark.cluster
 @pytest.mark.parametrize("url", ["REDIS_URL", "REDIS_CLUSTER_URL"])
-async def test_the_readme_user_may_sweep(url: str, bound: float) -> None:
-    admin: Any
-    if url == "REDIS_CLUSTER_URL":
-        admin = RedisCluster.from_url(skip_without(url))
-        await flush_cluster(admin)
-    else:
-        admin = Redis.from_url(skip_without(url))
-        await admin.flushdb()
-    try:
-        async with acl_user(admin) as worker:
-            config = SessionServiceConfig(cluster=True)
+async def test_the_readme_user_may_sweep(
+    url: str, bound: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real kind: the README user on database 0, as on the cluster (which has no other),
+    # where the acl kind would take ACL_DB.
+    kind = "cluster" if url == "REDIS_CLUSTER_URL" else "real"
+    async with backend(kind, monkeypatch) as admin, acl_user(admin) as worker:
+        config = SessionServiceConfig(cluster=True)
 
-            def make() -> RedisSessionService:
-                return RedisSessionService(worker, config=config)
+        def make() -> RedisSessionService:
+            return RedisSessionService(worker, config=config)
 
-            await scenario(make(), dies(make()), dead=True)
-            await aged(bound)
-            dry = await make().sweep_app_writes(app_name=APP, older_than=bound, dry_run=True)
-            assert (dry.users_pending, dry.entries_pending, dry.entries_applied) == (4, 5, 0)
-            report = await make().sweep_app_writes(app_name=APP, older_than=bound, limit=5)
-            assert report.entries_applied == 5
-            assert report.users_cleared == 5
-            assert await outcome(make(), admin) == {
-                **await one_step_outcome(),
-                "apps": [APP.encode()],  # OTHER not swept here
-                OTHER: {"app_state": {}, "listed": [], "index": []},
-            }
-    finally:
-        if url == "REDIS_CLUSTER_URL":
-            await flush_cluster(admin)
-        else:
-            await admin.flushdb()
-        await admin.aclose()
+        await scenario(make(), dies(make()), dead=True)
+        await aged(bound)
+        dry = await make().sweep_app_writes(app_name=APP, older_than=bound, dry_run=True)
+        assert (dry.users_pending, dry.entries_pending, dry.entries_applied) == (4, 5, 0)
+        report = await make().sweep_app_writes(app_name=APP, older_than=bound, limit=5)
+        assert report.entries_applied == 5
+        assert report.users_cleared == 5
+        assert await outcome(make(), admin) == {
+            **await one_step_outcome(),
+            "apps": [APP.encode()],  # OTHER not swept here
+            OTHER: {"app_state": {}, "listed": [], "index": []},
+        }
 
 
 # -- the CLI ---------------------------------------------------------------------------------

@@ -13,20 +13,14 @@ from typing import Any
 import pytest
 from redis.exceptions import NoPermissionError
 
-from _backends import backend
+from _backends import backend, pick
 from _cli import Cli, drop
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.cli import _prefixes
 from redis_agent_sessions.cli._prefixes import prefixes_hint
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("fake", marks=pytest.mark.fake),
-        pytest.param("real", marks=pytest.mark.real),
-        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
-    ]
-)
+@pytest.fixture(params=pick("fake", "real", "cluster"))
 async def client(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Any]:

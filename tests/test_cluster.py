@@ -19,16 +19,15 @@ import multiprocessing
 from collections.abc import AsyncIterator
 from typing import Any
 
-import fakeredis
 import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.cluster import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import cluster_worker
+from _backends import backend, pick
 from _folds import fold_deltas
 from _servers import skip_without
-from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
 from redis_agent_sessions import (
     AlreadyExistsError,
     Event,
@@ -45,12 +44,9 @@ KEYS = KeySpace()
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[RedisCluster]:
-    client = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
-    await flush_cluster(client)
-    yield client
-    await flush_cluster(client)
-    await client.aclose()
+async def cluster(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RedisCluster]:
+    async with backend("cluster", monkeypatch) as client:
+        yield client
 
 
 @pytest.fixture
@@ -59,24 +55,10 @@ def cluster_url(cluster: RedisCluster) -> str:
     return skip_without("REDIS_CLUSTER_URL")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
-        pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
-    ]
-)
+@pytest.fixture(params=pick("fake-slots", "cluster"))
 async def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
-    if request.param == "fake-slots":
-        cluster_layout(monkeypatch)
-        fake = SlotCheckedRedis(server=fakeredis.FakeServer())
-        yield fake
-        await fake.aclose()
-        return
-    cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
-    await flush_cluster(cluster)
-    yield cluster
-    await flush_cluster(cluster)
-    await cluster.aclose()
+    async with backend(request.param, monkeypatch) as opened:
+        yield opened
 
 
 class FailingApply:
@@ -464,20 +446,16 @@ async def test_create_or_delete_retried_after_a_failed_app_step_finishes_it(
 
 @pytest.mark.real
 @pytest.mark.cluster
-async def test_fresh_cluster_client_takes_concurrent_first_calls() -> None:
+async def test_fresh_cluster_client_takes_concurrent_first_calls(cluster_url: str) -> None:
     """redis-py 8.1's RedisCluster fails when its very first commands run concurrently;
     the services initialize it once, so a worker may start with a burst of requests."""
-    url = skip_without("REDIS_CLUSTER_URL")
-    async with RedisSessionService.from_url(url, cluster=True) as service:
+    async with RedisSessionService.from_url(cluster_url, cluster=True) as service:
         made = await asyncio.gather(
             *(service.create_session(app_name="fresh", user_id=f"u{i}") for i in range(8))
         )
         assert len({s.id for s in made}) == 8
-    async with RedisMemoryService.from_url(url, cluster=True, backend="plain") as memory:
+    async with RedisMemoryService.from_url(cluster_url, cluster=True, backend="plain") as memory:
         found = await asyncio.gather(
             *(memory.search_memory(app_name="fresh", user_id=f"u{i}", query="x") for i in range(8))
         )
         assert all(f.memories == [] for f in found)
-    cleanup = RedisCluster.from_url(url)
-    await flush_cluster(cleanup)
-    await cleanup.aclose()

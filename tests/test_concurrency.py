@@ -12,8 +12,8 @@ import multiprocessing
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
 
+from _backends import backend
 from _servers import skip_without
 from redis_agent_sessions import (
     Event,
@@ -29,13 +29,11 @@ APP, USER = "race_app", "alice"
 
 
 @pytest.fixture
-async def url() -> Any:
-    redis_url = skip_without("REDIS_URL")
-    client = Redis.from_url(redis_url)
-    await client.flushdb()
-    yield redis_url
-    await client.flushdb()
-    await client.aclose()
+async def url(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """REDIS_URL, for writers opening clients of their own; its database is empty before and
+    after the test."""
+    async with backend("real", monkeypatch):
+        yield skip_without("REDIS_URL")
 
 
 async def writer(

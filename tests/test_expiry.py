@@ -21,13 +21,11 @@ from typing import Any
 
 import fakeredis
 import pytest
-from redis.asyncio import Redis
 
 from _acl import acl_user
-from _backends import BACKENDS, backend
+from _backends import BACKENDS, backend, pick
 from _backends import worker as service_client
 from _cli import Cli
-from _servers import skip_without
 from redis_agent_sessions import (
     CorruptDataError,
     Event,
@@ -364,15 +362,7 @@ async def test_a_session_deleted_or_made_again_leaves_no_due_entry(admin: Any, w
     assert await admin.exists(keys.app_expiry(APP)) == 0  # made again without a TTL
 
 
-@pytest.mark.cluster
-@pytest.mark.parametrize(
-    "admin",
-    [
-        pytest.param("fake-slots", marks=pytest.mark.fake),
-        pytest.param("cluster", marks=pytest.mark.real),
-    ],
-    indirect=True,
-)
+@pytest.mark.parametrize("admin", pick("fake-slots", "cluster"), indirect=True)
 async def test_the_sweep_checks_what_appends_cannot_reach(admin: Any, worker: Any) -> None:
     """On a cluster an append without app: keys never reaches the app's slot: the sweep
     checks the due members there (on a single node every write reaches the index)."""
@@ -426,33 +416,30 @@ async def test_an_expiry_index_of_foreign_type_is_named_and_nothing_written(
 @pytest.mark.real
 @pytest.mark.acl
 @pytest.mark.parametrize("layout", ["single", "cluster-layout"])
-async def test_the_readme_user_cleans_up_and_nothing_new_is_refused(layout: str) -> None:
-    admin = Redis.from_url(skip_without("REDIS_URL"))
-    await admin.flushdb()
-    try:
-        async with acl_user(admin) as worker:
-            cluster = layout != "single" or None
-            svc = RedisSessionService(
-                worker, config=SessionServiceConfig(ttl_seconds=1, cluster=cluster)
-            )
-            users = ["ann", "bob"]
-            for i in range(8):
-                s = await svc.create_session(app_name=APP, user_id=users[i % 2], session_id=f"s{i}")
-                await svc.append_event(s, event(i))
-            await expired(admin, "ras", made(users, 8))
-            keep = RedisSessionService(
-                worker, config=SessionServiceConfig(ttl_seconds=600, cluster=cluster)
-            )
-            for i in range(4):
-                s = await keep.create_session(app_name=APP, user_id="cat", session_id=f"k{i}")
-                await keep.append_event(s, event(i))
-            assert await stale(admin, "ras", users) == []
-            report = await keep.sweep_app_writes(app_name=APP, older_than=120)
-            assert report.expired_dropped == 0
-            assert await keep.check_ready()
-    finally:
-        await admin.flushdb()
-        await admin.aclose()
+async def test_the_readme_user_cleans_up_and_nothing_new_is_refused(
+    layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real kind: the README user on database 0, where the acl kind would take ACL_DB.
+    async with backend("real", monkeypatch) as admin, acl_user(admin) as worker:
+        cluster = layout != "single" or None
+        svc = RedisSessionService(
+            worker, config=SessionServiceConfig(ttl_seconds=1, cluster=cluster)
+        )
+        users = ["ann", "bob"]
+        for i in range(8):
+            s = await svc.create_session(app_name=APP, user_id=users[i % 2], session_id=f"s{i}")
+            await svc.append_event(s, event(i))
+        await expired(admin, "ras", made(users, 8))
+        keep = RedisSessionService(
+            worker, config=SessionServiceConfig(ttl_seconds=600, cluster=cluster)
+        )
+        for i in range(4):
+            s = await keep.create_session(app_name=APP, user_id="cat", session_id=f"k{i}")
+            await keep.append_event(s, event(i))
+        assert await stale(admin, "ras", users) == []
+        report = await keep.sweep_app_writes(app_name=APP, older_than=120)
+        assert report.expired_dropped == 0
+        assert await keep.check_ready()
 
 
 # -- the operator's path: a backlog written before the expiry index --------------------------

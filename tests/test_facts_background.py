@@ -18,11 +18,9 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user, readme_rules
-from _servers import ACL_DB, on_db, skip_without
-from _slots import SlotCheckedRedis, cluster_layout, flush_cluster
+from _backends import backend, pick
 from redis_agent_sessions import (
     BacklogFullError,
     Content,
@@ -51,46 +49,13 @@ QUICK = {"poll_interval": 0.01, "sweep_interval": 0.02, "retry_delay": 0.01}
 WAIT = 20.0
 """The most a wait_for_generation may take here (a failing test, not a timing)."""
 
-BACKENDS = [
-    pytest.param("fake", marks=pytest.mark.fake),
-    pytest.param("fake-slots", marks=[pytest.mark.fake, pytest.mark.cluster]),
-    pytest.param("real", marks=pytest.mark.real),
-    pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
-    pytest.param("cluster", marks=[pytest.mark.real, pytest.mark.cluster]),
-    pytest.param("valkey", marks=[pytest.mark.real, pytest.mark.valkey]),
-    pytest.param(
-        "valkey-cluster", marks=[pytest.mark.real, pytest.mark.cluster, pytest.mark.valkey]
-    ),
-]
 
-
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(
+    params=pick("fake", "fake-slots", "real", "search", "cluster", "valkey", "valkey-cluster")
+)
 async def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
-    kind = request.param
-    if kind.startswith("fake"):
-        server = fakeredis.FakeServer()
-        if kind == "fake-slots":
-            cluster_layout(monkeypatch)
-            fake: Any = SlotCheckedRedis(server=server)
-        else:
-            fake = fakeredis.FakeAsyncRedis(server=server)
-        yield fake
-        await fake.aclose()
-        return
-    if kind.endswith("cluster"):
-        variable = "REDIS_CLUSTER_URL" if kind == "cluster" else "REDIS_VALKEY_CLUSTER_URL"
-        cluster = RedisCluster.from_url(skip_without(variable))
-        await flush_cluster(cluster)
-        yield cluster
-        await flush_cluster(cluster)
-        await cluster.aclose()
-        return
-    urls = {"real": "REDIS_URL", "search": "REDIS_SEARCH_URL", "valkey": "REDIS_VALKEY_URL"}
-    real = Redis.from_url(skip_without(urls[kind]))
-    await real.flushdb()
-    yield real
-    await real.flushdb()
-    await real.aclose()
+    async with backend(request.param, monkeypatch) as opened:
+        yield opened
 
 
 class Model:
@@ -448,12 +413,12 @@ VALKEY = pytest.param("REDIS_VALKEY_URL", marks=pytest.mark.valkey)
 
 
 @pytest.fixture(params=["REDIS_URL", VALKEY])
-async def admin(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
-    client = Redis.from_url(on_db(skip_without(request.param), ACL_DB))
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
+async def admin(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Redis]:
+    kind = {"REDIS_URL": "acl", "REDIS_VALKEY_URL": "valkey-acl"}[request.param]
+    async with backend(kind, monkeypatch) as client:
+        yield client
 
 
 @pytest.mark.real
@@ -477,14 +442,14 @@ async def test_the_documented_lines_run_background_generation(admin: Redis) -> N
 @pytest.mark.real
 @pytest.mark.acl
 @pytest.mark.parametrize("command", readme_rules()["background"])
-async def test_a_worker_lacking_one_command_of_the_line_is_refused_naming_it(command: str) -> None:
-    client = Redis.from_url(on_db(skip_without("REDIS_URL"), ACL_DB))
-    await client.flushdb()
-    model = Model(slow=0.25)  # past a heartbeat (a third of the visibility timeout)
-    sessions, memory = services(client, model)
-    await memory.add_session_to_memory(await session_with(sessions, "max", "I like tea"))
-    refused: list[str] = []
-    try:
+async def test_a_worker_lacking_one_command_of_the_line_is_refused_naming_it(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with backend("acl", monkeypatch) as client:
+        model = Model(slow=0.25)  # past a heartbeat (a third of the visibility timeout)
+        sessions, memory = services(client, model)
+        await memory.add_session_to_memory(await session_with(sessions, "max", "I like tea"))
+        refused: list[str] = []
         async with acl_user(client, background=True, without=command[1:]) as own:
             _, worker_memory = services(own, model, "plain")
             worker = FactWorker(worker_memory, visibility_timeout=0.3, grace=1.0, **QUICK)
@@ -502,9 +467,6 @@ async def test_a_worker_lacking_one_command_of_the_line_is_refused_naming_it(com
                 await FactJobs(worker_memory).backlog(APP)
             except PermissionDeniedError as exc:
                 refused.append(str(exc.command))
-    finally:
-        await client.flushdb()
-        await client.aclose()
     assert command[1:].upper() in refused, refused
 
 

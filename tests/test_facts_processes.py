@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
+from _backends import backend as open_backend
+from _backends import pick
 from _processes import start
 from _servers import skip_without
-from _slots import flush_cluster
 from facts_worker import ADD_EVERY, COUNTER, counter_text, own_text
 from redis_agent_sessions import (
     CallableGenerator,
@@ -68,7 +67,7 @@ DEADLINE = 60.0
 KEYS = KeySpace()
 
 SERVERS = {
-    # name: (env variable, cluster, memory backend)
+    # the registry's kind: (env variable, cluster, memory backend)
     "real": ("REDIS_URL", False, "plain"),
     "cluster": ("REDIS_CLUSTER_URL", True, "plain"),
     "valkey-cluster": ("REDIS_VALKEY_CLUSTER_URL", True, "plain"),
@@ -76,25 +75,15 @@ SERVERS = {
 }
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("real"),
-        pytest.param("cluster", marks=pytest.mark.cluster),
-        pytest.param("valkey-cluster", marks=[pytest.mark.cluster, pytest.mark.valkey]),
-        pytest.param("search", marks=pytest.mark.search),
-    ]
-)
-async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, Any, bool, str]]:
+@pytest.fixture(params=pick(*SERVERS))
+async def server(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[str, Any, bool, str]]:
     """The server's URL, an admin client on it (flushed before and after), whether it is a
     cluster, and the memory backend."""
     variable, cluster, backend = SERVERS[request.param]
-    url = skip_without(variable)
-    client: Any = RedisCluster.from_url(url) if cluster else Redis.from_url(url)
-    flush = (lambda: flush_cluster(client)) if cluster else client.flushdb
-    await flush()
-    yield url, client, cluster, backend
-    await flush()
-    await client.aclose()
+    async with open_backend(request.param, monkeypatch) as client:
+        yield skip_without(variable), client, cluster, backend
 
 
 async def spawn(started: list[asyncio.subprocess.Process], *args: Any) -> Any:

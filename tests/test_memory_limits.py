@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import fakeredis
 import orjson
 import pytest
 
 from _acl import acl_user
-from _backends import backend
+from _backends import backend, pick
 from redis_agent_sessions import (
     Content,
     Event,
@@ -121,10 +120,7 @@ async def test_a_query_over_the_term_limit_is_refused_alike(
     assert [m.content.text for m in found.memories] == ["w5 and w999 too"]
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [pytest.param("fake", marks=pytest.mark.fake), pytest.param("real", marks=pytest.mark.real)],
-)
+@pytest.mark.parametrize("kind", pick("fake", "real"))
 async def test_the_plain_ranking_script_takes_any_number_of_terms(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -240,26 +236,27 @@ async def test_metadata_nested_past_the_depth_limit_writes_nothing(
 
 
 @pytest.mark.fake
-async def test_entries_over_a_limit_are_refused_before_the_generator_learns() -> None:
-    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    asked: list[Any] = []
-    memory = RedisMemoryService(
-        client,
-        backend="plain",
-        config=SessionServiceConfig(max_payload_bytes=1000),
-        generator=CallableGenerator(lambda request: asked.append(request) or []),
-        facts=FactSettings(keep_events=True),
-    )
-    await memory.add_memory(app_name=APP, user_id=USER, memories=[entry("hello")])
-    big = Session(id="s", app_name=APP, user_id=USER, events=[event("hi"), event("x" * 1000)])
-    await refused(
-        client,
-        [
-            lambda: memory.add_session_to_memory(big),
-            lambda: memory.add_events_to_memory(app_name=APP, user_id=USER, events=big.events),
-        ],
-        PayloadTooLargeError,
-        "over the limit of 1000 bytes",
-    )
-    assert asked == []
-    await client.aclose()
+async def test_entries_over_a_limit_are_refused_before_the_generator_learns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with backend("fake", monkeypatch) as client:
+        asked: list[Any] = []
+        memory = RedisMemoryService(
+            client,
+            backend="plain",
+            config=SessionServiceConfig(max_payload_bytes=1000),
+            generator=CallableGenerator(lambda request: asked.append(request) or []),
+            facts=FactSettings(keep_events=True),
+        )
+        await memory.add_memory(app_name=APP, user_id=USER, memories=[entry("hello")])
+        big = Session(id="s", app_name=APP, user_id=USER, events=[event("hi"), event("x" * 1000)])
+        await refused(
+            client,
+            [
+                lambda: memory.add_session_to_memory(big),
+                lambda: memory.add_events_to_memory(app_name=APP, user_id=USER, events=big.events),
+            ],
+            PayloadTooLargeError,
+            "over the limit of 1000 bytes",
+        )
+        assert asked == []

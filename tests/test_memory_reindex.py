@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import fakeredis
 import pytest
-from redis.asyncio import Redis
 
+from _backends import backend, pick
 from _cli import Cli
-from _servers import skip_without
 from redis_agent_sessions import RedisMemoryService, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory import _analysis, _encoding, _reindex
@@ -46,24 +44,13 @@ def earlier(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
         yield patch
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("fake", marks=pytest.mark.fake),
-        pytest.param("real", marks=pytest.mark.real),
-        pytest.param("search", marks=[pytest.mark.real, pytest.mark.search]),
-    ]
-)
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, bool]]:
+@pytest.fixture(params=pick("fake", "real", "search"))
+async def client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Any, bool]]:
     """An empty database, and whether it is the search backend's."""
-    if request.param == "fake":
-        redis: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    else:
-        url = skip_without("REDIS_URL" if request.param == "real" else "REDIS_SEARCH_URL")
-        redis = Redis.from_url(url)
-        await redis.flushdb()
-    yield redis, request.param == "search"
-    await redis.flushdb()
-    await redis.aclose()
+    async with backend(request.param, monkeypatch) as redis:
+        yield redis, request.param == "search"
 
 
 async def write(memory: RedisMemoryService, user: str) -> None:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from typing import Any
 
-import fakeredis
 import pytest
 
-from _servers import skip_without
+from _backends import backend
 from redis_agent_sessions import Content, Event, MemoryIndexError, Part, RedisMemoryService, Session
 from redis_agent_sessions.memory._analysis import K1, SUBSTRING_WEIGHT, B, text_terms
 from redis_agent_sessions.memory._text import (
@@ -94,85 +92,79 @@ def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> lis
     return [doc_id for _, _, doc_id in ranked[:limit]]
 
 
-async def test_ranking_matches_reference_on_random_corpus() -> None:
+async def test_ranking_matches_reference_on_random_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(7)
     vocab = ["alpha", "beta", "gamma", "delta", "eps", "東京", "京都", "café", "x", "y1"]
     docs = []
     for i in range(300):
         body = " ".join(rng.choices(vocab, weights=range(len(vocab), 0, -1), k=rng.randint(1, 5)))
         docs.append((f"d{i:03d}", float(rng.randint(0, 50)), body))
-    client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    memory = RedisMemoryService(client, backend="plain")
-    events = [
-        Event(id=i, timestamp=ts, content=Content(parts=[Part(text=body)])) for i, ts, body in docs
-    ]
-    await memory.add_session_to_memory(Session(id="s", app_name="a", user_id="u", events=events))
-    for _ in range(60):
-        query = " ".join(rng.sample([*vocab, "東", "都", "zeta"], rng.randint(1, 4)))
-        limit = rng.choice([1, 3, 10, 50])
-        found = await memory.search_memory(app_name="a", user_id="u", query=query, limit=limit)
-        assert [m.id for m in found.memories] == reference(docs, query, limit), query
-    await client.aclose()
-
-
-@pytest.mark.real
-@pytest.mark.search
-async def test_the_search_backend_matches_words_as_written() -> None:
-    """RediSearch expands a query word to its other forms even on a NOSTEM field ("books"
-    finds "book"): those false hits took the places of true matches in the level queries,
-    whose recount then dropped them (seen on LoCoMo: "What books has Melanie read?")."""
-    from redis.asyncio import Redis
-
-    client: Any = Redis.from_url(skip_without("REDIS_SEARCH_URL"))
-    await client.flushdb()
-    try:
-        docs = [(f"n{i:02d}", float(100 + i), "a book and a book club") for i in range(12)]
-        docs += [("old1", 1.0, "two books"), ("old2", 2.0, "more books here")]
+    async with backend("fake", monkeypatch) as client:
+        memory = RedisMemoryService(client, backend="plain")
         events = [
             Event(id=i, timestamp=ts, content=Content(parts=[Part(text=body)]))
             for i, ts, body in docs
         ]
-        memory = RedisMemoryService(client, backend="search")
         await memory.add_session_to_memory(
             Session(id="s", app_name="a", user_id="u", events=events)
         )
-        for query, limit in (("books", 3), ("books club", 3), ("book", 2)):
+        for _ in range(60):
+            query = " ".join(rng.sample([*vocab, "東", "都", "zeta"], rng.randint(1, 4)))
+            limit = rng.choice([1, 3, 10, 50])
             found = await memory.search_memory(app_name="a", user_id="u", query=query, limit=limit)
             assert [m.id for m in found.memories] == reference(docs, query, limit), query
-    finally:
-        await client.execute_command("FT.DROPINDEX", "ras:mem:idx")
-        await client.flushdb()
-        await client.aclose()
 
 
 @pytest.mark.real
 @pytest.mark.search
-async def test_existing_index_with_other_schema() -> None:
+async def test_the_search_backend_matches_words_as_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RediSearch expands a query word to its other forms even on a NOSTEM field ("books"
+    finds "book"): those false hits took the places of true matches in the level queries,
+    whose recount then dropped them (seen on LoCoMo: "What books has Melanie read?")."""
+    async with backend("search", monkeypatch) as client:
+        try:
+            docs = [(f"n{i:02d}", float(100 + i), "a book and a book club") for i in range(12)]
+            docs += [("old1", 1.0, "two books"), ("old2", 2.0, "more books here")]
+            events = [
+                Event(id=i, timestamp=ts, content=Content(parts=[Part(text=body)]))
+                for i, ts, body in docs
+            ]
+            memory = RedisMemoryService(client, backend="search")
+            await memory.add_session_to_memory(
+                Session(id="s", app_name="a", user_id="u", events=events)
+            )
+            for query, limit in (("books", 3), ("books club", 3), ("book", 2)):
+                found = await memory.search_memory(
+                    app_name="a", user_id="u", query=query, limit=limit
+                )
+                assert [m.id for m in found.memories] == reference(docs, query, limit), query
+        finally:
+            await client.execute_command("FT.DROPINDEX", "ras:mem:idx")
 
-    from redis.asyncio import Redis
 
-    url = skip_without("REDIS_SEARCH_URL")
-    client: Any = Redis.from_url(url)
-    await client.flushdb()
-    try:
-        await client.execute_command(
-            "FT.CREATE", "other:mem:idx", "ON", "HASH", "PREFIX", 1, "other:mem:{",
-            "SCHEMA", "body", "TEXT",
-        )  # fmt: skip
-        from redis_agent_sessions import SessionServiceConfig
+@pytest.mark.real
+@pytest.mark.search
+async def test_existing_index_with_other_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with backend("search", monkeypatch) as client:
+        try:
+            await client.execute_command(
+                "FT.CREATE", "other:mem:idx", "ON", "HASH", "PREFIX", 1, "other:mem:{",
+                "SCHEMA", "body", "TEXT",
+            )  # fmt: skip
+            from redis_agent_sessions import SessionServiceConfig
 
-        memory = RedisMemoryService(client, config=SessionServiceConfig(key_prefix="other"))
-        with pytest.raises(MemoryIndexError):
-            await memory.backend()
-        again = RedisMemoryService(client, backend="search")
-        assert await again.backend() == "search"
-        assert await RedisMemoryService(client).backend() == "search"
-    finally:
-        await client.execute_command("FT.DROPINDEX", "other:mem:idx")
-        for name in (b"ras:mem:idx",):
-            await client.execute_command("FT.DROPINDEX", name)
-        await client.flushdb()
-        await client.aclose()
+            memory = RedisMemoryService(client, config=SessionServiceConfig(key_prefix="other"))
+            with pytest.raises(MemoryIndexError):
+                await memory.backend()
+            again = RedisMemoryService(client, backend="search")
+            assert await again.backend() == "search"
+            assert await RedisMemoryService(client).backend() == "search"
+        finally:
+            await client.execute_command("FT.DROPINDEX", "other:mem:idx")
+            for name in (b"ras:mem:idx",):
+                await client.execute_command("FT.DROPINDEX", name)
 
 
 def test_memory_keys_share_the_user_tag_and_escape() -> None:

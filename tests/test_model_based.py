@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import fakeredis
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
+from _backends import backend
 from _servers import skip_without
-from _slots import SlotCheckedRedis, flush_cluster
 from redis_agent_sessions import (
     AlreadyExistsError,
     Event,
@@ -171,6 +169,15 @@ async def run(service: RedisSessionService, steps: list[Any]) -> None:
             assert await service.get_user_state(app_name=app, user_id=user) == state
 
 
+async def on_backend(kind: str, check: Callable[[Any], Awaitable[None]]) -> None:
+    """``check`` on an empty backend of the registry, one per example: hypothesis refuses
+    function-scoped fixtures (pytest's ``monkeypatch`` among them), and each example runs in
+    its own event loop, which a client may not outlive."""
+    with pytest.MonkeyPatch.context() as patch:
+        async with backend(kind, patch) as client:
+            await check(client)
+
+
 def test_the_model_window_is_adks() -> None:
     """The reference itself: more events asked than stored gives them all, 0 gives none."""
     deltas: list[dict[str, Any]] = [{"k": 1}, {"k": 2}]
@@ -184,12 +191,7 @@ def test_the_model_window_is_adks() -> None:
 @example(FEWER_EVENTS_THAN_ASKED)
 @pytest.mark.fake
 def test_fakeredis_matches_the_model(steps: list[Any]) -> None:
-    async def main() -> None:
-        client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-        await run(RedisSessionService(client), steps)
-        await client.aclose()
-
-    asyncio.run(main())
+    asyncio.run(on_backend("fake", lambda client: run(RedisSessionService(client), steps)))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -201,16 +203,15 @@ def test_cluster_layout_matches_the_model(steps: list[Any]) -> None:
     """The cluster code path on fakeredis, every script and transaction checked to stay
     in one hash slot."""
 
-    async def main() -> None:
-        client = SlotCheckedRedis(server=fakeredis.FakeServer())
-        await run(RedisSessionService(client, config=SessionServiceConfig(cluster=True)), steps)
-        await client.aclose()
+    def check(client: Any) -> Awaitable[None]:
+        return run(RedisSessionService(client, config=SessionServiceConfig(cluster=True)), steps)
 
-    asyncio.run(main())
+    asyncio.run(on_backend("fake-slots", check))
 
 
 # Module-scoped, so that hypothesis accepts them, and so that a missing server skips before
-# any example is drawn.
+# any example is drawn (the examples' clients come from the registry, which reads the same
+# variables).
 @pytest.fixture(scope="module")
 def cluster_url() -> str:
     return skip_without("REDIS_CLUSTER_URL")
@@ -227,16 +228,7 @@ def redis_url() -> str:
 @pytest.mark.real
 @pytest.mark.cluster
 def test_real_cluster_matches_the_model(cluster_url: str, steps: list[Any]) -> None:
-    async def main() -> None:
-        client = RedisCluster.from_url(cluster_url)
-        await flush_cluster(client)
-        try:
-            await run(RedisSessionService(client), steps)
-        finally:
-            await flush_cluster(client)
-            await client.aclose()
-
-    asyncio.run(main())
+    asyncio.run(on_backend("cluster", lambda client: run(RedisSessionService(client), steps)))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -244,13 +236,4 @@ def test_real_cluster_matches_the_model(cluster_url: str, steps: list[Any]) -> N
 @example(FEWER_EVENTS_THAN_ASKED)
 @pytest.mark.real
 def test_real_redis_matches_the_model(redis_url: str, steps: list[Any]) -> None:
-    async def main() -> None:
-        client = Redis.from_url(redis_url)
-        await client.flushdb()
-        try:
-            await run(RedisSessionService(client), steps)
-        finally:
-            await client.flushdb()
-            await client.aclose()
-
-    asyncio.run(main())
+    asyncio.run(on_backend("real", lambda client: run(RedisSessionService(client), steps)))

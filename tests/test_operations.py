@@ -12,6 +12,7 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from _backends import backend
 from _servers import skip_without
 from redis_agent_sessions import (
     Event,
@@ -123,20 +124,21 @@ async def test_appends_survive_a_script_cache_flush(
     assert got.state == {"n": 2}
 
 
-async def test_a_read_only_script_runs_from_tasks_side_by_side_on_fakeredis() -> None:
+async def test_a_read_only_script_runs_from_tasks_side_by_side_on_fakeredis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """fakeredis refuses the shebang of a read-only script, and the library turns it into
     a comment once per script object; tasks that ran it side by side all saw the refusal,
     and each must run the script, not raise it (a consolidation step's memory_related.lua
     under a FactWorker's concurrency did)."""
-    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    script = _scripts.register(client, READ_HASHES)
-    assert script.lua.script.startswith("#!lua")
-    await client.hset("h", "f", "v")
-    call = ReadHashes(["h"])
-    replies = await asyncio.gather(*(_scripts.run(script, call) for _ in range(8)))
-    assert len({repr(r) for r in replies}) == 1
-    assert script.lua.script.startswith("--#!lua")
-    await client.aclose()
+    async with backend("fake", monkeypatch) as client:
+        script = _scripts.register(client, READ_HASHES)
+        assert script.lua.script.startswith("#!lua")
+        await client.hset("h", "f", "v")
+        call = ReadHashes(["h"])
+        replies = await asyncio.gather(*(_scripts.run(script, call) for _ in range(8)))
+        assert len({repr(r) for r in replies}) == 1
+        assert script.lua.script.startswith("--#!lua")
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])

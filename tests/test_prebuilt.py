@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError, DataError, NoScriptError
 
+from _backends import backend
 from _servers import skip_without
 from redis_agent_sessions import Event, EventActions, RedisSessionService
 from redis_agent_sessions._redis import prebuilt
@@ -143,31 +144,29 @@ async def test_a_client_overriding_execute_command_sees_every_script() -> None:
 
 @pytest.mark.real
 @pytest.mark.parametrize("retries", [0, 1])
-async def test_a_dropped_connection_follows_the_client_s_retry_policy(retries: int) -> None:
-    url = skip_without("REDIS_URL")
-    admin = Redis.from_url(url)
-    client = Redis.from_url(url, retry=Retry(NoBackoff(), retries))
-    try:
-        await admin.flushdb()
-        service = RedisSessionService(client)
-        s = await service.create_session(app_name=APP, user_id=USER)
-        await service.append_event(s, delta(n=1))
-        # Every pooled connection of the worker dies while idle.
-        assert await admin.client_kill_filter(skipme=True, _type="normal") >= 1
-        if retries:
-            await service.append_event(s, delta(n=2))
-        else:  # redis-py's default: the error reaches the caller, who retries
-            with pytest.raises(ConnectionError):
+async def test_a_dropped_connection_follows_the_client_s_retry_policy(
+    retries: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with backend("real", monkeypatch) as admin:
+        client = Redis.from_url(skip_without("REDIS_URL"), retry=Retry(NoBackoff(), retries))
+        try:
+            service = RedisSessionService(client)
+            s = await service.create_session(app_name=APP, user_id=USER)
+            await service.append_event(s, delta(n=1))
+            # Every pooled connection of the worker dies while idle.
+            assert await admin.client_kill_filter(skipme=True, _type="normal") >= 1
+            if retries:
                 await service.append_event(s, delta(n=2))
-            await service.append_event(s, delta(n=2))
-        got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
-        assert got is not None
-        assert got.state == {"n": 2}
-        assert len(got.events) == 2
-    finally:
-        await admin.flushdb()
-        await admin.aclose()
-        await client.aclose()
+            else:  # redis-py's default: the error reaches the caller, who retries
+                with pytest.raises(ConnectionError):
+                    await service.append_event(s, delta(n=2))
+                await service.append_event(s, delta(n=2))
+            got = await service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+            assert got is not None
+            assert got.state == {"n": 2}
+            assert len(got.events) == 2
+        finally:
+            await client.aclose()
 
 
 async def test_unpackable_arguments_raise_redis_py_s_error() -> None:

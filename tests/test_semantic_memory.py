@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from _acl import acl_user
+from _backends import backend as open_backend
 from _embedders import SynonymEmbedder
 from redis_agent_sessions import (
     CallableEmbedder,
@@ -538,36 +539,39 @@ class RandomEmbedder:
         return [[random.Random(t).gauss(0, 1) for _ in range(16)] for t in texts]
 
 
-async def test_a_useless_embedder_leaves_the_keyword_ranking_as_it_is() -> None:
+async def test_a_useless_embedder_leaves_the_keyword_ranking_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import random
 
-    import fakeredis
-
-    client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    keyword = RedisMemoryService(client, backend="plain")
-    hybrid = RedisMemoryService(client, backend="plain", embedder=RandomEmbedder())
-    rng = random.Random(3)
-    vocab = [f"w{i}" for i in range(40)]
-    for s in range(30):
-        events = [
-            event(" ".join(rng.choices(vocab, k=rng.randint(2, 8))), ts=s * 10 + i)
-            for i in range(5)
-        ]
-        await hybrid.add_session_to_memory(session(f"s{s}", *events))
-    same = 0
-    for _ in range(40):
-        query = " ".join(rng.sample(vocab, rng.randint(1, 4)))
-        ours = [
-            m.id
-            for m in (await hybrid.search_memory(app_name=APP, user_id=USER, query=query)).memories
-        ]
-        plain = [
-            m.id
-            for m in (await keyword.search_memory(app_name=APP, user_id=USER, query=query)).memories
-        ]
-        same += ours == plain
-        # Even where chance agreement gives the vectors some weight, the best stay.
-        assert set(plain[:3]) <= set(ours), query
-    # Two unrelated rankings agree beyond chance only rarely: the order is kept.
-    assert same >= 38
-    await client.aclose()
+    async with open_backend("fake", monkeypatch) as client:
+        keyword = RedisMemoryService(client, backend="plain")
+        hybrid = RedisMemoryService(client, backend="plain", embedder=RandomEmbedder())
+        rng = random.Random(3)
+        vocab = [f"w{i}" for i in range(40)]
+        for s in range(30):
+            events = [
+                event(" ".join(rng.choices(vocab, k=rng.randint(2, 8))), ts=s * 10 + i)
+                for i in range(5)
+            ]
+            await hybrid.add_session_to_memory(session(f"s{s}", *events))
+        same = 0
+        for _ in range(40):
+            query = " ".join(rng.sample(vocab, rng.randint(1, 4)))
+            ours = [
+                m.id
+                for m in (
+                    await hybrid.search_memory(app_name=APP, user_id=USER, query=query)
+                ).memories
+            ]
+            plain = [
+                m.id
+                for m in (
+                    await keyword.search_memory(app_name=APP, user_id=USER, query=query)
+                ).memories
+            ]
+            same += ours == plain
+            # Even where chance agreement gives the vectors some weight, the best stay.
+            assert set(plain[:3]) <= set(ours), query
+        # Two unrelated rankings agree beyond chance only rarely: the order is kept.
+        assert same >= 38

@@ -22,9 +22,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
 from _acl import PAGE
+from _backends import backend as open_backend
 from _embedders import SynonymEmbedder
-from _servers import skip_without
-from _slots import flush_cluster
 from facts_generators import likes
 from redis_agent_sessions import (
     Content,
@@ -75,37 +74,43 @@ def test_the_documented_tenant_lines_are_what_tenant_create_prints() -> None:
     assert KEYS.app_acl_keys("a*:b")[0] == "~ras:{a\\*%3Ab}:*"
 
 
+# (the registry's kind, the memory backend) for each server
 SERVERS = [
-    pytest.param(("REDIS_URL", "plain"), id="plain"),
-    pytest.param(("REDIS_SEARCH_URL", "search"), marks=pytest.mark.search, id="search"),
+    pytest.param(("real", "plain"), id="plain"),
+    pytest.param(("search", "search"), marks=pytest.mark.search, id="search"),
     pytest.param(
-        ("REDIS_SEARCH_CLUSTER_URL", "search"),
+        ("search-cluster", "search"),
         marks=[pytest.mark.search, pytest.mark.cluster],
         id="search-cluster",
     ),
-    pytest.param(("REDIS_VALKEY_URL", "plain"), marks=pytest.mark.valkey, id="valkey"),
+    pytest.param(("valkey", "plain"), marks=pytest.mark.valkey, id="valkey"),
 ]
 
 
 @pytest.fixture(params=SERVERS)
-async def admin(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, str]]:
-    variable, backend = request.param
-    url = skip_without(variable)
-    client: Any = RedisCluster.from_url(url) if "CLUSTER" in variable else Redis.from_url(url)
-    await flush(client)
-    yield client, backend
-    await flush(client)
-    await client.aclose()
+async def admin(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Any, str]]:
+    kind, backend = request.param
+    async with empty(kind, monkeypatch) as client:
+        yield client, backend
 
 
-async def flush(client: Any) -> None:
-    if isinstance(client, RedisCluster):
-        await flush_cluster(client)
-        nodes = client.get_primaries()
-    else:
-        await client.flushdb()
-        nodes = [None]
-    for node in nodes:  # indexes outlive FLUSHDB
+@asynccontextmanager
+async def empty(kind: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+    """The registry's backend of ``kind``, without search indexes either, before and after:
+    indexes outlive FLUSHDB."""
+    async with open_backend(kind, monkeypatch) as client:
+        await drop_indexes(client)
+        try:
+            yield client
+        finally:
+            await drop_indexes(client)
+
+
+async def drop_indexes(client: Any) -> None:
+    nodes = client.get_primaries() if isinstance(client, RedisCluster) else [None]
+    for node in nodes:
         options = {} if node is None else {"target_nodes": node}
         try:
             indexes = await client.execute_command("FT._LIST", **options)
@@ -321,11 +326,11 @@ async def test_the_registry_of_apps_is_only_read_by_tenants(admin: tuple[Any, st
 
 @pytest.mark.search
 @pytest.mark.parametrize("variable", ["REDIS_SEARCH_URL", "REDIS_SEARCH_CLUSTER_URL"])
-async def test_a_tenant_without_its_index_is_told_how_to_make_it(variable: str) -> None:
-    url = skip_without(variable)
-    client: Any = RedisCluster.from_url(url) if "CLUSTER" in variable else Redis.from_url(url)
-    await flush(client)
-    try:
+async def test_a_tenant_without_its_index_is_told_how_to_make_it(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kind = "search-cluster" if "CLUSTER" in variable else "search"
+    async with empty(kind, monkeypatch) as client:
         memory = RedisMemoryService(client, config=CONFIG, backend="search")
         await memory.backend()
         for call in (
@@ -344,9 +349,6 @@ async def test_a_tenant_without_its_index_is_told_how_to_make_it(variable: str) 
         assert await RedisMemoryService(client, config=CONFIG).check_ready(app_name="app9")
         again = await provision_tenant(client, "app9", config=CONFIG)
         assert (again.made, len(again.found)) == ([], primaries)
-    finally:
-        await flush(client)
-        await client.aclose()
 
 
 async def test_drop_removes_one_app_and_nothing_else(admin: tuple[Any, str]) -> None:

@@ -14,15 +14,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import fakeredis
 import pytest
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from _acl import acl_user, readme_rules
+from _backends import backend
 from _servers import skip_without
-from _slots import flush_cluster
 from redis_agent_sessions import (
     Event,
     EventActions,
@@ -183,15 +181,15 @@ async def test_aof_on_a_server_without_waitaof_writes_nothing(r7: tuple[Redis, R
 
 
 @pytest.mark.fake
-async def test_a_server_without_wait_writes_nothing() -> None:
-    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-    writer = service(client, write_concern="replicas")
-    with pytest.raises(WriteConcernError, match="WAIT") as caught:
-        await writer.create_session(app_name=APP, user_id=USER)
-    assert not caught.value.written
-    assert await snapshot(client) == {}
-    # Reads need no confirmation.
-    assert await writer.get_session(app_name=APP, user_id=USER, session_id="s") is None
+async def test_a_server_without_wait_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with backend("fake", monkeypatch) as client:
+        writer = service(client, write_concern="replicas")
+        with pytest.raises(WriteConcernError, match="WAIT") as caught:
+            await writer.create_session(app_name=APP, user_id=USER)
+        assert not caught.value.written
+        assert await snapshot(client) == {}
+        # Reads need no confirmation.
+        assert await writer.get_session(app_name=APP, user_id=USER, session_id="s") is None
 
 
 def test_replicas_needs_a_replica_to_wait_for() -> None:
@@ -225,12 +223,10 @@ async def test_the_readme_acl_line_for_write_concerns(
 
 @pytest.mark.real
 @pytest.mark.cluster
-async def test_cluster_waits_on_both_steps_nodes() -> None:
+async def test_cluster_waits_on_both_steps_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test cluster has no replicas: every step's WAIT falls short, the user's step and
     (for an app: key) the app's step alike, and both writes are stored."""
-    cluster = RedisCluster.from_url(skip_without("REDIS_CLUSTER_URL"))
-    await flush_cluster(cluster)
-    try:
+    async with backend("cluster", monkeypatch) as cluster:
         writer = service(cluster, write_concern="replicas", write_timeout_ms=20)
         s = await service(cluster).create_session(app_name=APP, user_id=USER, session_id="s")
         with pytest.raises(WriteConcernError, match="0 of 1 replicas") as caught:
@@ -239,9 +235,6 @@ async def test_cluster_waits_on_both_steps_nodes() -> None:
         stored = await writer.get_session(app_name=APP, user_id=USER, session_id="s")
         assert stored is not None
         assert stored.state == {"k": 1, "app:a": 1}
-    finally:
-        await flush_cluster(cluster)
-        await cluster.aclose()
 
 
 @pytest.mark.real
