@@ -185,9 +185,13 @@ async def follow(events: AsyncIterator[Any], seen: list[Any]) -> None:
 
 
 async def stop(task: asyncio.Task[Any]) -> None:
+    """Cancels the watch; one that does not end within DEADLINE fails the test (it
+    swallowed the cancel) instead of hanging the run."""
     task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=DEADLINE)
+    assert done, "the watch did not end when cancelled"
     try:
-        await task
+        task.result()
     except asyncio.CancelledError:
         pass
 
