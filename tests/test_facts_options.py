@@ -445,7 +445,31 @@ async def test_a_dead_letter_keeps_its_options_until_dropped(client: Any) -> Non
     assert await client.exists(options_key("e")) == 0
 
 
-# -- the least-privilege user ----------------------------------------------------------------
+# -- the URL and the least-privilege user ----------------------------------------------------
+
+
+async def test_the_url_carries_the_revision_and_metadata_settings() -> None:
+    url = (
+        "redis://localhost/0?generator=import:facts_generators:likes&fact_revision_ttl=3600"
+        "&fact_revision_labels=env:prod,deploy:eu:west&fact_metadata=tier:gold"
+        "&fact_metadata_merge_strategy=merge"
+    )
+    memory = RedisMemoryService.from_url(url)
+    assert memory._memory.ctx.fact_settings == FactSettings(
+        revision_ttl=3600,
+        revision_labels={"env": "prod", "deploy": "eu:west"},
+        metadata={"tier": "gold"},
+        metadata_merge_strategy="MERGE",
+    )
+    await memory.aclose()
+    for bad, message in [
+        ("fact_revision_labels=env", "key:value pairs"),
+        ("fact_revision_labels=env:", "non-empty string"),
+        ("fact_metadata_merge_strategy=union", "must be one of"),
+        ("fact_revision_ttl=soon", "must be a number"),
+    ]:
+        with pytest.raises(InvalidInputError, match=message):
+            RedisMemoryService.from_url(f"{url.split('&')[0]}&{bad}")
 
 
 @pytest.mark.acl

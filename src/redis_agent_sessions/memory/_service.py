@@ -134,8 +134,9 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         ``embedder_dimensions``, ``vector_index``, ``min_similarity``, and for learned
         facts ``generator`` (``import:<module>:<name>``, or ``adk:<model>`` with the
         ``[adk]`` extra), ``fact_topics`` (comma-separated), ``fact_ttl_seconds``,
-        ``keep_events``, ``disable_consolidation``, and for background generation
-        ``fact_mode``,
+        ``keep_events``, ``disable_consolidation``, ``fact_revision_ttl``,
+        ``fact_revision_labels`` and ``fact_metadata`` (``key:value,...``),
+        ``fact_metadata_merge_strategy``, and for background generation ``fact_mode``,
         ``fact_trigger_events``, ``fact_trigger_idle_seconds``, ``fact_max_backlog``."""
         opened = open_memory_service_url(
             url,
