@@ -16,6 +16,7 @@ from _backends import backend, pick
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
 
 from google.adk.agents import LlmAgent
+from google.adk.events import Event as AdkEvent
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -23,7 +24,12 @@ from google.adk.runners import Runner
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types
 
-from redis_agent_sessions import GenerationError, GenerationRequest, InvalidInputError
+from redis_agent_sessions import (
+    FactSettings,
+    GenerationError,
+    GenerationRequest,
+    InvalidInputError,
+)
 from redis_agent_sessions.adk import ModelGenerator, RedisMemoryService, RedisSessionService
 from redis_agent_sessions.models import Content, Event, Part
 
@@ -181,3 +187,39 @@ async def test_the_adk_service_takes_a_generator_by_url() -> None:
     named = RedisMemoryService(uri="redis://localhost/0?generator=adk:gemini-2.5-flash")
     assert isinstance(named._memory.generator, ModelGenerator)
     await named.close()
+
+
+async def test_adks_memory_bank_keys_in_custom_metadata_label_and_tag_facts(client: Any) -> None:
+    """The keys ADK's VertexAiMemoryBankService reads from ``custom_metadata``: the drop-in
+    reads them alike, and a search's ADK MemoryEntry carries the fact's metadata."""
+    memory = RedisMemoryService(
+        client,
+        generator=ModelGenerator(FactModel(answers=[lives, lives])),
+        facts=FactSettings(revision_ttl=3600),
+    )
+
+    def told(text: str) -> AdkEvent:
+        return AdkEvent(
+            author="user", content=types.Content(role="user", parts=[types.Part(text=text)])
+        )
+
+    await memory.add_events_to_memory(
+        app_name=APP, user_id=USER, session_id="s1", events=[told("I live in Paris")],
+        custom_metadata={"revision_labels": {"via": "callback"}, "metadata": {"city": "Paris"},
+                         "revision_ttl": "600s"},
+    )  # fmt: skip
+    await memory.add_events_to_memory(
+        app_name=APP, user_id=USER, session_id="s1", events=[told("We moved to Berlin")],
+        custom_metadata={"metadata": {"moved": True}, "metadata_merge_strategy": "MERGE"},
+    )  # fmt: skip
+    found = await memory.search_memory(app_name=APP, user_id=USER, query="lives")
+    [entry] = found.memories
+    assert entry.content.parts[0].text == "The user lives in Berlin."
+    ours = "redis_agent_sessions"  # what the library says of the fact, beside its metadata
+    metadata = {k: v for k, v in (entry.custom_metadata or {}).items() if k != ours}
+    assert metadata == {"city": "Paris", "moved": True}
+    [fact] = await memory.list_facts(app_name=APP, user_id=USER)
+    [was] = await memory.fact_history(app_name=APP, user_id=USER, fact_id=fact.id)
+    assert was.labels == {"via": "callback"}
+    assert was.expires is not None
+    assert round(was.expires - was.updated) == 600

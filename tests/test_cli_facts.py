@@ -132,6 +132,8 @@ async def test_facts_lists_newest_first_with_their_history(cli: Cli) -> None:
         ["home"],
     )
     assert paris["updated"].endswith("Z")
+    assert (paris["labels"], paris["expires"]) == ({}, None)
+    assert (berlin_h["metadata"], berlin_h["revision_labels"]) == ({}, {})
     human = cli.run("facts", APP, "alice", "--history")
     lines = human.stdout.splitlines()
     # The earlier revision sits under the fact it became.

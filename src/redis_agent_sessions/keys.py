@@ -81,6 +81,7 @@ Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag
                                                         the last job), tries (failed attempts)
     ras:mem:{<app>:%j<n>}:jobs:dead              stream dead letters: the job and its last error
     ras:mem:{<app>:%j<n>}:jobs:dropped           string jobs whose session was gone
+    ras:mem:{<app>:%j<n>}:job:<job>:options      string a job's newest request's options (JSON)
     ras:mem:{<app>:%j<n>}:job:<user>:<session>:events  list  events given one by one, for a worker
     ras:mem:{<app>:%j<n>}:lease:<user>           string the worker generating for the user now
 
@@ -186,8 +187,7 @@ LAYOUT_WORDS = ("apps", "mem", "demo")
 
 
 def check_prefix(prefix: object) -> str:
-    """``prefix`` if keys built under it can never be another prefix's keys, else
-    InvalidInputError naming the rule.
+    """``prefix`` if keys built under it are never another prefix's, else InvalidInputError.
 
     Keys under ``a`` continue ``a:{``, ``a:apps``, ``a:mem:`` or ``a:demo:``, so a prefix
     ``a:mem`` would build ``a:mem:{<app>:<user>}:session:<id>``, the memory set of that
@@ -299,10 +299,9 @@ class KeySpace:
         return f"{self.prefix}:mem:{{{escape(app_name)}:"
 
     def memory_app_shard_index(self, app_name: str, n: int) -> str:
-        """Name of one app's RediSearch index on one primary of a cluster
-        (``memory_index="per_app"``): its hash tag ``{<app>:%i<n>}`` picks the primary (no
-        user's tag: an escaped user id never holds ``%`` and a letter), and the app's ACL
-        key pattern covers it."""
+        """Name of one app's RediSearch index on one primary of a cluster (``per_app``): its
+        hash tag ``{<app>:%i<n>}`` picks the primary (no user's tag: an escaped user id never
+        holds ``%`` and a letter), and the app's ACL key pattern covers it."""
         return f"{self.prefix}:mem:{{{escape(app_name)}:%i{n}}}:idx"
 
     def memory_app_shard_vector_index(self, app_name: str, n: int) -> str:
@@ -395,8 +394,7 @@ class KeySpace:
         return f"{self.memory_session(app_name, user_id, session_id)}:facts"
 
     def memory_read_events(self, app_name: str, user_id: str, session_id: str) -> str:
-        """The events the generator was given one by one (``add_events_to_memory``): a set,
-        so that one given again is not read twice."""
+        """The events given one by one (``add_events_to_memory``): a set, none read twice."""
         return f"{self.memory_session(app_name, user_id, session_id)}:facts:read"
 
     def memory_texts(self, app_name: str, user_id: str) -> str:
@@ -414,9 +412,8 @@ class KeySpace:
         return f"{self._memory(app_name, user_id)}:term:{escape(term)}"
 
     def memory_stats(self, app_name: str, user_id: str) -> str:
-        """How many entries the user has, and their total (quarter) length. A hash
-        outside the search index's prefix (it would be indexed as a document), in the
-        user's slot."""
+        """How many entries the user has, and their total (quarter) length: outside the
+        search index's prefix (a hash there is a document), in the user's slot."""
         return f"{self.prefix}:mem:stats:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_df(self, app_name: str, user_id: str) -> str:
@@ -449,6 +446,9 @@ class KeySpace:
         """Events given one by one, waiting for a worker (newest first)."""
         tag = self.jobs(app_name, shard).tag
         return f"{tag}:job:{escape(user_id)}:{escape(session_id)}:events"
+
+    def job_options(self, app_name: str, shard: int, job: str) -> str:
+        return f"{self.jobs(app_name, shard).tag}:job:{job}:options"
 
     def job_lease(self, app_name: str, shard: int, user_id: str) -> str:
         """Which worker generates for the user now (a string with a time to live)."""

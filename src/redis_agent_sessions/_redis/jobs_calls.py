@@ -42,6 +42,7 @@ class JobsEnqueue(NamedTuple):
     users: str
     marks: str
     events: str
+    options: str
     job: str
     user: str
     now_ms: int
@@ -51,6 +52,7 @@ class JobsEnqueue(NamedTuple):
     idle_ms: int
     max_events: int
     traceparent: str
+    request: str  # the request's options as JSON ('' none)
     given: Sequence[str]
 
 
@@ -66,7 +68,7 @@ def _enqueued(call: JobsEnqueue, reply: list[Any]) -> Enqueued:
     return Enqueued(int(reply[0]), int(reply[1]) if len(reply) > 1 else 0)
 
 
-JOBS_ENQUEUE = Script("jobs_enqueue", JobsEnqueue, keys=8, reply=_enqueued, more_args=True)
+JOBS_ENQUEUE = Script("jobs_enqueue", JobsEnqueue, keys=9, reply=_enqueued, more_args=True)
 
 
 # -- jobs_start.lua --------------------------------------------------------------------------
@@ -79,6 +81,7 @@ class JobsStart(NamedTuple):
     tries: str
     lease: str
     events: str
+    options: str
     job: str
     entry: str
     token: str
@@ -90,22 +93,23 @@ class JobsStart(NamedTuple):
 
 class Started(NamedTuple):
     """``status``: 1 started (its failed ``attempts``, the ms it was ``queued_ms``, 0 when it
-    was not, and its ``events``, oldest first), 0 another job holds the user's lease, -1 the
-    entry is gone."""
+    was not, its ``events``, oldest first, and its newest request's ``options``, JSON or ''),
+    0 another job holds the user's lease, -1 the entry is gone."""
 
     status: int
     attempts: int = 0
     queued_ms: float = 0.0
     events: Sequence[Any] = ()
+    options: str = ""
 
 
 def _started(call: JobsStart, reply: list[Any]) -> Started:
     if reply[0] != 1:
         return Started(int(reply[0]))
-    return Started(1, int(reply[1]), float(text(reply[2]) or 0), reply[3:])
+    return Started(1, int(reply[1]), float(text(reply[2]) or 0), reply[4:], text(reply[3]))
 
 
-JOBS_START = Script("jobs_start", JobsStart, keys=6, reply=_started)
+JOBS_START = Script("jobs_start", JobsStart, keys=7, reply=_started)
 
 
 # -- jobs_finish.lua -------------------------------------------------------------------------
@@ -125,6 +129,7 @@ class JobsFinish(NamedTuple):
     dropped: str
     events: str
     lease: str
+    options: str
     job: str
     user: str
     entry: str
@@ -139,7 +144,7 @@ class JobsFinish(NamedTuple):
     dead_kept: int
 
 
-JOBS_FINISH = Script("jobs_finish", JobsFinish, keys=13, reply=lambda call, reply: reply[1])
+JOBS_FINISH = Script("jobs_finish", JobsFinish, keys=14, reply=lambda call, reply: reply[1])
 """Its reply: what became of the job ('done', 'retry', 'dead', 'gone', 'released' or
 'stale'), as Redis gives it."""
 
@@ -195,13 +200,14 @@ class JobsLetter(NamedTuple):
     dead: str
     marks: str
     events: str
+    options: str
     entry: str
     action: str  # 'retry' or 'drop'
     now_ms: int
     job: str
 
 
-JOBS_LETTER = Script("jobs_letter", JobsLetter, keys=10, reply=lambda call, reply: reply[0] == 1)
+JOBS_LETTER = Script("jobs_letter", JobsLetter, keys=11, reply=lambda call, reply: reply[0] == 1)
 """Its reply: whether there was that dead letter, of that job, to answer."""
 
 

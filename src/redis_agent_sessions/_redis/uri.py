@@ -42,6 +42,10 @@ _MEMORY = (
     "fact_trigger_events",
     "fact_trigger_idle_seconds",
     "fact_max_backlog",
+    "fact_revision_ttl",
+    "fact_revision_labels",
+    "fact_metadata",
+    "fact_metadata_merge_strategy",
 )
 """The memory service's own settings (read by it; the session service ignores them, so one
 URL may serve both)."""

@@ -9,16 +9,16 @@ whole, and the one id an operator names is the one ``--delete`` takes, as copied
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
-from pydantic import ValidationError
 from rich.text import Text
 
 from redis_agent_sessions._messages import plural, visible
 from redis_agent_sessions._redis.codec import check_id
 from redis_agent_sessions.cli._context import Context, NotFound, utc, when
-from redis_agent_sessions.errors import CorruptDataError
 from redis_agent_sessions.memory import RedisMemoryService
+from redis_agent_sessions.memory._facts import revisions
 from redis_agent_sessions.memory._generators import Fact, FactRevision, FactSource
 
 __all__ = ["run"]
@@ -88,7 +88,7 @@ async def _delete(
     [fact] = await (await memory._memory.facts()).read(app, user, [fact_id])
     if fact is None:
         raise NotFound(f"no learned fact {fact_id!r} of user {user!r} in app {app!r}")
-    earlier = int(await ctx.client.llen(ctx.keys.memory_fact_history(app, user, fact_id)))
+    earlier = len(await memory.fact_history(app_name=app, user_id=user, fact_id=fact_id))
     await memory.delete_memory(app_name=app, user_id=user, memory_id=fact_id)
     if ctx.json:
         ctx.print_json({"deleted": {**_fact_json(fact), "history_revisions": earlier}})
@@ -112,13 +112,8 @@ async def _histories(
     keys = [ctx.keys.memory_fact_history(app, user, f.id) for f in facts]
     for key in keys:
         pipe.lrange(key, 0, -1)
-    found: list[list[FactRevision]] = []
-    for key, raws in zip(keys, await pipe.execute(), strict=True):
-        try:
-            found.append([FactRevision.model_validate_json(raw) for raw in raws])
-        except ValidationError as exc:
-            raise CorruptDataError(key, f"not a fact revision: {exc}") from exc
-    return found
+    now = time.time()
+    return [revisions(k, raws, now) for k, raws in zip(keys, await pipe.execute(), strict=True)]
 
 
 def _fact_json(fact: Fact) -> dict[str, Any]:
@@ -131,6 +126,8 @@ def _fact_json(fact: Fact) -> dict[str, Any]:
         "updated": utc(fact.updated),
         "expires": utc(fact.expires),
         "sources": [s.model_dump() for s in fact.sources],
+        "metadata": fact.metadata,
+        "revision_labels": fact.revision_labels,
     }
 
 
@@ -141,6 +138,8 @@ def _revision_json(was: FactRevision) -> dict[str, Any]:
         "topics": was.topics,
         "updated": utc(was.updated),
         "sources": [s.model_dump() for s in was.sources],
+        "labels": was.labels,
+        "expires": utc(was.expires),
     }
 
 

@@ -10,7 +10,7 @@ what is stored now: the generator runs again on fresh facts, at most ``ATTEMPTS`
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -38,6 +38,16 @@ from redis_agent_sessions.memory._generators import (
     checked_operations,
 )
 from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, IndexRanker, PlainRanker, prepare
+from redis_agent_sessions.memory._request_options import (
+    MergeStrategy,
+    MetadataValue,
+    RequestOptions,
+    check_labels,
+    check_metadata,
+    check_revision_ttl,
+    check_strategy,
+    merged_metadata,
+)
 from redis_agent_sessions.models import Event, Session
 
 if TYPE_CHECKING:
@@ -68,6 +78,20 @@ class FactSettings:
     disable_consolidation: bool = False
     """Only add facts, never update or delete one: the generator is shown no stored fact
     (Memory Bank's ``disable_consolidation``)."""
+    # -- revisions and metadata (Memory Bank's; a request's custom_metadata may say otherwise) --
+    revision_ttl: float | None = None
+    """Seconds a revision stays in its fact's history after it was written (Memory Bank's
+    ``revision_ttl``); None keeps it while the history has room."""
+    revision_labels: Mapping[str, str] | None = None
+    """Labels on every revision written (a request's own ``revision_labels`` are merged
+    over them, key by key)."""
+    metadata: Mapping[str, MetadataValue] | None = None
+    """Metadata for the facts every request writes (a request's own ``metadata`` is
+    merged over it, key by key), applied by ``metadata_merge_strategy``."""
+    metadata_merge_strategy: MergeStrategy = "OVERWRITE"
+    """How a request's metadata meets a changed fact's: ``OVERWRITE`` replaces it, ``MERGE``
+    adds to it (the request's keys win), ``REQUIRE_EXACT_MATCH`` changes only facts whose
+    metadata is the request's (the generator is shown no other)."""
     # -- background generation (memory/_jobs.py) --
     mode: Literal["inline", "background"] = "inline"
     """``inline``: adding a session runs the generator in the call; ``background``: it
@@ -82,6 +106,32 @@ class FactSettings:
 
     def __post_init__(self) -> None:
         check_background(self)
+        # Copies: a caller's dict changed later must not change the settings.
+        checked: dict[str, Any] = {
+            "revision_labels": None
+            if self.revision_labels is None
+            else check_labels(self.revision_labels),
+            "metadata": None if self.metadata is None else check_metadata(self.metadata),
+            "metadata_merge_strategy": check_strategy(self.metadata_merge_strategy),
+        }
+        if self.revision_ttl is not None:
+            checked["revision_ttl"] = check_revision_ttl(self.revision_ttl)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def applied(self, options: RequestOptions | None) -> RequestOptions:
+        """A request's options completed by these settings: what its generation writes."""
+        given = options or RequestOptions()
+        labels = {**(self.revision_labels or {}), **(given.revision_labels or {})}
+        metadata = None
+        if self.metadata is not None or given.metadata is not None:
+            metadata = {**(self.metadata or {}), **(given.metadata or {})}
+        return RequestOptions(
+            labels,
+            metadata,
+            given.metadata_merge_strategy or self.metadata_merge_strategy,
+            given.revision_ttl or self.revision_ttl,
+        )
 
 
 class Consolidator:
@@ -105,9 +155,13 @@ class Consolidator:
         inside the operation's span (which also holds the Redis time)."""
         self._name = str(getattr(generator, "name", type(generator).__name__))
 
-    async def session(self, app: str, user: str, session: Session) -> int:
-        """Read the session's events not read yet, step by step; the generations run."""
+    async def session(
+        self, app: str, user: str, session: Session, options: RequestOptions | None = None
+    ) -> int:
+        """Read the session's events not read yet, step by step; the generations run, and
+        write what ``options`` (the request's own) and the settings say."""
         sid = session.id
+        applied = self.settings.applied(options)
         steps = 0
         while True:
             for attempt in range(ATTEMPTS):
@@ -118,7 +172,7 @@ class Consolidator:
                     return steps
                 end = start + len(events)
                 new_mark = f"{end}\t{events[-1].id}"
-                outcome = await self._step(app, user, sid, events, mark, new_mark)
+                outcome = await self._step(app, user, sid, events, mark, new_mark, applied)
                 if outcome == "applied" and end >= len(session.events):
                     return steps + 1  # all read: no need to ask the watermark again
                 if outcome == "applied":
@@ -133,10 +187,18 @@ class Consolidator:
                     f"(events {start + 1} to {end}) was written, earlier steps stay"
                 )
 
-    async def events(self, app: str, user: str, sid: str, events: Sequence[Event]) -> int:
+    async def events(
+        self,
+        app: str,
+        user: str,
+        sid: str,
+        events: Sequence[Event],
+        options: RequestOptions | None = None,
+    ) -> int:
         """Events given one by one (``add_events_to_memory``): those not read yet, in steps;
         each step marks its events read in the session, so one given again is skipped."""
         pending = list(events)
+        applied = self.settings.applied(options)
         steps = 0
         while pending:
             for attempt in range(ATTEMPTS):
@@ -146,7 +208,7 @@ class Consolidator:
                 if not step:
                     return steps
                 read = [e.id for e in step]
-                outcome = await self._step(app, user, sid, step, "*", "", read)
+                outcome = await self._step(app, user, sid, step, "*", "", applied, read)
                 if outcome == "applied":
                     steps += 1
                     pending = pending[len(step) :]
@@ -169,6 +231,7 @@ class Consolidator:
         events: Sequence[Event],
         mark: str,
         new_mark: str,
+        applied: RequestOptions,
         read: Sequence[str] = (),
     ) -> str:
         now = time.time()
@@ -179,12 +242,15 @@ class Consolidator:
         changes = [Change.of("expire", f) for f in related.due]
         if said:
             # With consolidation off the generator is shown no fact, so it may only add
-            # (Memory Bank's disable_consolidation).
+            # (Memory Bank's disable_consolidation); REQUIRE_EXACT_MATCH shows it only the
+            # facts whose metadata is the request's, so it changes no other.
+            exact = applied.metadata_merge_strategy == "REQUIRE_EXACT_MATCH"
             shown = {
                 f.fact.id: f
                 for f in related.shown
                 if not self.settings.disable_consolidation
                 and (f.fact.expires is None or f.fact.expires > now)
+                and not (exact and f.fact.metadata != (applied.metadata or {}))
             }
             request = GenerationRequest(
                 app_name=app, user_id=user, session_id=sid, events=list(said),
@@ -192,7 +258,7 @@ class Consolidator:
                 topics=None if self.settings.topics is None else list(self.settings.topics),
             )  # fmt: skip
             ops = await self._generate(request)
-            changes += await self._changes(app, user, sid, ops, request, shown, now)
+            changes += await self._changes(app, user, sid, ops, request, shown, now, applied)
         outcome = await self.facts.apply(
             app, user, changes, session_id=sid, seen_mark=mark, new_mark=new_mark, now=now,
             read=read,
@@ -259,8 +325,12 @@ class Consolidator:
         request: GenerationRequest,
         shown: dict[str, Stored],
         now: float,
+        applied: RequestOptions,
     ) -> list[Change]:
         changes: list[Change] = []
+        strategy = applied.metadata_merge_strategy or "OVERWRITE"
+        kept_for = applied.revision_ttl
+        revision_expires = now + kept_for if kept_for else None
         for op in ops:
             if op.action == "delete":
                 assert op.fact_id is not None
@@ -282,6 +352,10 @@ class Consolidator:
                 revision=1 if was is None else was.revision + 1,
                 created=now if was is None else was.created, now=now, expires_ms=expires_ms,
                 sources=[FactSource(session_id=sid, event_ids=list(ids))],
+                metadata=merged_metadata(strategy, {} if was is None else was.metadata,
+                                         applied.metadata),
+                revision_labels=applied.revision_labels or {},
+                revision_expires=revision_expires,
             )  # fmt: skip
             changes.append(
                 Change(

@@ -16,7 +16,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,11 +45,12 @@ from redis_agent_sessions.memory._analysis import K1, B, analyse, text_terms
 from redis_agent_sessions.memory._docs import content_json
 from redis_agent_sessions.memory._encoding import Doc, ScriptKeys, iso_timestamp, make_doc
 from redis_agent_sessions.memory._generators import Fact, FactRevision, FactSource
+from redis_agent_sessions.memory._request_options import MetadataValue
 from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
 from redis_agent_sessions.models import Content, Part
 
-__all__ = ["Change", "FactStore", "Outcome", "Related", "Stored", "new_fact_id"]
+__all__ = ["Change", "FactStore", "Outcome", "Related", "Stored", "new_fact_id", "revisions"]
 
 FACT_PREFIX = "fact-"
 ATTEMPTS = 5
@@ -110,6 +111,21 @@ class Change:
     @classmethod
     def of(cls, action: Literal["update", "delete", "expire"], stored: Stored) -> Change:
         return cls(action, stored.fact.id, stored.fact.revision, sig=stored.sig)
+
+
+def revisions(key: str, raws: Sequence[Any], now: float) -> list[FactRevision]:
+    """A history list's revisions, but those past their time: a change of the fact removes
+    them (memory_facts.lua), and the list expires with its last one, so until then they
+    are only skipped."""
+    out = []
+    for raw in raws:
+        try:
+            revision = FactRevision.model_validate_json(raw)
+        except ValidationError as exc:
+            raise CorruptDataError(key, f"not a fact revision: {exc}") from exc
+        if revision.expires is None or revision.expires > now:
+            out.append(revision)
+    return out
 
 
 class FactStore:
@@ -248,15 +264,9 @@ class FactStore:
         return "" if raw is None else text(raw)
 
     async def history(self, app: str, user: str, fact_id: str) -> list[FactRevision]:
-        """What the fact said before, newest first."""
+        """What the fact said before, newest first (none past its ``expires``)."""
         key = self.keys.memory_fact_history(app, user, fact_id)
-        out = []
-        for raw in await self._redis.lrange(key, 0, -1):
-            try:
-                out.append(FactRevision.model_validate_json(raw))
-            except ValidationError as exc:
-                raise CorruptDataError(key, f"not a fact revision: {exc}") from exc
-        return out
+        return revisions(key, await self._redis.lrange(key, 0, -1), time.time())
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -273,6 +283,9 @@ class FactStore:
         now: float,
         expires_ms: int,
         sources: Sequence[FactSource],
+        metadata: Mapping[str, MetadataValue] | None = None,
+        revision_labels: Mapping[str, str] | None = None,
+        revision_expires: float | None = None,
     ) -> tuple[Doc, bytes]:
         """The entry a fact is stored as (found like any entry, and saying what it is), and
         its record."""
@@ -284,7 +297,9 @@ class FactStore:
             "sources": source_list,
             "expires": expires,
         }
-        meta = {RETRIEVAL_KEY: {"fact": about}}
+        # Its metadata beside what the library says of it, as ADK's Memory Bank service
+        # returns a memory's metadata in custom_metadata.
+        meta = {**(metadata or {}), RETRIEVAL_KEY: {"fact": about}}
         _check_json(meta, "in custom_metadata")  # the generator's topics: JSON must hold them
         doc = make_doc(
             app_name=app,
@@ -311,7 +326,8 @@ class FactStore:
         )
         fact = Fact(
             id=fact_id, text=text_, topics=list(topics), revision=revision, created=created,
-            updated=now, expires=expires, sources=list(sources),
+            updated=now, expires=expires, sources=list(sources), metadata=dict(metadata or {}),
+            revision_labels=dict(revision_labels or {}), revision_expires=revision_expires,
         )  # fmt: skip
         return doc, orjson.dumps({"sig": doc.sig, **fact.model_dump(mode="json")})
 
@@ -358,11 +374,14 @@ class FactStore:
                 postings = self._store.stored_postings(app, user, change.sig.split("|"))
                 op["o"] = [ks.ref(key) for key in postings]
             if change.was is not None:
+                old = change.was
                 was = FactRevision(
-                    revision=change.was.revision, text=change.was.text, topics=change.was.topics,
-                    updated=change.was.updated, sources=change.was.sources,
+                    revision=old.revision, text=old.text, topics=old.topics, updated=old.updated,
+                    sources=old.sources, labels=old.revision_labels, expires=old.revision_expires,
                 )  # fmt: skip
                 op["was"] = was.model_dump_json()
+                # The script keeps it (and the history) by this time, without parsing it.
+                op["hx"] = 0 if old.revision_expires is None else int(old.revision_expires * 1000)
             ops.append(op)
         call = MemoryFacts(
             entries=k.memory_entries(app, user),

@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from redis_agent_sessions.errors import GenerationError, InvalidInputError
+from redis_agent_sessions.memory._request_options import MetadataValue
 from redis_agent_sessions.models import Event
 
 __all__ = [
@@ -56,6 +57,11 @@ class FactRevision(BaseModel):
     updated: float
     """When this revision was written (epoch seconds)."""
     sources: list[FactSource] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    """The labels of the request that wrote it (Memory Bank's revision ``labels``)."""
+    expires: float | None = None
+    """Epoch seconds after which it leaves the history (the ``revision_ttl`` of the request
+    that wrote it); None = kept while the history has room."""
 
 
 class Fact(BaseModel):
@@ -73,6 +79,13 @@ class Fact(BaseModel):
     expires: float | None = None
     """Epoch seconds after which the fact is forgotten; None = kept until deleted."""
     sources: list[FactSource] = Field(default_factory=list)
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    """Set by the requests that wrote it, by their merge strategy (Memory Bank's memory
+    ``metadata``); search results carry it in ``custom_metadata``."""
+    revision_labels: dict[str, str] = Field(default_factory=dict)
+    """The labels of its current revision (the history keeps those of the earlier ones)."""
+    revision_expires: float | None = None
+    """When its current revision, once superseded, leaves the history (None: never)."""
 
 
 class GenerationRequest(BaseModel):

@@ -11,7 +11,10 @@ by one (``add_events_to_memory``), kept in a list beside it until a worker has r
 A job is in one state at a time: deferred (its trigger not reached, or a retry's pause),
 queued (one stream entry, waiting for a worker), or active (a worker's, until it is
 acknowledged; asked for again meanwhile, it is queued again when it ends). So requests
-coalesce: one job per session waits, however many times the session was added.
+coalesce: one job per session waits, however many times the session was added. Its options
+(revision labels, metadata: ``_request_options``) are its newest request's, kept beside it
+until its last run ends: the one generation that serves several requests writes what the
+last of them asked for.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from redis_agent_sessions.errors import (
 )
 from redis_agent_sessions.keys import JobKeys, KeySpace, escape, unescape
 from redis_agent_sessions.memory._consolidate import FactSettings
+from redis_agent_sessions.memory._request_options import RequestOptions
 from redis_agent_sessions.models import Event, Session
 
 __all__ = ["GROUP", "DeadLetter", "Job", "JobQueue", "ShardBacklog"]
@@ -157,13 +161,23 @@ class JobQueue:
 
     # -- requests -------------------------------------------------------------------------
 
-    async def session(self, app: str, user: str, session: Session) -> int:
+    async def session(
+        self, app: str, user: str, session: Session, options: RequestOptions | None = None
+    ) -> int:
         """A job to consolidate the session as the session store has it when the job runs
         (what the session holds now is not sent); 1 queued, 2 merged, 3 deferred. The
         signature is the Consolidator's: the engine hands requests to either."""
-        return await self._enqueue(app, user, "s", session.id, len(session.events), [])
+        count = len(session.events)
+        return await self._enqueue(app, user, "s", session.id, count, [], options)
 
-    async def events(self, app: str, user: str, sid: str, events: Sequence[Event]) -> int:
+    async def events(
+        self,
+        app: str,
+        user: str,
+        sid: str,
+        events: Sequence[Event],
+        options: RequestOptions | None = None,
+    ) -> int:
         """A job to consolidate ``events`` (kept beside it until a worker reads them)."""
         given = []
         for event in events:
@@ -171,19 +185,28 @@ class JobQueue:
             if len(raw) > self._max_bytes:
                 raise PayloadTooLargeError(f"event {event.id!r}", len(raw), self._max_bytes)
             given.append(raw)
-        return await self._enqueue(app, user, "e", sid, 0, given)
+        return await self._enqueue(app, user, "e", sid, 0, given, options)
 
     async def _enqueue(
-        self, app: str, user: str, kind: str, sid: str, count: int, given: list[str]
+        self,
+        app: str,
+        user: str,
+        kind: str,
+        sid: str,
+        count: int,
+        given: list[str],
+        options: RequestOptions | None,
     ) -> int:
         shard, k = self.shard_keys(app, user)
         s = self.settings
         idle = s.trigger_idle_seconds
         idle_ms = 0 if idle is None else max(1, int(idle * 1000))
+        job = JobKeys.member(kind, user, sid)
         call = JobsEnqueue(
             k.jobs, k.queued, k.active, k.again, k.due, k.users, k.marks,
             events=self.keys.job_events(app, shard, user, sid),
-            job=JobKeys.member(kind, user, sid),
+            options=self.keys.job_options(app, shard, job),
+            job=job,
             user=escape(user),
             now_ms=_now_ms(),
             max_waiting=math.ceil(s.max_backlog / JobKeys.SHARDS),
@@ -192,6 +215,7 @@ class JobQueue:
             idle_ms=idle_ms,
             max_events=MAX_JOB_EVENTS,
             traceparent="" if self.telemetry is None else self.telemetry.traceparent(),
+            request="" if options is None else options.to_json(),
             given=given,
         )  # fmt: skip
         done = await _scripts.run(self._enqueue_script, call)
@@ -262,17 +286,18 @@ class JobQueue:
 
     # -- workers --------------------------------------------------------------------------
 
-    def job_keys(self, job: Job) -> tuple[JobKeys, str, str]:
-        """The shard's keys, the job's events list and its user's lease."""
+    def job_keys(self, job: Job) -> tuple[JobKeys, str, str, str]:
+        """The shard's keys, the job's events list and options, and its user's lease."""
         k = self.keys.jobs(job.app, job.shard)
         events = self.keys.job_events(job.app, job.shard, job.user, job.session_id)
-        return k, events, self.keys.job_lease(job.app, job.shard, job.user)
+        options = self.keys.job_options(job.app, job.shard, job.name)
+        return k, events, options, self.keys.job_lease(job.app, job.shard, job.user)
 
     async def start(self, job: Job, token: str, lease_ms: int) -> Started:
-        k, events, lease = self.job_keys(job)
+        k, events, options, lease = self.job_keys(job)
         call = JobsStart(
-            k.jobs, k.queued, k.active, k.tries, lease, events, job.name, job.entry, token,
-            lease_ms, _now_ms(), EVENTS_PER_JOB, int(job.claimed),
+            k.jobs, k.queued, k.active, k.tries, lease, events, options, job.name, job.entry,
+            token, lease_ms, _now_ms(), EVENTS_PER_JOB, int(job.claimed),
         )  # fmt: skip
         return await _scripts.run(self._start_script, call)
 
@@ -287,17 +312,17 @@ class JobQueue:
         attempts: int = 5,
         retry_ms: int = 1000,
     ) -> str:
-        k, events, lease = self.job_keys(job)
+        k, events, options, lease = self.job_keys(job)
         call = JobsFinish(
             k.jobs, k.queued, k.active, k.again, k.due, k.users, k.marks, k.tries, k.failed,
-            k.dead, k.dropped, events, lease, job.name, escape(job.user), job.entry, GROUP,
-            token, _now_ms(), outcome, read, error[:2000], attempts, retry_ms,
+            k.dead, k.dropped, events, lease, options, job.name, escape(job.user), job.entry,
+            GROUP, token, _now_ms(), outcome, read, error[:2000], attempts, retry_ms,
             DEAD_LETTERS_KEPT,
         )  # fmt: skip
         return text(await _scripts.run(self._finish_script, call))
 
     async def touch(self, job: Job, consumer: str, token: str, lease_ms: int) -> bool:
-        k, _, lease = self.job_keys(job)
+        k, _, _, lease = self.job_keys(job)
         call = JobsTouch(k.jobs, lease, GROUP, consumer, job.entry, token, lease_ms)
         return await _scripts.run(self._touch_script, call) == 1
 
@@ -376,7 +401,7 @@ class JobQueue:
         call = JobsLetter(
             k.jobs, k.queued, k.active, k.again, k.due, k.users, k.failed, k.dead, k.marks,
             self.keys.job_events(app, shard, letter.user, letter.session_id),
-            entry, action, _now_ms(), name,
+            self.keys.job_options(app, shard, name), entry, action, _now_ms(), name,
         )  # fmt: skip
         return letter if await _scripts.run(self._letter_script, call) else None
 

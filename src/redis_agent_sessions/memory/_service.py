@@ -134,8 +134,9 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         ``embedder_dimensions``, ``vector_index``, ``min_similarity``, and for learned
         facts ``generator`` (``import:<module>:<name>``, or ``adk:<model>`` with the
         ``[adk]`` extra), ``fact_topics`` (comma-separated), ``fact_ttl_seconds``,
-        ``keep_events``, ``disable_consolidation``, and for background generation
-        ``fact_mode``,
+        ``keep_events``, ``disable_consolidation``, ``fact_revision_ttl``,
+        ``fact_revision_labels`` and ``fact_metadata`` (``key:value,...``),
+        ``fact_metadata_merge_strategy``, and for background generation ``fact_mode``,
         ``fact_trigger_events``, ``fact_trigger_idle_seconds``, ``fact_max_backlog``."""
         opened = open_memory_service_url(
             url,
@@ -189,14 +190,21 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         return await self._memory.check_ready(timeout, probe_app(app_name))
 
     @_scripts.typed_permissions
-    async def add_session_to_memory(self, session: SessionT) -> None:
+    async def add_session_to_memory(
+        self, session: SessionT, *, custom_metadata: Mapping[str, object] | None = None
+    ) -> None:
         """Index the session's events that carry text, replacing what it contributed before.
 
         Large sessions go in bounded batches; entries it no longer has are removed only
         after every batch is stored, so a failed call leaves the previous entries in place.
         Ids removed with :meth:`delete_memory` are not brought back.
+
+        ``custom_metadata`` (ours: ADK's method has none) is stored on every entry, as
+        :meth:`add_events_to_memory`'s; with a generator, its keys ``revision_labels``,
+        ``metadata``, ``metadata_merge_strategy`` and ``revision_ttl`` are the generation's
+        options, as Memory Bank's (docs/facts.md#revisions-labels-and-metadata).
         """
-        await self._memory.writes.add_session(self._session(session))
+        await self._memory.writes.add_session(self._session(session), custom_metadata)
 
     @_scripts.typed_permissions
     async def add_events_to_memory(
@@ -211,7 +219,9 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         """Add events incrementally: ids already stored or deleted are skipped.
 
         ``custom_metadata`` is stored on every entry added (ADK's in-memory service
-        ignores it).
+        ignores it). With a generator, its keys ``revision_labels``, ``metadata``,
+        ``metadata_merge_strategy`` and ``revision_ttl`` are the generation's options, as
+        ADK's Memory Bank service reads them (docs/facts.md#revisions-labels-and-metadata).
         """
         await self._memory.writes.add_events(
             app_name=app_name,
@@ -303,7 +313,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         self, *, app_name: str, user_id: str, fact_id: str
     ) -> list[FactRevision]:
         """What a fact said before its latest revision, newest first (at most
-        ``FactSettings.history``); empty for a fact never updated, or gone."""
+        ``FactSettings.history``, none past its ``revision_ttl``); empty for a fact never
+        updated, or gone."""
         app, user = _owner(app_name, user_id)
         memory_id = check_id("fact_id", fact_id)
         return await (await self._memory.facts()).history(app, user, memory_id)

@@ -89,9 +89,11 @@ def learning_settings(
     params: dict[str, str], generator: MemoryGenerator | None, facts: FactSettings | None
 ) -> tuple[MemoryGenerator | None, FactSettings | None]:
     """The arguments, completed by the URL's ``generator``, ``fact_topics``,
-    ``fact_ttl_seconds``, ``keep_events``, ``disable_consolidation`` and background
-    generation's ``fact_mode``, ``fact_trigger_events``, ``fact_trigger_idle_seconds`` and
-    ``fact_max_backlog``; a setting given in both places is refused."""
+    ``fact_ttl_seconds``, ``keep_events``, ``disable_consolidation``, the revisions' and
+    metadata's ``fact_revision_ttl``, ``fact_revision_labels``, ``fact_metadata`` and
+    ``fact_metadata_merge_strategy``, and background generation's ``fact_mode``,
+    ``fact_trigger_events``, ``fact_trigger_idle_seconds`` and ``fact_max_backlog``; a
+    setting given in both places is refused."""
     if "generator" in params:
         if generator is not None:
             raise InvalidInputError(
@@ -99,7 +101,7 @@ def learning_settings(
             )
         generator = generator_from_spec(params["generator"])
     named = {"fact_topics", "fact_ttl_seconds", "keep_events", "disable_consolidation"}
-    named = (named | set(_BACKGROUND)) & params.keys()
+    named = (named | set(_BACKGROUND) | set(_REVISIONS)) & params.keys()
     if not named:
         return generator, facts
     if facts is not None:
@@ -131,6 +133,11 @@ def learning_settings(
     }
     if "fact_max_backlog" in params:
         more["max_backlog"] = _number(params, "fact_max_backlog", int, "an int")
+    more["revision_ttl"] = _number(params, "fact_revision_ttl", float, "a number")
+    more["revision_labels"] = _pairs(params, "fact_revision_labels")
+    more["metadata"] = _pairs(params, "fact_metadata")
+    if "fact_metadata_merge_strategy" in params:
+        more["metadata_merge_strategy"] = params["fact_metadata_merge_strategy"]
     return generator, FactSettings(
         topics=topics, ttl_seconds=ttl, keep_events=BOOLEANS[keep], **more
     )
@@ -138,6 +145,29 @@ def learning_settings(
 
 _BACKGROUND = ("fact_mode", "fact_trigger_events", "fact_trigger_idle_seconds", "fact_max_backlog")
 """Background generation's URL parameters (FactSettings without the ``fact_``)."""
+_REVISIONS = (
+    "fact_revision_ttl",
+    "fact_revision_labels",
+    "fact_metadata",
+    "fact_metadata_merge_strategy",
+)
+"""The revisions' and metadata's URL parameters (FactSettings without the ``fact_``)."""
+
+
+def _pairs(params: dict[str, str], name: str) -> dict[str, str] | None:
+    """The URL's ``name`` as ``key:value,key:value`` (a value may hold ``:``, not ``,``),
+    None when absent; FactSettings checks the keys and values."""
+    if name not in params:
+        return None
+    out = {}
+    for item in params[name].split(","):
+        key, sep, value = item.strip().partition(":")
+        if not sep:
+            raise InvalidInputError(
+                f"URL parameter {name} must be key:value pairs, comma-separated: {item!r}"
+            )
+        out[key] = value
+    return out
 
 
 def _number(params: dict[str, str], name: str, kind: Callable[[str], T], what: str) -> T | None:

@@ -33,11 +33,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions._redis.jobs_calls import Started
 from redis_agent_sessions.errors import InvalidInputError, PermissionDeniedError
 from redis_agent_sessions.keys import JobKeys, unescape
 from redis_agent_sessions.memory._consolidate import Consolidator
 from redis_agent_sessions.memory._generators import MemoryGenerator
 from redis_agent_sessions.memory._jobs import GROUP, Job
+from redis_agent_sessions.memory._request_options import RequestOptions
 from redis_agent_sessions.memory._service import MemoryServiceBase
 from redis_agent_sessions.models import Event, Session
 
@@ -287,13 +289,17 @@ class FactWorker:
             started = await self._start(job, token)
             telemetry = self._engine.telemetry
             if started is not None and telemetry is None:
-                await self._consolidate(job, token, started[0], started[1])
+                await self._consolidate(job, token, started)
             elif started is not None:
                 # Its own trace, linked to the request's (which ended long ago).
-                lag = time.time() - started[2] / 1000 if started[2] else 0.0
-                about = {"app_name": job.app, "job.kind": job.kind, "job.attempts": started[0]}
+                lag = time.time() - started.queued_ms / 1000 if started.queued_ms else 0.0
+                about = {
+                    "app_name": job.app,
+                    "job.kind": job.kind,
+                    "job.attempts": started.attempts,
+                }
                 with telemetry.job(job.trace, lag, about):
-                    await self._consolidate(job, token, started[0], started[1])
+                    await self._consolidate(job, token, started)
         except asyncio.CancelledError:
             # Past the grace: queued again for another worker (what it applied stays, and
             # the watermark keeps it from being applied twice).
@@ -315,16 +321,16 @@ class FactWorker:
             self._fatal = exc
         self.stop()
 
-    async def _start(self, job: Job, token: str) -> tuple[int, list[Any], float] | None:
-        """Started: (failed attempts, its events, the ms it was queued at, 0: not known);
-        None when there is nothing to run."""
+    async def _start(self, job: Job, token: str) -> Started | None:
+        """Started (failed attempts, its events, the ms it was queued at, 0: not known, and
+        its options); None when there is nothing to run."""
         for attempt in range(1_000_000):
             started = await self._queue.start(job, token, self.visibility_ms)
             if started.status == -1:
                 await self._ack(job)  # ended meanwhile by a worker that claimed it
                 return None
             if started.status == 1:
-                return started.attempts, list(started.events), started.queued_ms
+                return started
             if self._stopping.is_set():
                 await self._end(job, token, "release")
                 return None
@@ -334,12 +340,14 @@ class FactWorker:
             await asyncio.sleep(random.uniform(0.5, 1) * min(0.1, 0.01 * 2**attempt))
         return None
 
-    async def _consolidate(self, job: Job, token: str, tries: int, raw: list[Any]) -> None:
+    async def _consolidate(self, job: Job, token: str, started: Started) -> None:
+        tries, raw = started.attempts, list(started.events)
         if job.claimed and tries >= self.max_attempts:
             error = f"its worker stopped answering during {tries} attempts"
             await self._end(job, token, "dead", error=error)
             return
         try:
+            options = RequestOptions.from_json(started.options)
             learner = await self._engine.writes.learner(job.app, job.user, self._generator)
             assert isinstance(learner, Consolidator)
             if job.kind == "e":
@@ -348,14 +356,14 @@ class FactWorker:
                 for event in map(Event.model_validate_json, raw):
                     given.setdefault(event.id, event)
                 events = list(given.values())
-                await learner.events(job.app, job.user, job.session_id, events)
+                await learner.events(job.app, job.user, job.session_id, events, options)
                 await self._end(job, token, "done", read=len(raw))
                 return
             session = await self._stored(job)
             if session is None:
                 await self._end(job, token, "gone")
                 return
-            await learner.session(job.app, job.user, session)
+            await learner.session(job.app, job.user, session, options)
         except (asyncio.CancelledError, PermissionDeniedError, *_LOST):
             raise
         except Exception as exc:  # a model's failure, a bad answer, corrupt data: retried

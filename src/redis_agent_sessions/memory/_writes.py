@@ -22,6 +22,7 @@ from redis_agent_sessions.memory._encoding import (
 from redis_agent_sessions.memory._jobs import JobQueue
 from redis_agent_sessions.memory._models import MemoryEntry
 from redis_agent_sessions.memory._reindex import refresh_around, session_of
+from redis_agent_sessions.memory._request_options import REQUEST_KEYS, RequestOptions
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch
 from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.models import Event, Session
@@ -35,18 +36,21 @@ class Writes:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    async def add_session(self, session: Session) -> None:
+    async def add_session(
+        self, session: Session, custom_metadata: Mapping[str, object] | None = None
+    ) -> None:
         # In bounded batches, tagged with one ingest id: the entries the session no longer
         # has are removed only after the last batch is stored.
         if not isinstance(session, Session):
             raise InvalidInputError(f"not a session: {type(session).__name__}")
         app, user = check_id("app_name", session.app_name), check_id("user_id", session.user_id)
         sid = check_id("session_id", session.id)
+        meta, options = self._request(custom_metadata)
         # Entries over a limit are refused before the generator learns anything.
-        turns = self._turns(lambda limit: event_turns(sid, session.events, {}, limit))
+        turns = self._turns(lambda limit: event_turns(sid, session.events, meta, limit))
         ctx = self.ctx
         if ctx.generator is not None:
-            await self._learn(app, user, session)
+            await self._learn(app, user, session, options)
             if not ctx.fact_settings.keep_events:
                 return
         store, search = await ctx.ready(app, user)
@@ -62,10 +66,24 @@ class Writes:
                 app, user, [], mode="replace", session_id=sid, ingest=ingest, final=True
             )
 
-    async def _learn(self, app: str, user: str, session: Session) -> None:
+    async def _learn(
+        self, app: str, user: str, session: Session, options: RequestOptions | None
+    ) -> None:
         """The session's events not read yet, through the generator into the facts."""
         checked_events(session.events)
-        await (await self.learner(app, user)).session(app, user, session)
+        await (await self.learner(app, user)).session(app, user, session, options)
+
+    def _request(
+        self, custom_metadata: Mapping[str, object] | None
+    ) -> tuple[dict[str, Any], RequestOptions | None]:
+        """A request's ``custom_metadata``: what its entries keep, and with a generator the
+        options of its generation, checked before anything is written. Those keys say how
+        facts are written (ADK's Memory Bank service reads them so), not what an entry is."""
+        meta = metadata(custom_metadata)
+        if self.ctx.generator is None:
+            return meta, None
+        options = RequestOptions.of(meta)
+        return {k: v for k, v in meta.items() if k not in REQUEST_KEYS}, options
 
     async def learner(self, app: str, user: str, model: Any = None) -> Consolidator | JobQueue:
         """What learns from events: in background mode the job queue (a FactWorker's
@@ -97,12 +115,12 @@ class Writes:
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         sid = UNKNOWN_SESSION_ID if session_id is None else check_id("session_id", session_id)
         check_sequence("events", events)
-        meta = metadata(custom_metadata)
+        meta, options = self._request(custom_metadata)
         turns = self._turns(lambda limit: event_turns(sid, events, meta, limit))
         ctx = self.ctx
         if ctx.generator is not None:
             checked_events(events)
-            await (await self.learner(app, user)).events(app, user, sid, events)
+            await (await self.learner(app, user)).events(app, user, sid, events, options)
             if not ctx.fact_settings.keep_events:
                 return
         store, search = await ctx.ready(app, user)

@@ -1,6 +1,7 @@
 -- Records a request for background generation in the shard of its (app, user): a new job,
 -- one merged into the job already waiting for the session (coalesced), or a deferred one
--- (its trigger not reached yet).
+-- (its trigger not reached yet). The job's options are the newest request's: requests that
+-- coalesce into one generation write what the last of them asked for (labels, metadata).
 -- uses: _permitted
 -- KEYS[1] jobs: the jobs stream
 -- KEYS[2] queued: the queued zset
@@ -10,6 +11,7 @@
 -- KEYS[6] users: the users zset
 -- KEYS[7] marks: the marks zset
 -- KEYS[8] events: the job's events list
+-- KEYS[9] options: the job's options string (its newest request's)
 -- ARGV[1] job: the job ('<s|e>:<user>:<session>', escaped)
 -- ARGV[2] user: its user (escaped)
 -- ARGV[3] now_ms: now, ms
@@ -19,7 +21,8 @@
 -- ARGV[7] idle_ms: the idle trigger, ms (0: none)
 -- ARGV[8] max_events: most events waiting for one job
 -- ARGV[9] traceparent: the request's W3C traceparent ('': none)
--- ARGV[10]... given: events given one by one (JSON, in order)
+-- ARGV[10] request: the request's options (JSON; '': none)
+-- ARGV[11]... given: events given one by one (JSON, in order)
 -- returns {1} queued, {2} merged into the job waiting or running, {3} deferred,
 --         {-5, waiting} the shard's backlog is full, {-7, waiting} the job's events are,
 --         {-4, command, key} when the ACL user may not run a command it needs;
@@ -28,11 +31,11 @@
 local job, user, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local trigger, idle = tonumber(ARGV[6]), tonumber(ARGV[7])
 local session_job = string.sub(job, 1, 2) == 's:'
-local given = #ARGV - 9
+local given = #ARGV - 10
 local refused = denied('ZSCORE', KEYS[2], 'ZCARD', KEYS[2], 'ZADD', KEYS[2], 'ZSCORE', KEYS[3],
   'ZSCORE', KEYS[4], 'ZADD', KEYS[4], 'ZSCORE', KEYS[5], 'ZCARD', KEYS[5], 'ZADD', KEYS[5],
   'ZREM', KEYS[5], 'ZSCORE', KEYS[6], 'ZADD', KEYS[6], 'ZSCORE', KEYS[7], 'ZADD', KEYS[7],
-  'XADD', KEYS[1])
+  'XADD', KEYS[1], 'SET', KEYS[9], 'DEL', KEYS[9])
   or (given > 0 and denied('LPUSH', KEYS[8]))
 if refused then return refused end
 
@@ -48,11 +51,17 @@ end
 local mark = tonumber(redis.call('ZSCORE', KEYS[7], job) or '0')
 if given > 0 then
   if mark + given > tonumber(ARGV[8]) then return {-7, mark} end
-  for i = 10, #ARGV, 1000 do
+  for i = 11, #ARGV, 1000 do
     redis.call('LPUSH', KEYS[8], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
   mark = mark + given
   redis.call('ZADD', KEYS[7], mark, job)
+end
+-- A running job read its options when it started: these are for the run that follows it.
+if ARGV[10] ~= '' then
+  redis.call('SET', KEYS[9], ARGV[10])
+else
+  redis.call('DEL', KEYS[9])
 end
 
 local function opened()

@@ -1,7 +1,8 @@
 -- A worker ends a job: done, failed (retried after a pause, or after the last attempt put
 -- in the dead letters with its error), its session gone (dropped and counted), or released
 -- (a worker stopping: queued again at once). The job is acknowledged here, after whatever
--- it applied, so a worker that dies before leaves it to be claimed again.
+-- it applied, so a worker that dies before leaves it to be claimed again. Its options go
+-- with its last run (a dead letter keeps them, for a retry).
 -- uses: _permitted
 -- KEYS[1] jobs: the jobs stream
 -- KEYS[2] queued: the queued zset
@@ -16,6 +17,7 @@
 -- KEYS[11] dropped: the dropped count string
 -- KEYS[12] events: the job's events list
 -- KEYS[13] lease: the user's lease string
+-- KEYS[14] options: the job's options string
 -- ARGV[1] job: the job
 -- ARGV[2] user: its user (escaped)
 -- ARGV[3] entry: its stream entry id
@@ -40,7 +42,8 @@ local refused = denied('XRANGE', KEYS[1], 'XACK', KEYS[1], 'XDEL', KEYS[1], 'XAD
   'ZADD', KEYS[5], 'ZSCORE', KEYS[5], 'ZSCORE', KEYS[6], 'ZADD', KEYS[6], 'ZREM', KEYS[6],
   'ZSCORE', KEYS[7], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'ZSCORE', KEYS[8], 'ZADD', KEYS[8],
   'ZREM', KEYS[8], 'ZADD', KEYS[9], 'ZREM', KEYS[9], 'XADD', KEYS[10], 'GET', KEYS[11],
-  'SET', KEYS[11], 'LTRIM', KEYS[12], 'GET', KEYS[13], 'DEL', KEYS[13])
+  'SET', KEYS[11], 'LTRIM', KEYS[12], 'GET', KEYS[13], 'DEL', KEYS[13],
+  'DEL', KEYS[14])
 if refused then return refused end
 
 if #redis.call('XRANGE', KEYS[1], id, id) == 0 then
@@ -105,6 +108,7 @@ end
 
 local open = redis.call('ZSCORE', KEYS[2], job) or redis.call('ZSCORE', KEYS[3], job)
   or redis.call('ZSCORE', KEYS[5], job)
+if not open and said ~= 'dead' then redis.call('DEL', KEYS[14]) end
 if was_open and not open then
   local left = tonumber(redis.call('ZSCORE', KEYS[6], user) or '1') - 1
   if left > 0 then redis.call('ZADD', KEYS[6], left, user) else redis.call('ZREM', KEYS[6], user) end

@@ -11,6 +11,7 @@
 -- KEYS[8] dead: the dead letters stream
 -- KEYS[9] marks: the marks zset
 -- KEYS[10] events: the job's events list
+-- KEYS[11] options: the job's options string
 -- ARGV[1] entry: the dead letter's entry id
 -- ARGV[2] action: 'retry' | 'drop'
 -- ARGV[3] now_ms: now, ms
@@ -20,7 +21,7 @@
 local id, now = ARGV[1], tonumber(ARGV[3])
 local refused = denied('XRANGE', KEYS[8], 'XDEL', KEYS[8], 'ZREM', KEYS[7])
   or (ARGV[2] == 'drop' and denied('ZSCORE', KEYS[2], 'ZSCORE', KEYS[3], 'ZSCORE', KEYS[5],
-    'ZREM', KEYS[9], 'DEL', KEYS[10]))
+    'ZREM', KEYS[9], 'DEL', KEYS[10], 'DEL', KEYS[11]))
   or (ARGV[2] == 'retry' and denied('ZSCORE', KEYS[2], 'ZADD', KEYS[2], 'ZSCORE', KEYS[3],
     'ZADD', KEYS[4], 'ZSCORE', KEYS[5], 'ZREM', KEYS[5], 'ZSCORE', KEYS[6], 'ZADD', KEYS[6],
     'XADD', KEYS[1]))
@@ -43,6 +44,7 @@ if ARGV[2] ~= 'retry' then
     redis.call('DEL', KEYS[10])
     redis.call('ZREM', KEYS[9], job)
   end
+  if not open then redis.call('DEL', KEYS[11]) end
   return {1, job}
 end
 

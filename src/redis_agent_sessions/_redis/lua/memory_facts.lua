@@ -19,7 +19,8 @@
 -- ARGV[4] seen_mark: the watermark the generator read ('' = none yet; '*' = do not check
 --   it)
 -- ARGV[5] new_mark: the watermark to set ('' = leave it)
--- ARGV[6] history_size: most revisions a history keeps
+-- ARGV[6] history_size: most revisions a history keeps (and none past its time: a history
+--   expires with its last revision)
 -- ARGV[7] now_ms: now, ms
 -- ARGV[8] operations: JSON list of operations:
 --   {id, a = 'add' | 'update' | 'delete' | 'expire', k = entry key index, h = history key
@@ -27,7 +28,7 @@
 --    o = its posting key indexes (plain), for add and update also memory_put.lua's entry
 --    fields (ts, f, own, tf, dl, au, gr, nb, c, p, g, t, vk, v), exp = expiry ms (0 = none),
 --    rec = its record for KEYS[10], was = JSON of what it said before, pushed on its
---    history (update)}
+--    history (update), hx = when that revision leaves the history, ms (0 = never)}
 -- ARGV[9] read: JSON list of event ids to mark read in KEYS[9] (given one by one)
 -- ARGV[10]... vectors: vector bytes
 -- returns {3} when the watermark is not ARGV[4], or one of ARGV[9]'s events is read
@@ -53,6 +54,7 @@ local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'HDEL', KEYS[3], 'HINC
 for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', KEYS[op.k], 'HGET', KEYS[op.k], 'DEL', KEYS[op.k],
     'HSET', KEYS[op.k], 'LPUSH', KEYS[op.h], 'LTRIM', KEYS[op.h], 'DEL', KEYS[op.h])
+    or (op.was and denied('LRANGE', KEYS[op.h], 'EXPIRE', KEYS[op.h]))
 end
 if refused then return refused end
 
@@ -82,6 +84,50 @@ for _, op in ipairs(ops) do
   end
 end
 
+-- A revision's time to leave its history, ms (0: none); a revision that cannot be read is
+-- kept (history() names it corrupt), never an error halfway through these writes.
+local function leaves_at(raw)
+  local ok, revision = pcall(cjson.decode, raw)
+  local at = ok and type(revision) == 'table' and revision.expires
+  return type(at) == 'number' and math.floor(at * 1000) or 0
+end
+
+-- Pushes a revision on a history of at most `keep`, none past its time. Without times it
+-- is a push and a trim; with them the history is written anew, with a time to live that
+-- ends with its last revision's (a history no change comes to again is gone then, found
+-- by no scan), and without one as soon as a revision has none.
+local function push_revision(key, was, was_at)
+  local kept, times, timed = {}, {}, was_at > 0
+  if was_at == 0 or was_at > now then kept[1], times[1] = was, was_at end
+  for _, raw in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    local at = leaves_at(raw)
+    timed = timed or at > 0
+    if (at == 0 or at > now) and #kept < keep then
+      kept[#kept + 1], times[#times + 1] = raw, at
+    end
+  end
+  if not timed then  -- no revision here has a time, so neither has the list
+    redis.call('LPUSH', key, was)
+    redis.call('LTRIM', key, 0, keep - 1)
+    return
+  end
+  local last = 0  -- the last revision's time; -1 when one has none
+  for _, at in ipairs(times) do
+    if at == 0 then
+      last = -1
+      break
+    end
+    last = math.max(last, at)
+  end
+  redis.call('DEL', key)
+  for i = #kept, 1, -1000 do
+    local chunk = {}
+    for j = i, math.max(1, i - 999), -1 do chunk[#chunk + 1] = kept[j] end
+    redis.call('LPUSH', key, unpack(chunk))
+  end
+  if #kept > 0 and last > 0 then redis.call('EXPIRE', key, math.ceil((last - now) / 1000)) end
+end
+
 local K = {entries = KEYS[1], texts = KEYS[2], stats = KEYS[3], df = KEYS[4], ctx = KEYS[5]}
 write_entries(K, puts, {postings = postings, k1 = tonumber(ARGV[2]), b = tonumber(ARGV[3])})
 drop_entries(K, drops, {postings = postings})
@@ -89,10 +135,7 @@ for _, op in ipairs(puts) do
   redis.call('ZADD', KEYS[6], op.ts, op.id)
   redis.call('HSET', KEYS[10], op.id, op.rec)
   if op.exp > 0 then redis.call('ZADD', KEYS[7], op.exp, op.id) else redis.call('ZREM', KEYS[7], op.id) end
-  if op.was then
-    redis.call('LPUSH', KEYS[op.h], op.was)
-    redis.call('LTRIM', KEYS[op.h], 0, keep - 1)
-  end
+  if op.was then push_revision(KEYS[op.h], op.was, op.hx) end
 end
 for _, op in ipairs(drops) do
   redis.call('ZREM', KEYS[6], op.id)
