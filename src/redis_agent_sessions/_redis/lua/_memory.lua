@@ -29,8 +29,9 @@ local function write_counts(key, deltas)
 end
 
 -- BM25 over each entry's terms with their context, from the user's context hash
--- (id -> "ts<TAB>dl<TAB>author terms<TAB>neighbours JSON<TAB>term:quarters ...", written
--- by memory/_store.py's context_value): what both backends' searches score with.
+-- (id -> "ts<TAB>dl<TAB>author terms<TAB>neighbours JSON<TAB>own term:count ...<TAB>
+-- term:quarters ...", written by _entries.lua's write_entries; entries of analysis 2 and
+-- before have no own field): what both backends' searches score with.
 -- scored_term(t, n, df, adf, author_weight): t (its term and qtf set) made ready for
 --   best_entries: its idf, its author bonus, and a memo of which author fields name it.
 -- query_terms(args, pos, count, n, author_weight): count terms read from args at pos, each
@@ -38,7 +39,9 @@ end
 --   terms, the position after them.
 -- best_entries(key, terms, stats, candidates, expand, limit): the candidates' ids scored,
 --   then the neighbours of the best expand of them, and the best limit of all as
---   {id, score, ts} rows, best first (equal scores: newest, then larger id).
+--   {id, score, ts} rows, best first (equal scores: newest, then larger id). An entry
+--   holding the query's words only through its context ranks just below any neighbour
+--   saying every one of them (BELOW).
 --   stats = {avgdl, k1, b, sub_weight}; a term's sub = {[id] = true} for the entries holding
 --   it inside a longer run (weighing sub_weight unless it is one of their terms).
 local function scored_term(t, n, df, adf, author_weight)
@@ -78,6 +81,21 @@ local function quarters(tf, t, from)
   end
 end
 
+-- Whether the "term:count ..." between positions from and to (excluded) holds t's term.
+local function says(value, t, from, to)
+  local start = from
+  while true do
+    local at = string.find(value, t.key, from, true)
+    if not at or at >= to then return false end
+    if at == start or string.byte(value, at - 1) == 32 then return true end
+    from = at + 1
+  end
+end
+
+-- A turn found only through its neighbours scores this much of the best neighbour saying
+-- its words: just below, so it never outranks the turn it borrowed them from.
+local BELOW = 1 - 1e-9
+
 local function better(x, y)
   if x[2] ~= y[2] then return x[2] > y[2] end
   if x[3] ~= y[3] then return x[3] > y[3] end
@@ -87,7 +105,8 @@ end
 local function best_entries(key, terms, stats, candidates, expand, limit)
   local avgdl, k1, b, sub_weight = stats[1], stats[2], stats[3], stats[4]
   local scored, rows = {}, {}
-  local function score(ids)
+  -- sources: keep only the entries saying a query word themselves.
+  local function score(ids, sources)
     local todo = {}
     for _, id in ipairs(ids) do
       if not scored[id] then scored[id] = true; todo[#todo + 1] = id end
@@ -104,26 +123,35 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
           local c = string.find(value, '\t', a + 1, true)
           local e = string.find(value, '\t', c + 1, true)
           local g = string.find(value, '\t', e + 1, true)
+          -- The own words' field ends at h (none before analysis 3: all its words count as said).
+          local h = string.find(value, '\t', g + 1, true)
           local dl = tonumber(string.sub(value, a + 1, c - 1))
           local au = string.sub(value, c + 1, e - 1)
           -- BM25's saturation and length normalisation: tf / (tf + k1 (1 - b + b dl / avgdl)).
           local norm = k1 * (1 - b + b * dl / avgdl)
-          local s = 0
-          for _, t in ipairs(terms) do
-            local q, w = quarters(value, t, g + 1), nil
+          local s, held, said, own = 0, {}, {}, false
+          for i, t in ipairs(terms) do
+            local q, w = quarters(value, t, (h or g) + 1), nil
             if q then
               local f = q / 4
               w = f * (k1 + 1) / (f + norm)
+              said[i] = h == nil or says(value, t, g + 1, h)
             elseif t.sub and t.sub[id] then
               w = sub_weight
+              said[i] = true
             end
-            if w then s = s + t.qtf * t.idf * w end
+            if w then
+              s = s + t.qtf * t.idf * w
+              held[#held + 1] = i
+              own = own or said[i]
+            end
           end
           for _, t in ipairs(terms) do  -- the author only ranks what the words found
             if s > 0 and t.bonus and t.author[au] then s = s + t.bonus end
           end
-          if s > 0 then
+          if s > 0 and (own or not sources) then
             local row = {id, s, tonumber(string.sub(value, 1, a - 1)), value, e + 1, g - 1}
+            row.held, row.said, row.own = held, said, own
             out[#out + 1] = row
             rows[#rows + 1] = row
           end
@@ -132,16 +160,37 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
     end
     return out
   end
+  local function around(row, into)
+    local nb = string.sub(row[4], row[5], row[6])
+    if nb ~= '[]' then
+      for _, id in ipairs(cjson.decode(nb)) do into[#into + 1] = id end
+    end
+    return into
+  end
   local first = score(candidates)
   table.sort(first, better)
   local near = {}
-  for i = 1, math.min(expand, #first) do
-    local nb = string.sub(first[i][4], first[i][5], first[i][6])
-    if nb ~= '[]' then
-      for _, id in ipairs(cjson.decode(nb)) do near[#near + 1] = id end
+  for i = 1, math.min(expand, #first) do around(first[i], near) end
+  score(near)
+  -- A turn found only through its context is capped below each neighbour saying every
+  -- query word it holds, so those neighbours are scored too (they may be no candidate).
+  local sources = {}
+  for _, row in ipairs(rows) do
+    if not row.own then around(row, sources) end
+  end
+  score(sources, true)
+  local by = {}
+  for _, row in ipairs(rows) do by[row[1]] = row end
+  for _, row in ipairs(rows) do
+    if not row.own then
+      for _, id in ipairs(around(row, {})) do
+        local n = by[id]
+        local covers = n ~= nil and n.own
+        for _, i in ipairs(row.held) do covers = covers and n.said[i] end
+        if covers and n[2] * BELOW < row[2] then row[2] = n[2] * BELOW end
+      end
     end
   end
-  score(near)
   table.sort(rows, better)
   local out = {}
   for i = 1, math.min(limit, #rows) do out[i] = rows[i] end
