@@ -109,6 +109,7 @@ def make_doc(
     meta: dict[str, Any],
     analysed: Analysed,
     neighbours: Sequence[str] = (),
+    analysis: str = str(ANALYSIS),
 ) -> Doc | None:
     """The encoded entry, or None when it has no term to be found by. ``meta`` and
     ``author`` are the caller's to check (``_docs.check_entry``): JSON can hold them."""
@@ -126,7 +127,7 @@ def make_doc(
         "timestamp": "" if iso is None else "=" + iso,
         "content": content_json.decode(),
         "meta": orjson.dumps(meta).decode(),
-        "an": str(ANALYSIS),
+        "an": analysis,
     }
     ordered = sorted(grams)
     return Doc(
