@@ -19,7 +19,6 @@ import orjson
 from redis_agent_sessions._redis.codec import _check_json, check_id
 from redis_agent_sessions.errors import InvalidInputError, PayloadTooLargeError
 from redis_agent_sessions.memory._analysis import (
-    ANALYSIS,
     CONTEXT,
     analyse,
     analysis_id,
@@ -127,7 +126,7 @@ def iter_turn_docs(
             meta=turn.meta,
             analysed=analyse(terms(i), [(d, terms(j)) for d, j in near], turn.author),
             neighbours=[turns[j].id for _, j in near if turns[j].id != turn.id],
-            analysis=str(ANALYSIS) if alone else analysis,
+            analysis=analysis_id() if alone else analysis,
         )
         if doc is not None:
             seen.add(turn.id)

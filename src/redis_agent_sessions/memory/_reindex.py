@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.memory._analysis import ANALYSIS, analysis_id
+from redis_agent_sessions.memory._analysis import analysis_id
 from redis_agent_sessions.memory._docs import Turn, turn_docs
 from redis_agent_sessions.memory._encoding import BATCH_ENTRIES, UNKNOWN_SESSION_ID, Doc, batches
 from redis_agent_sessions.memory._store import MemoryStore
@@ -115,7 +115,7 @@ async def _load(
             raise CorruptDataError(key, f"not a memory entry: {exc}") from exc
         author, iso, sid = text(row[2] or ""), text(row[4] or ""), text(row[1] or "")
         # Without a session an entry has no context: the reach does not change its analysis.
-        wanted = str(ANALYSIS) if sid in ("", UNKNOWN_SESSION_ID) else analysis_id(reach)
+        wanted = analysis_id() if sid in ("", UNKNOWN_SESSION_ID) else analysis_id(reach)
         out.append(
             _Stored(
                 memory_id,
