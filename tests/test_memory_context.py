@@ -168,6 +168,7 @@ VOCAB = ["deploy", "status", "ready", "blue", "car", "the"]  # "the": a turn say
     ),
     query=st.lists(st.sampled_from(VOCAB[:-1]), min_size=1, max_size=3),
     reach=st.sampled_from([0, 1, 2]),
+    limit=st.sampled_from([2, 5, 50]),
 )
 async def test_a_turn_found_through_its_context_never_outranks_its_source(
     admin: Any,
@@ -175,10 +176,12 @@ async def test_a_turn_found_through_its_context_never_outranks_its_source(
     sessions: list[list[list[str]]],
     query: list[str],
     reach: int,
+    limit: int,
 ) -> None:
     """A turn none of whose own words is in the query ranks below every neighbour (in its
     session, within ``context_turns``) whose own words say every query word the turn holds
-    through its context: such a neighbour is found too, and comes first."""
+    through its context: such a neighbour is found too, and comes first (also when fewer
+    results are asked for than are found)."""
     memory = service(admin, kind_of(request, "admin"), context_turns=reach)
     user = uuid.uuid4().hex
     texts: dict[str, str] = {}
@@ -190,7 +193,9 @@ async def test_a_turn_found_through_its_context_never_outranks_its_source(
         for i, e in enumerate(session.events):
             texts[e.id], order[e.id] = words[i], (s, i)
     wanted = set(text_terms(" ".join(query)))
-    result = await memory.search_memory(app_name=APP, user_id=user, query=" ".join(query), limit=50)
+    result = await memory.search_memory(
+        app_name=APP, user_id=user, query=" ".join(query), limit=limit
+    )
     ranks = {m.id: r for r, m in enumerate(result.memories)}
     by_place = {place: memory_id for memory_id, place in order.items()}
 

@@ -104,7 +104,22 @@ end
 
 local function best_entries(key, terms, stats, candidates, expand, limit)
   local avgdl, k1, b, sub_weight = stats[1], stats[2], stats[3], stats[4]
-  local scored, rows = {}, {}
+  local scored, rows, by = {}, {}, {}
+  -- Which query words a row's own words say, by term index (memoised: only the rows that
+  -- could be returned, and their neighbours, are asked); row.own: any.
+  local function said(row)
+    if row.said == nil then
+      local out = {}
+      row.own = false
+      for _, i in ipairs(row.held) do  -- i < 0: found inside its text, so said
+        local yes = i < 0 or row.h == nil or says(row[4], terms[i], row.g + 1, row.h)
+        out[i < 0 and -i or i] = yes
+        row.own = row.own or yes
+      end
+      row.said = out
+    end
+    return row.said
+  end
   -- sources: keep only the entries saying a query word themselves.
   local function score(ids, sources)
     local todo = {}
@@ -123,37 +138,38 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
           local c = string.find(value, '\t', a + 1, true)
           local e = string.find(value, '\t', c + 1, true)
           local g = string.find(value, '\t', e + 1, true)
-          -- The own words' field ends at h (none before analysis 3: all its words count as said).
+          -- The own words end at h (none before analysis 3: all its words count as said).
           local h = string.find(value, '\t', g + 1, true)
           local dl = tonumber(string.sub(value, a + 1, c - 1))
           local au = string.sub(value, c + 1, e - 1)
           -- BM25's saturation and length normalisation: tf / (tf + k1 (1 - b + b dl / avgdl)).
           local norm = k1 * (1 - b + b * dl / avgdl)
-          local s, held, said, own = 0, {}, {}, false
-          for i, t in ipairs(terms) do
-            local q, w = quarters(value, t, (h or g) + 1), nil
+          local s, held = 0, nil
+          for ti, t in ipairs(terms) do
+            local q, w, found = quarters(value, t, (h or g) + 1), nil, ti
             if q then
               local f = q / 4
               w = f * (k1 + 1) / (f + norm)
-              said[i] = h == nil or says(value, t, g + 1, h)
             elseif t.sub and t.sub[id] then
-              w = sub_weight
-              said[i] = true
+              w, found = sub_weight, -ti
             end
             if w then
               s = s + t.qtf * t.idf * w
-              held[#held + 1] = i
-              own = own or said[i]
+              if held then held[#held + 1] = found else held = {found} end
             end
           end
           for _, t in ipairs(terms) do  -- the author only ranks what the words found
             if s > 0 and t.bonus and t.author[au] then s = s + t.bonus end
           end
-          if s > 0 and (own or not sources) then
+          if s > 0 then
             local row = {id, s, tonumber(string.sub(value, 1, a - 1)), value, e + 1, g - 1}
-            row.held, row.said, row.own = held, said, own
-            out[#out + 1] = row
-            rows[#rows + 1] = row
+            row.g, row.h, row.held = g, h, held
+            if sources then said(row) end
+            if row.own ~= false then
+              out[#out + 1] = row
+              rows[#rows + 1] = row
+              by[id] = row
+            end
           end
         end
       end
@@ -172,26 +188,36 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
   local near = {}
   for i = 1, math.min(expand, #first) do around(first[i], near) end
   score(near)
-  -- A turn found only through its context is capped below each neighbour saying every
-  -- query word it holds, so those neighbours are scored too (they may be no candidate).
-  local sources = {}
-  for _, row in ipairs(rows) do
-    if not row.own then around(row, sources) end
-  end
-  score(sources, true)
-  local by = {}
-  for _, row in ipairs(rows) do by[row[1]] = row end
-  for _, row in ipairs(rows) do
-    if not row.own then
-      for _, id in ipairs(around(row, {})) do
-        local n = by[id]
-        local covers = n ~= nil and n.own
-        for _, i in ipairs(row.held) do covers = covers and n.said[i] end
-        if covers and n[2] * BELOW < row[2] then row[2] = n[2] * BELOW end
+  table.sort(rows, better)
+  -- A turn found only through its context ranks just below each neighbour saying every
+  -- query word it holds. Only the rows that would be returned are checked: capping only
+  -- lowers a score, and a capped row's sources (scored here when no backend proposed them)
+  -- rank above it, so the check goes on until the first limit rows are all checked.
+  local checked = {}
+  repeat
+    local changed = false
+    for r = 1, math.min(limit, #rows) do
+      local row = rows[r]
+      if not checked[row[1]] then
+        checked[row[1]] = true
+        said(row)
+        if not row.own then
+          local ids = around(row, {})
+          if #score(ids, true) > 0 then changed = true end
+          for _, id in ipairs(ids) do
+            local n = by[id]
+            local covers = n ~= nil and said(n) and n.own
+            for _, i in ipairs(row.held) do covers = covers and n.said[i < 0 and -i or i] end
+            if covers and n[2] * BELOW < row[2] then
+              row[2] = n[2] * BELOW
+              changed = true
+            end
+          end
+        end
       end
     end
-  end
-  table.sort(rows, better)
+    if changed then table.sort(rows, better) end
+  until not changed
   local out = {}
   for i = 1, math.min(limit, #rows) do out[i] = rows[i] end
   return out
