@@ -5,6 +5,7 @@ Usage (from the repository root)::
     .venv/bin/python -m benchmarks.recall --locomo PATH           # 3 conversations: ~30 s
     .venv/bin/python -m benchmarks.recall --locomo PATH --quick   # 1, 5 questions a category
     .venv/bin/python -m benchmarks.recall --locomo PATH [--embedder SPEC] [--json out.json]
+    .venv/bin/python -m benchmarks.recall --locomo PATH --context-turns 0  # also own words only
 
 It starts a Redis 7 (plain backend) and a Redis 8.2 + RediSearch (search backend) and stops
 them; on servers given (``--url``, ``--search-url``) it removes its keys and indexes after.
@@ -166,13 +167,24 @@ def adk_candidates(tmp: str) -> tuple[list[Candidate], list[str]]:
     return [*found, Candidate("ADK SqliteMemoryService", "sqlite file", "FTS5 bm25", sqlite)], []
 
 
-def redis_candidates(client: Redis, backend: Backend, embedder: Embedder | None) -> list[Candidate]:
+def redis_candidates(
+    client: Redis, backend: Backend, embedder: Embedder | None, context_turns: int | None = None
+) -> list[Candidate]:
+    """Keyword, hybrid with the embedder, and keyword with ``context_turns`` (when given)."""
     out = []
-    for semantic in [None, embedder] if embedder is not None else [None]:
+    modes: list[tuple[Embedder | None, dict[str, int]]] = [(None, {})]
+    if embedder is not None:
+        modes.append((embedder, {}))
+    if context_turns is not None:
+        modes.append((None, {"context_turns": context_turns}))
+    for semantic, setting in modes:
         prefix = unique_prefix(f"recall-{backend}")
         config = SessionServiceConfig(key_prefix=prefix)
-        memory = RedisMemoryService(client, config=config, backend=backend, embedder=semantic)
+        memory = RedisMemoryService(
+            client, config=config, backend=backend, embedder=semantic, **setting
+        )
         mode = "keyword" if semantic is None else f"hybrid {getattr(semantic, 'name', '')}"
+        mode += "".join(f", {k}={v}" for k, v in setting.items())
         out.append(Candidate("RedisMemoryService", backend, mode.strip(), memory,
                              adk_models=False, client=client, prefix=prefix))  # fmt: skip
     return out
@@ -241,7 +253,7 @@ def agreement(candidates: list[Candidate]) -> list[dict[str, Any]]:
 
 async def measure(
     convs: list[Conversation], questions: list[Question], plain_url: str, search_url: str,
-    embedder: Embedder | None,
+    embedder: Embedder | None, context_turns: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     clients: dict[Backend, Redis] = {"plain": Redis.from_url(plain_url),
                                      "search": Redis.from_url(search_url)}  # fmt: skip
@@ -249,7 +261,7 @@ async def measure(
     with tempfile.TemporaryDirectory(prefix="recall-sqlite-") as tmp:
         candidates, notes = adk_candidates(tmp)
         for backend, client in clients.items():
-            candidates += redis_candidates(client, backend, embedder)
+            candidates += redis_candidates(client, backend, embedder, context_turns)
         try:
             versions = {str(b): await servers.server_version(c) for b, c in clients.items()}
             for candidate in candidates:
@@ -317,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--search-url", help="use this Redis with RediSearch for the search backend")
     add("--embedder", metavar="SPEC", help="also hybrid, with google:<model> or import:<m>:<name>")
     add("--svg", type=Path, help="also draw recall@k (k = 1..10) of every service to this file")
+    add("--context-turns", type=int, metavar="N", help="also keyword with context_turns=N")
     report.add_flags(parser, url=True, quick="one conversation, 5 questions a category")
     args = parser.parse_args(argv)
     if not args.locomo.exists():
@@ -337,7 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         plain_url, _ = stack.enter_context(servers.redis_url(args.url))
         if not (search_url := args.search_url):
             search_url = stack.enter_context(servers.redis8(search=True, name="recall-search")).url
-        result = asyncio.run(measure(convs, questions, plain_url, search_url, embedder))
+        result = asyncio.run(
+            measure(convs, questions, plain_url, search_url, embedder, args.context_turns)
+        )
     report.emit({"data": data, **result}, text, args.json)
     if args.svg:
         args.svg.write_text(plot({"data": data, **result}, argv), encoding="utf-8")

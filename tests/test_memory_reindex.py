@@ -17,7 +17,7 @@ from _backends import backend, pick
 from _cli import Cli
 from redis_agent_sessions import RedisMemoryService, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.memory import _analysis, _encoding, _reindex
+from redis_agent_sessions.memory import _analysis, _reindex
 from test_memory import event, session
 
 APP, USER = "app", "u"
@@ -40,7 +40,7 @@ def earlier(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     stemming, recorded as 1)."""
     with monkeypatch.context() as patch:
         patch.setattr(_analysis, "_stem", lambda token: token)
-        patch.setattr(_encoding, "ANALYSIS", 1)
+        patch.setattr(_analysis, "ANALYSIS", 1)
         yield patch
 
 

@@ -55,20 +55,23 @@ def test_grams_select_every_substring_match(sample: str) -> None:
 
 def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> list[str]:
     """BM25 as docs/memory-ranking.md states it, computed from scratch: docs (one session, in
-    order), each with the words of the turns up to two away at half and quarter weight,
-    scored against the final counts and average length; equal scores newest first, then
-    larger id."""
+    order), each with the words of the turns up to two away at half and quarter weight (a
+    word as the neighbour saying it best gives it), scored against the final counts and
+    average length; a doc holding the query's words only through its context just below
+    each neighbour saying all of them; equal scores newest first, then larger id."""
     own = [text_terms(body) for _, _, body in docs]
     found: dict[str, tuple[Counter[str], int]] = {}
     for i, ((doc_id, _, _), terms) in enumerate(zip(docs, own, strict=True)):
         tf = Counter(t for t in terms for _ in range(4))
         length = 4 * len(terms)
+        best: Counter[str] = Counter()
         for j in range(max(0, i - 2), min(len(docs), i + 3)):
             weight = (4, 2, 1)[abs(i - j)]
             if j != i:
-                for t in own[j]:
-                    tf[t] += weight
+                for t, count in Counter(own[j]).items():
+                    best[t] = max(best[t], weight * count)
                 length += weight * len(own[j])
+        tf.update(best)
         if tf:
             found[doc_id] = (tf, length)
     n = len(found)
@@ -79,6 +82,9 @@ def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> lis
         weights[doc_id] = {t: (f / 4) * (K1 + 1) / ((f / 4) + norm) for t, f in tf.items()}
     lowered = {doc_id: lowered_text(body) for doc_id, _, body in docs}
     scores: dict[str, float] = {}
+    held: dict[str, set[str]] = {}
+    said: dict[str, set[str]] = {}
+    own_sets = {doc_id: set(terms) for (doc_id, _, _), terms in zip(docs, own, strict=True)}
     for term, times in sorted(Counter(text_terms(query, split=False)).items()):
         inside = set() if term.isascii() else {d for d in weights if term in lowered[d]}
         df = sum(1 for w in weights.values() if term in w)
@@ -87,6 +93,20 @@ def reference(docs: list[tuple[str, float, str]], query: str, limit: int) -> lis
             weight = w.get(term, SUBSTRING_WEIGHT if doc_id in inside else None)
             if weight is not None:
                 scores[doc_id] = scores.get(doc_id, 0.0) + times * idf * weight
+                held.setdefault(doc_id, set()).add(term)
+                if term in own_sets[doc_id] or doc_id in inside:
+                    said.setdefault(doc_id, set()).add(term)
+    capped = dict(scores)
+    at = {doc_id: i for i, (doc_id, _, _) in enumerate(docs)}
+    for doc_id in scores:
+        if said.get(doc_id):
+            continue
+        i = at[doc_id]
+        for j in range(max(0, i - 2), min(len(docs), i + 3)):
+            other = docs[j][0]
+            if other in scores and held[doc_id] <= said.get(other, set()):
+                capped[doc_id] = min(capped[doc_id], scores[other] * (1 - 1e-9))
+    scores = capped
     ts = {doc_id: t for doc_id, t, _ in docs}
     ranked = sorted(((s, ts[d], d) for d, s in scores.items() if s > 0), reverse=True)
     return [doc_id for _, _, doc_id in ranked[:limit]]

@@ -33,6 +33,7 @@ _MEMORY = (
     "embedder_dimensions",
     "vector_index",
     "min_similarity",
+    "context_turns",
     "generator",
     "fact_topics",
     "fact_ttl_seconds",

@@ -31,6 +31,7 @@ from redis_agent_sessions.memory import (
     MemoryGenerator,
     VectorIndex,
 )
+from redis_agent_sessions.memory._context import DEFAULT_CONTEXT_TURNS
 from redis_agent_sessions.memory._service import MemoryServiceBase
 from redis_agent_sessions.memory._url import open_memory_service_url
 from redis_agent_sessions.models import Content, Event, Session
@@ -68,6 +69,8 @@ class RedisMemoryService(
         min_similarity: the least similarity of a vector hit, as on the core service.
         generator: learns facts from sessions (see :class:`ModelGenerator`), as on the core
             service; ``facts`` its settings.
+        context_turns: how many turns on each side a turn is also found by, as on the core
+            service; 0 finds a turn by its own words only, as InMemoryMemoryService does.
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class RedisMemoryService(
         min_similarity: float = 0.0,
         generator: MemoryGenerator | None = None,
         facts: FactSettings | None = None,
+        context_turns: int = DEFAULT_CONTEXT_TURNS,
     ) -> None:
         check_client_or_uri(client, uri)
         del agents_dir  # ADK passes it to every service it builds; nothing to do with it
@@ -94,6 +98,7 @@ class RedisMemoryService(
             "min_similarity": min_similarity,
             "generator": generator,
             "facts": facts,
+            "context_turns": context_turns,
         }
         owns_embedder = False
         if uri is not None:

@@ -35,6 +35,8 @@ from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory import RedisMemoryService
+from redis_agent_sessions.memory._context import DEFAULT_CONTEXT_TURNS
+from redis_agent_sessions.memory._url import context_setting
 from redis_agent_sessions.models import Event, Session
 from redis_agent_sessions.sessions import RedisSessionService
 from redis_agent_sessions.sessions._engine import SessionEngine
@@ -105,6 +107,9 @@ class Context:
     def memory(self, **settings: Any) -> RedisMemoryService:
         """The memory service of the URL's settings (its ``memory_backend``), on this client."""
         backend: Any = self.memory_backend
+        # The URL's context_turns: reindex analyses entries as the URL's services write them.
+        params = parse_service_url(self.url).memory
+        settings.setdefault("context_turns", context_setting(params, DEFAULT_CONTEXT_TURNS))
         return RedisMemoryService(self.client, config=self.config, backend=backend, **settings)
 
     @property

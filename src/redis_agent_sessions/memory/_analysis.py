@@ -8,13 +8,18 @@ Both backends index and query the terms computed here, so they see the same word
   and another script also yields its single-script runs (``私はPythonを`` yields ``python``).
 - An entry is found by its own words and, weaker, by those of the turns around it in its
   session (``CONTEXT``): "Yes, the blue one!" is found by the question it answers. What a
-  search returns is still the event as it was said.
+  search returns is still the event as it was said. Each word of the context weighs what
+  the one turn saying it best gives, not the sum over the turns around: "Ready." between
+  two turns saying "deploy" is not found by "deploy" as much as they are.
 - Its author is a field of its own: a query naming the author adds ``AUTHOR_WEIGHT`` times
   the author's rarity (how few entries that author wrote) to the entries already found.
 
 Weights are kept as integers in quarters (own words 4, one turn away 2, two away 1), so
-Redis adds and removes them exactly. The figures that chose these are in docs/memory-ranking.md
-(``python -m benchmarks.recall``).
+Redis adds and removes them exactly. The figures that chose these are in
+docs/memory-ranking.md (``python -m benchmarks.recall``). ``context_turns`` (0 to
+``len(CONTEXT)``) is how far the context reaches when an entry is written; it is recorded
+with the entry's analysis (``analysis_id``), so ``reindex`` applies a change of it to the
+entries written before.
 
 Only an entry's own terms are indexed (postings, the search module's ``terms`` field); its
 weights with the context (``tf``, ``dl``) and its neighbours' ids are stored with it, so a
@@ -44,6 +49,7 @@ __all__ = [
     "Analysed",
     "B",
     "analyse",
+    "analysis_id",
     "author_terms",
     "idf",
     "neighbours",
@@ -51,9 +57,10 @@ __all__ = [
     "text_terms",
 ]
 
-ANALYSIS = 2
+ANALYSIS = 3
 """The version of the analysis, recorded in each entry: a change of what an entry is indexed
-or scored by takes a new one, and ``reindex`` analyses the entries of another again."""
+or scored by takes a new one, and ``reindex`` analyses the entries of another again (2: the
+context's words summed over the turns around; 3: the best of them)."""
 K1 = 1.2
 B = 0.75
 AUTHOR_WEIGHT = 2.0
@@ -63,6 +70,15 @@ one occurrence in an entry of average length."""
 CONTEXT = (2, 1)
 """Quarter weights of the words of the turns 1 and 2 away (own words: 4)."""
 OWN = 4
+
+
+def analysis_id(context_turns: int = len(CONTEXT)) -> str:
+    """What an entry records of how it was analysed: ``ANALYSIS``, and the context's reach
+    when it is not the default (``3.0``: its own words only)."""
+    if context_turns == len(CONTEXT):
+        return str(ANALYSIS)
+    return f"{ANALYSIS}.{context_turns}"
+
 
 _WORD = re.compile(r"\w+")
 # Snowball's English stop list (snowballstem.org), without the forms with an apostrophe,
@@ -168,27 +184,38 @@ class Analysed:
 def analyse(
     own: Sequence[str], context: Iterable[tuple[int, Sequence[str]]], author: str | None
 ) -> Analysed:
-    """An entry's weights from its own terms and its neighbours' (distance, terms)."""
+    """An entry's weights from its own terms and its neighbours' (distance, terms).
+
+    A context word weighs what the neighbour saying it best gives (its weight at that
+    distance x how often it says it), not the sum over the neighbours: summed, a turn
+    between two that each say a word once held it as firmly as they do, and outranked the
+    turns that said the query's words (docs/memory-ranking.md#context)."""
     said: dict[str, int] = {}
     for term in own:
         said[term] = said.get(term, 0) + 1
-    tf = {t: OWN * n for t, n in said.items()}
+    around: dict[str, int] = {}
     length = OWN * len(own)
     for distance, terms in context:
         weight = CONTEXT[distance - 1]
+        counts: dict[str, int] = {}
         for term in terms:
-            tf[term] = tf.get(term, 0) + weight
+            counts[term] = counts.get(term, 0) + 1
+        for term, n in counts.items():
+            around[term] = max(around.get(term, 0), weight * n)
         length += weight * len(terms)
+    tf = {t: OWN * n for t, n in said.items()}
+    for term, quarters in around.items():
+        tf[term] = tf.get(term, 0) + quarters
     return Analysed(said, tf, length, author_terms(author))
 
 
-def neighbours(sessions: Sequence[str]) -> list[list[tuple[int, int]]]:
+def neighbours(sessions: Sequence[str], reach: int = len(CONTEXT)) -> list[list[tuple[int, int]]]:
     """For entries in conversation order, each one's (distance, index) in the same session,
-    up to ``len(CONTEXT)`` turns away on either side."""
+    up to ``reach`` turns away on either side (at most ``len(CONTEXT)``)."""
     out: list[list[tuple[int, int]]] = []
     for i in range(len(sessions)):
         around = []
-        for distance in range(1, len(CONTEXT) + 1):
+        for distance in range(1, min(reach, len(CONTEXT)) + 1):
             for j in (i - distance, i + distance):
                 if 0 <= j < len(sessions) and sessions[j] == sessions[i]:
                     around.append((distance, j))

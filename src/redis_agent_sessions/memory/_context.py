@@ -15,6 +15,7 @@ from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError, MemoryIndexError
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory._analysis import CONTEXT
 from redis_agent_sessions.memory._consolidate import FactSettings
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._facts import FactStore
@@ -28,7 +29,19 @@ from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_se
 from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.memory._vectors import Semantic
 
-__all__ = ["Context"]
+__all__ = ["DEFAULT_CONTEXT_TURNS", "Context", "check_context_turns"]
+
+DEFAULT_CONTEXT_TURNS = len(CONTEXT)
+
+
+def check_context_turns(value: object) -> int:
+    """``context_turns`` as given, or InvalidInputError: an int from 0 to ``len(CONTEXT)``
+    (a word further away would weigh less than a quarter: nothing, in the stored integers)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"context_turns must be an int, got {type(value).__name__}")
+    if not 0 <= value <= len(CONTEXT):
+        raise InvalidInputError(f"context_turns must be from 0 to {len(CONTEXT)}: {value}")
+    return value
 
 
 class Context:
@@ -43,9 +56,13 @@ class Context:
         semantic: Semantic | None = None,
         generator: MemoryGenerator | None = None,
         facts: FactSettings | None = None,
+        context_turns: int = DEFAULT_CONTEXT_TURNS,
     ) -> None:
         if backend not in ("auto", "search", "plain"):
             raise InvalidInputError(f"backend must be 'auto', 'search' or 'plain': {backend!r}")
+        self.context_turns = check_context_turns(context_turns)
+        """How many turns on each side of an entry, in its session, it is also found by
+        (0: its own words only), when it is written."""
         self.config = config
         self.keys = KeySpace(self.config.key_prefix)
         self.client = client

@@ -18,7 +18,13 @@ import orjson
 
 from redis_agent_sessions._redis.codec import _check_json, check_id
 from redis_agent_sessions.errors import InvalidInputError, PayloadTooLargeError
-from redis_agent_sessions.memory._analysis import analyse, neighbours, text_terms
+from redis_agent_sessions.memory._analysis import (
+    CONTEXT,
+    analyse,
+    analysis_id,
+    neighbours,
+    text_terms,
+)
 from redis_agent_sessions.memory._encoding import (
     UNKNOWN_SESSION_ID,
     Doc,
@@ -67,16 +73,27 @@ class Turn:
 
 
 def turn_docs(
-    app: str, user: str, turns: Sequence[Turn], todo: Collection[str] | None = None
+    app: str,
+    user: str,
+    turns: Sequence[Turn],
+    todo: Collection[str] | None = None,
+    *,
+    reach: int = len(CONTEXT),
 ) -> list[Doc]:
     """The entries of turns in conversation order (of ``todo`` only, when given): each found
-    by its own words and scored with those of the turns around it in its session. Turns
-    without a session (``add_memory``, events added without a session id) have no context."""
-    return list(iter_turn_docs(app, user, turns, todo))
+    by its own words and scored with those of the turns around it in its session, up to
+    ``reach`` turns away (``context_turns``). Turns without a session (``add_memory``,
+    events added without a session id) have no context."""
+    return list(iter_turn_docs(app, user, turns, todo, reach=reach))
 
 
 def iter_turn_docs(
-    app: str, user: str, turns: Sequence[Turn], todo: Collection[str] | None = None
+    app: str,
+    user: str,
+    turns: Sequence[Turn],
+    todo: Collection[str] | None = None,
+    *,
+    reach: int = len(CONTEXT),
 ) -> Iterator[Doc]:
     """:func:`turn_docs`, each entry analysed when it is asked for (a write analyses the
     next batch while Redis stores the one before)."""
@@ -87,12 +104,15 @@ def iter_turn_docs(
             own.append(text_terms(turns[len(own)].text))
         return own[j]
 
-    around = neighbours([t.session for t in turns])
+    around = neighbours([t.session for t in turns], reach)
+    # A turn without a session has no context, whatever its reach: its analysis is the same.
+    analysis = analysis_id(reach)
     seen: set[str] = set()
     for i, turn in enumerate(turns):
         if (todo is not None and turn.id not in todo) or turn.id in seen:
             continue
-        near = [] if turn.session in ("", UNKNOWN_SESSION_ID) else around[i]
+        alone = turn.session in ("", UNKNOWN_SESSION_ID)
+        near = [] if alone else around[i]
         doc = make_doc(
             app_name=app,
             user_id=user,
@@ -106,6 +126,7 @@ def iter_turn_docs(
             meta=turn.meta,
             analysed=analyse(terms(i), [(d, terms(j)) for d, j in near], turn.author),
             neighbours=[turns[j].id for _, j in near if turns[j].id != turn.id],
+            analysis=analysis_id() if alone else analysis,
         )
         if doc is not None:
             seen.add(turn.id)

@@ -16,7 +16,7 @@ import orjson
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.keys import escape
-from redis_agent_sessions.memory._analysis import ANALYSIS, Analysed
+from redis_agent_sessions.memory._analysis import Analysed, analysis_id
 from redis_agent_sessions.memory._text import entry_grams, lowered_text, searchable_words
 
 __all__ = [
@@ -109,6 +109,7 @@ def make_doc(
     meta: dict[str, Any],
     analysed: Analysed,
     neighbours: Sequence[str] = (),
+    analysis: str | None = None,
 ) -> Doc | None:
     """The encoded entry, or None when it has no term to be found by. ``meta`` and
     ``author`` are the caller's to check (``_docs.check_entry``): JSON can hold them."""
@@ -126,7 +127,7 @@ def make_doc(
         "timestamp": "" if iso is None else "=" + iso,
         "content": content_json.decode(),
         "meta": orjson.dumps(meta).decode(),
-        "an": str(ANALYSIS),
+        "an": analysis_id() if analysis is None else analysis,
     }
     ordered = sorted(grams)
     return Doc(

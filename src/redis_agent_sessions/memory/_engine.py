@@ -28,7 +28,7 @@ from redis_agent_sessions._redis.identity import read_identity
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._consolidate import FactSettings
-from redis_agent_sessions.memory._context import Context
+from redis_agent_sessions.memory._context import DEFAULT_CONTEXT_TURNS, Context
 from redis_agent_sessions.memory._facts import FactStore
 from redis_agent_sessions.memory._generators import MemoryGenerator
 from redis_agent_sessions.memory._index_defs import Provisioned
@@ -57,6 +57,7 @@ class MemoryEngine:
         semantic: Semantic | None = None,
         generator: MemoryGenerator | None = None,
         facts: FactSettings | None = None,
+        context_turns: int = DEFAULT_CONTEXT_TURNS,
     ) -> None:
         self.ctx = Context(
             client,
@@ -65,6 +66,7 @@ class MemoryEngine:
             semantic=semantic,
             generator=generator,
             facts=facts,
+            context_turns=context_turns,
         )
         self.writes = Writes(self.ctx)
         """add_session, add_events, add_memory, delete."""

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
-from redis_agent_sessions.memory._analysis import ANALYSIS
+from redis_agent_sessions.memory._analysis import analysis_id
 from redis_agent_sessions.memory._docs import Turn, turn_docs
 from redis_agent_sessions.memory._encoding import BATCH_ENTRIES, UNKNOWN_SESSION_ID, Doc, batches
 from redis_agent_sessions.memory._store import MemoryStore
@@ -70,6 +70,9 @@ class MemoryContext(Protocol):
     @property
     def keys(self) -> KeySpace: ...
 
+    @property
+    def context_turns(self) -> int: ...
+
     async def ready_for(self, app: str, user: str) -> tuple[MemoryStore, Any]: ...
 
 
@@ -95,7 +98,7 @@ class _Stored(Turn):
 async def _load(
     client: Any, ctx: MemoryContext, app: str, user: str, ids: Sequence[str]
 ) -> list[_Stored]:
-    keys = ctx.keys
+    keys, reach = ctx.keys, ctx.context_turns
     pipe = client.pipeline(transaction=False)
     for memory_id in ids:
         pipe.hmget(keys.memory_entry(app, user, memory_id), *_FIELDS)
@@ -110,26 +113,30 @@ async def _load(
             ts = float(row[3])
         except (ValidationError, ValueError, TypeError, orjson.JSONDecodeError) as exc:
             raise CorruptDataError(key, f"not a memory entry: {exc}") from exc
-        author, iso = text(row[2] or ""), text(row[4] or "")
+        author, iso, sid = text(row[2] or ""), text(row[4] or ""), text(row[1] or "")
+        # Without a session an entry has no context: the reach does not change its analysis.
+        wanted = analysis_id() if sid in ("", UNKNOWN_SESSION_ID) else analysis_id(reach)
         out.append(
             _Stored(
                 memory_id,
-                text(row[1] or ""),
+                sid,
                 author[1:] if author else None,
                 ts,
                 iso[1:] if iso else None,
                 row[5],
                 content.text,
                 meta,
-                current=text(row[7] or "") == str(ANALYSIS),
+                current=text(row[7] or "") == wanted,
             )
         )
     return out
 
 
-def _docs(app: str, user: str, turns: list[_Stored], todo: set[str]) -> list[Doc]:
+def _docs(
+    ctx: MemoryContext, app: str, user: str, turns: list[_Stored], todo: set[str]
+) -> list[Doc]:
     """The docs of the ``todo`` ids among ``turns`` (one session, in order); vectors stay."""
-    docs = turn_docs(app, user, turns, todo)
+    docs = turn_docs(app, user, turns, todo, reach=ctx.context_turns)
     for doc in docs:
         doc.keep_vector = True
     return docs
@@ -168,7 +175,7 @@ async def refresh_around(
     rest = [t for t in turns if t.id != memory_id]
     if todo:
         store, _ = await ctx.ready_for(app, user)
-        await _write(store, app, user, rest[0].session, _docs(app, user, rest, todo))
+        await _write(store, app, user, rest[0].session, _docs(ctx, app, user, rest, todo))
 
 
 async def reindex(
@@ -209,7 +216,7 @@ async def reindex(
                 handled |= todo
                 report.reindexed += len(todo)
                 if store is not None:
-                    await _write(store, a, u, sid, _docs(a, u, turns, todo))
+                    await _write(store, a, u, sid, _docs(ctx, a, u, turns, todo))
             if on_progress is not None:
                 on_progress(report.entries, total)
     return report

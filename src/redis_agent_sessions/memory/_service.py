@@ -18,6 +18,7 @@ from redis_agent_sessions._redis.lifecycle import AnyRedis, ClientOwner
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._consolidate import FactSettings
+from redis_agent_sessions.memory._context import DEFAULT_CONTEXT_TURNS
 from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
 from redis_agent_sessions.memory._generators import Fact, FactRevision, MemoryGenerator
@@ -63,6 +64,12 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             the server's search module has it).
         min_similarity: vector hits must be more similar than this (cosine, -1 to 1) to be
             returned; 0 keeps anything pointing the same way at all.
+        context_turns: how many turns on each side of a turn, in its session, it is also
+            found by (at half weight one away, a quarter two away), from 0 to 2 (the
+            default); 0 finds a turn by its own words only, as ADK's
+            InMemoryMemoryService does. Applied when entries are written: every writer of a
+            store should use the same value, and ``reindex`` applies a change to the
+            entries written before it (docs/memory-ranking.md#context).
     """
 
     def __init__(
@@ -76,6 +83,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         min_similarity: float = 0.0,
         generator: MemoryGenerator | None = None,
         facts: FactSettings | None = None,
+        context_turns: int = DEFAULT_CONTEXT_TURNS,
     ) -> None:
         semantic = None
         if embedder is not None:
@@ -93,6 +101,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             semantic=semantic,
             generator=generator,
             facts=facts,
+            context_turns=context_turns,
         )
         self._client = client
         self._owns_client = False
@@ -126,12 +135,14 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         min_similarity: float = 0.0,
         generator: MemoryGenerator | None = None,
         facts: FactSettings | None = None,
+        context_turns: int = DEFAULT_CONTEXT_TURNS,
         **redis_kwargs: Any,
     ) -> Self:
         """A service with its own client, closed by :meth:`aclose`; the URL's query may
         carry settings, as for the session service's ``from_url``, and the memory's own:
         ``memory_backend``, ``embedder`` (``google:<model>`` or ``import:<module>:<name>``),
-        ``embedder_dimensions``, ``vector_index``, ``min_similarity``, and for learned
+        ``embedder_dimensions``, ``vector_index``, ``min_similarity``, ``context_turns``,
+        and for learned
         facts ``generator`` (``import:<module>:<name>``, or ``adk:<model>`` with the
         ``[adk]`` extra), ``fact_topics`` (comma-separated), ``fact_ttl_seconds``,
         ``keep_events``, ``disable_consolidation``, ``fact_revision_ttl``,
@@ -148,6 +159,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             min_similarity=min_similarity,
             generator=generator,
             facts=facts,
+            context_turns=context_turns,
             **redis_kwargs,
         )
         service = cls(opened.client, **opened.settings)

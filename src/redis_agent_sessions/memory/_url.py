@@ -12,12 +12,14 @@ from redis_agent_sessions._redis.params import BOOLEANS
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._consolidate import FactSettings
+from redis_agent_sessions.memory._context import DEFAULT_CONTEXT_TURNS
 from redis_agent_sessions.memory._embedders import Embedder, check_embedder
 from redis_agent_sessions.memory._generators import MemoryGenerator
 
 __all__ = [
     "OpenedURL",
     "SemanticSettings",
+    "context_setting",
     "embedder_from_spec",
     "open_memory_service_url",
     "semantic_settings",
@@ -221,14 +223,28 @@ def semantic_settings(
     return embedder, vector_index, min_similarity
 
 
+def context_setting(params: dict[str, str], context_turns: int) -> int:
+    """The argument, or the URL's ``context_turns`` (an int; checked by the service); a
+    setting given in both places must agree."""
+    value = _number(params, "context_turns", int, "an int")
+    if value is None:
+        return context_turns
+    if context_turns not in (DEFAULT_CONTEXT_TURNS, value):
+        raise InvalidInputError(
+            f"the URL asks for context_turns={value} but context_turns={context_turns} was "
+            "passed with it; give it in one place"
+        )
+    return value
+
+
 class OpenedURL(NamedTuple):
     """A memory service's client and constructor settings from its URL (``from_url`` of the
     core service, ``uri=`` of the ADK one)."""
 
     client: AnyRedis
     settings: dict[str, Any]
-    """config, backend, embedder, vector_index, min_similarity, generator, facts: the
-    constructor's keywords."""
+    """config, backend, embedder, vector_index, min_similarity, generator, facts,
+    context_turns: the constructor's keywords."""
     owns_embedder: bool
     """The URL named the embedder: the service made it, and closes it."""
 
@@ -244,6 +260,7 @@ def open_memory_service_url(
     min_similarity: float,
     generator: MemoryGenerator | None = None,
     facts: FactSettings | None = None,
+    context_turns: int = DEFAULT_CONTEXT_TURNS,
     **redis_kwargs: Any,
 ) -> OpenedURL:
     client, config, backend, params = open_memory_url(url, config, backend, cluster, **redis_kwargs)
@@ -259,5 +276,6 @@ def open_memory_service_url(
         "embedder": embedder,
         "vector_index": vector_index,
         "min_similarity": min_similarity,
+        "context_turns": context_setting(params, context_turns),
     }
     return OpenedURL(client, settings, "embedder" in params)

@@ -183,7 +183,7 @@ class Writes:
     ) -> Iterable[Doc]:
         """The turns' entries: analysed as they are written, unless they need vectors,
         which are all made before anything is written."""
-        docs = iter_turn_docs(app, user, turns)
+        docs = iter_turn_docs(app, user, turns, reach=self.ctx.context_turns)
         if self.ctx.vectorizer is None:
             return docs
         made = list(docs)

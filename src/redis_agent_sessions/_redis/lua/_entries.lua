@@ -50,7 +50,8 @@ local function write_entries(K, todo, opt)
         if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
       end
     end
-    redis.call('HSET', K.ctx, op.id, op.ts .. '\t' .. op.dl .. '\t' .. op.au .. '\t' .. op.nb .. '\t' .. op.tf)
+    local ctx = {op.ts, op.dl, op.au, op.nb, op.own, op.tf}
+    redis.call('HSET', K.ctx, op.id, table.concat(ctx, '\t'))
     local f = op.f
     f[#f + 1] = 'own'; f[#f + 1] = op.own
     f[#f + 1] = 'tf'; f[#f + 1] = op.tf

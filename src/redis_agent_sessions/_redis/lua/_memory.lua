@@ -29,8 +29,9 @@ local function write_counts(key, deltas)
 end
 
 -- BM25 over each entry's terms with their context, from the user's context hash
--- (id -> "ts<TAB>dl<TAB>author terms<TAB>neighbours JSON<TAB>term:quarters ...", written
--- by memory/_store.py's context_value): what both backends' searches score with.
+-- (id -> "ts<TAB>dl<TAB>author terms<TAB>neighbours JSON<TAB>own term:count ...<TAB>
+-- term:quarters ...", written by _entries.lua's write_entries; entries of analysis 2 and
+-- before have no own field): what both backends' searches score with.
 -- scored_term(t, n, df, adf, author_weight): t (its term and qtf set) made ready for
 --   best_entries: its idf, its author bonus, and a memo of which author fields name it.
 -- query_terms(args, pos, count, n, author_weight): count terms read from args at pos, each
@@ -38,7 +39,9 @@ end
 --   terms, the position after them.
 -- best_entries(key, terms, stats, candidates, expand, limit): the candidates' ids scored,
 --   then the neighbours of the best expand of them, and the best limit of all as
---   {id, score, ts} rows, best first (equal scores: newest, then larger id).
+--   {id, score, ts} rows, best first (equal scores: newest, then larger id). An entry
+--   holding the query's words only through its context ranks just below any neighbour
+--   saying every one of them (BELOW).
 --   stats = {avgdl, k1, b, sub_weight}; a term's sub = {[id] = true} for the entries holding
 --   it inside a longer run (weighing sub_weight unless it is one of their terms).
 local function scored_term(t, n, df, adf, author_weight)
@@ -78,6 +81,21 @@ local function quarters(tf, t, from)
   end
 end
 
+-- Whether the "term:count ..." between positions from and to (excluded) holds t's term.
+local function says(value, t, from, to)
+  local start = from
+  while true do
+    local at = string.find(value, t.key, from, true)
+    if not at or at >= to then return false end
+    if at == start or string.byte(value, at - 1) == 32 then return true end
+    from = at + 1
+  end
+end
+
+-- A turn found only through its neighbours scores this much of the best neighbour saying
+-- its words: just below, so it never outranks the turn it borrowed them from.
+local BELOW = 1 - 1e-9
+
 local function better(x, y)
   if x[2] ~= y[2] then return x[2] > y[2] end
   if x[3] ~= y[3] then return x[3] > y[3] end
@@ -86,8 +104,24 @@ end
 
 local function best_entries(key, terms, stats, candidates, expand, limit)
   local avgdl, k1, b, sub_weight = stats[1], stats[2], stats[3], stats[4]
-  local scored, rows = {}, {}
-  local function score(ids)
+  local scored, rows, by = {}, {}, {}
+  -- Which query words a row's own words say, by term index (memoised: only the rows that
+  -- could be returned, and their neighbours, are asked); row.own: any.
+  local function said(row)
+    if row.said == nil then
+      local out = {}
+      row.own = false
+      for _, i in ipairs(row.held) do  -- i < 0: found inside its text, so said
+        local yes = i < 0 or row.h == nil or says(row[4], terms[i], row.g + 1, row.h)
+        out[i < 0 and -i or i] = yes
+        row.own = row.own or yes
+      end
+      row.said = out
+    end
+    return row.said
+  end
+  -- sources: keep only the entries saying a query word themselves.
+  local function score(ids, sources)
     local todo = {}
     for _, id in ipairs(ids) do
       if not scored[id] then scored[id] = true; todo[#todo + 1] = id end
@@ -104,45 +138,86 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
           local c = string.find(value, '\t', a + 1, true)
           local e = string.find(value, '\t', c + 1, true)
           local g = string.find(value, '\t', e + 1, true)
+          -- The own words end at h (none before analysis 3: all its words count as said).
+          local h = string.find(value, '\t', g + 1, true)
           local dl = tonumber(string.sub(value, a + 1, c - 1))
           local au = string.sub(value, c + 1, e - 1)
           -- BM25's saturation and length normalisation: tf / (tf + k1 (1 - b + b dl / avgdl)).
           local norm = k1 * (1 - b + b * dl / avgdl)
-          local s = 0
-          for _, t in ipairs(terms) do
-            local q, w = quarters(value, t, g + 1), nil
+          local s, held = 0, nil
+          for ti, t in ipairs(terms) do
+            local q, w, found = quarters(value, t, (h or g) + 1), nil, ti
             if q then
               local f = q / 4
               w = f * (k1 + 1) / (f + norm)
             elseif t.sub and t.sub[id] then
-              w = sub_weight
+              w, found = sub_weight, -ti
             end
-            if w then s = s + t.qtf * t.idf * w end
+            if w then
+              s = s + t.qtf * t.idf * w
+              if held then held[#held + 1] = found else held = {found} end
+            end
           end
           for _, t in ipairs(terms) do  -- the author only ranks what the words found
             if s > 0 and t.bonus and t.author[au] then s = s + t.bonus end
           end
           if s > 0 then
             local row = {id, s, tonumber(string.sub(value, 1, a - 1)), value, e + 1, g - 1}
-            out[#out + 1] = row
-            rows[#rows + 1] = row
+            row.g, row.h, row.held = g, h, held
+            if sources then said(row) end
+            if row.own ~= false then
+              out[#out + 1] = row
+              rows[#rows + 1] = row
+              by[id] = row
+            end
           end
         end
       end
     end
     return out
   end
+  local function around(row, into)
+    local nb = string.sub(row[4], row[5], row[6])
+    if nb ~= '[]' then
+      for _, id in ipairs(cjson.decode(nb)) do into[#into + 1] = id end
+    end
+    return into
+  end
   local first = score(candidates)
   table.sort(first, better)
   local near = {}
-  for i = 1, math.min(expand, #first) do
-    local nb = string.sub(first[i][4], first[i][5], first[i][6])
-    if nb ~= '[]' then
-      for _, id in ipairs(cjson.decode(nb)) do near[#near + 1] = id end
-    end
-  end
+  for i = 1, math.min(expand, #first) do around(first[i], near) end
   score(near)
   table.sort(rows, better)
+  -- A turn found only through its context ranks just below each neighbour saying every
+  -- query word it holds. Only the rows that would be returned are checked: capping only
+  -- lowers a score, and a capped row's sources (scored here when no backend proposed them)
+  -- rank above it, so the check goes on until the first limit rows are all checked.
+  local checked = {}
+  repeat
+    local changed = false
+    for r = 1, math.min(limit, #rows) do
+      local row = rows[r]
+      if not checked[row[1]] then
+        checked[row[1]] = true
+        said(row)
+        if not row.own then
+          local ids = around(row, {})
+          if #score(ids, true) > 0 then changed = true end
+          for _, id in ipairs(ids) do
+            local n = by[id]
+            local covers = n ~= nil and said(n) and n.own
+            for _, i in ipairs(row.held) do covers = covers and n.said[i < 0 and -i or i] end
+            if covers and n[2] * BELOW < row[2] then
+              row[2] = n[2] * BELOW
+              changed = true
+            end
+          end
+        end
+      end
+    end
+    if changed then table.sort(rows, better) end
+  until not changed
   local out = {}
   for i = 1, math.min(limit, #rows) do out[i] = rows[i] end
   return out

@@ -25,7 +25,7 @@
 --    to, c = [its terms with the context, then its author terms] (counted in KEYS[7]:
 --    a list decodes faster than the script splits tf),
 --    p = [[posting key index, quarter weight], ...] of its own terms (plain),
---    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, tf),
+--    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, own, tf),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none),
 --    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
