@@ -41,6 +41,7 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions.keys import JobKeys, KeySpace
 from redis_agent_sessions.memory._request_options import MAX_PAIRS
+from test_hostile_input import dumps
 
 APP, USER = "options_app", "u1"
 KEYS = KeySpace()
@@ -106,13 +107,6 @@ async def tell(memory: RedisMemoryService, text: str, **custom_metadata: Any) ->
 async def the_fact(memory: RedisMemoryService) -> Any:
     [fact] = await memory.list_facts(app_name=APP, user_id=USER)
     return fact
-
-
-async def dumps(client: Any) -> dict[Any, tuple[Any, Any]]:
-    """Every key's TYPE and DUMP: equal snapshots mean a byte-identical database."""
-    return {
-        key: (await client.type(key), await client.dump(key)) async for key in client.scan_iter()
-    }
 
 
 # -- revision labels -------------------------------------------------------------------------

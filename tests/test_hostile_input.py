@@ -26,16 +26,31 @@ from redis_agent_sessions.keys import LAYOUT_WORDS, KeySpace, SessionKeys
 APP, USER = "app", "user"
 
 
-async def dumps(client: Any) -> dict[bytes, tuple[bytes, bytes]]:
-    """Every key's TYPE and DUMP: two equal snapshots mean a byte-identical database."""
+async def dumps(client: Any) -> dict[bytes, tuple[bytes, Any]]:
+    """Every key's TYPE and content: its DUMP, or for a hash, set or sorted set its members
+    in order. DUMP writes a large hash, set or sorted set in its table's order, which
+    Redis changes as it rehashes, also on reads: equal content, other bytes."""
     keys = [key async for key in client.scan_iter(count=1000)]
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.type(key)
-        pipe.dump(key)
+    kinds = [k.encode() if isinstance(k, str) else k for k in await pipe.execute()] if keys else []
+    pipe = client.pipeline(transaction=False)
+    for key, kind in zip(keys, kinds, strict=True):
+        if kind == b"hash":
+            pipe.hgetall(key)
+        elif kind == b"set":
+            pipe.smembers(key)
+        elif kind == b"zset":
+            pipe.zrange(key, 0, -1, withscores=True)
+        else:
+            pipe.dump(key)
     replies = await pipe.execute() if keys else []
-    kinds = [k.encode() if isinstance(k, str) else k for k in replies[::2]]
-    return dict(zip(keys, zip(kinds, replies[1::2], strict=True), strict=True))
+    content = [
+        sorted(r.items()) if isinstance(r, dict) else sorted(r) if isinstance(r, set) else r
+        for r in replies
+    ]
+    return dict(zip(keys, zip(kinds, content, strict=True), strict=True))
 
 
 def nested(levels: int) -> Any:
