@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -210,35 +211,40 @@ async def test_a_watch_can_be_cancelled_and_the_client_still_works(
     assert [e.author for e in got.events] == ["e0", "after"]
 
 
-async def test_a_cancel_that_redis_py_turns_into_a_timeout_still_ends_the_watch(
-    service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cancel can come out of redis-py's read as its own TimeoutError; the watch's
-    reconnect loop must not take it for a dropped connection and go on."""
-    s = await session_with(service, 1)
-    blocked = asyncio.Event()
-    execute = _event_stream._scripts.execute
-    calls = 0
+# Python 3.10 has no way to tell that a cancel is pending (Task.cancelling is 3.11's), so
+# there the watch cannot tell a cancel redis-py turned into a timeout from a real one: the
+# test exists where the library can keep its promise.
+if sys.version_info >= (3, 11):
 
-    async def read_interrupted(pipe: Any, keys: list[str]) -> list[Any]:
-        nonlocal calls
-        calls += 1
-        if calls == 1:  # the watch's starting position, read as ever
-            return await execute(pipe, keys)
-        blocked.set()
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            raise RedisTimeoutError("Timeout reading from the server") from None
-        raise AssertionError("not cancelled")
+    async def test_a_cancel_that_redis_py_turns_into_a_timeout_still_ends_the_watch(
+        service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A cancel can come out of redis-py's read as its own TimeoutError; the watch's
+        reconnect loop must not take it for a dropped connection and go on."""
+        s = await session_with(service, 1)
+        blocked = asyncio.Event()
+        execute = _event_stream._scripts.execute
+        calls = 0
 
-    monkeypatch.setattr(_event_stream._scripts, "execute", read_interrupted)
-    task = asyncio.create_task(collect(service.watch(**ids(s), block_ms=10_000), 1))
-    await asyncio.wait_for(blocked.wait(), 10)
-    task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=5)
-    assert done, "the watch went on after its cancel"
-    assert task.cancelled()
+        async def read_interrupted(pipe: Any, keys: list[str]) -> list[Any]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the watch's starting position, read as ever
+                return await execute(pipe, keys)
+            blocked.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                raise RedisTimeoutError("Timeout reading from the server") from None
+            raise AssertionError("not cancelled")
+
+        monkeypatch.setattr(_event_stream._scripts, "execute", read_interrupted)
+        task = asyncio.create_task(collect(service.watch(**ids(s), block_ms=10_000), 1))
+        await asyncio.wait_for(blocked.wait(), 10)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, "the watch went on after its cancel"
+        assert task.cancelled()
 
 
 async def test_bad_watch_input(service: RedisSessionService) -> None:

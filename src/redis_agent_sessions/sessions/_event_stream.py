@@ -211,7 +211,8 @@ class EventStream(Generic[E]):
 def _raise_if_cancelled() -> None:
     """A cancel that reaches redis-py mid-read can come out of it as a connection error or
     timeout (its socket handling turns what interrupts a read into its own errors);
-    reconnecting then would swallow the cancel and the watch would never end."""
+    reconnecting then would swallow the cancel and the watch would never end. (Python
+    3.10 cannot tell that a cancel is pending: there the loop goes on as before.)"""
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)  # Python 3.11+
     if cancelling is not None and cancelling():
