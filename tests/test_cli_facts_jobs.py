@@ -1,7 +1,7 @@
 """The operator CLI on background generation (issue 54): `facts jobs` shows the queue by
-shard, `facts dead-letters` lists, retries and drops dead letters, and `facts worker` runs
-jobs in an OS process of its own until SIGTERM, then stops cleanly; on real Redis 7 and the
-real cluster."""
+shard, `facts dead-letters` lists, retries and drops dead letters, `facts worker` runs
+jobs in an OS process of its own until SIGTERM, then stops cleanly, and `stats` shows each
+app's queue among its other counts; on real Redis 7 and the real cluster."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from redis_agent_sessions import (
     RedisMemoryService,
     SessionServiceConfig,
 )
+from redis_agent_sessions.keys import KeySpace
 
 APP = "booking"
 TESTS = Path(__file__).resolve().parent
@@ -135,3 +136,66 @@ async def test_facts_worker_needs_a_generator_and_an_app_named_worker_stays_reac
     named = cli.forker.run(["facts", *flags, "--", "worker", "alice"], stdin=None)
     assert named.returncode == 1
     assert "nothing is in memory yet" in named.stderr or "no learned facts" in named.stderr
+
+
+async def test_stats_shows_each_shards_backlog_pending_oldest_job_and_dead_letters(
+    cli: Cli,
+) -> None:
+    async with cli.client() as client:
+        await seed(cli, client, "bad", "good")
+        async with cli.service() as sessions:  # an app that never queued a job
+            await sessions.create_session(app_name="plain", user_id="u", session_id="s")
+        keys = KeySpace(cli.prefix)
+        holding = [keys.job_shard(APP, user) for user in ("bad", "good")]
+        # A worker that read the good user's job and was killed before it started it: the
+        # entry is pending (handed out, not acknowledged) and the job is still queued.
+        stream = keys.jobs(APP, holding[1]).jobs
+        await client.xgroup_create(stream, "workers", id="0", mkstream=True)
+        [[_, [_]]] = await client.xreadgroup("workers", "killed", {stream: ">"}, 1)
+
+        apps = {a["app_name"]: a for a in cli.json("stats")["apps"]}
+        assert (apps["plain"]["background_jobs"], apps["plain"]["background_jobs_unknown"]) == (
+            [],
+            None,
+        )
+        shards = apps[APP]["background_jobs"]
+        assert [row["shard"] for row in shards] == list(range(8))
+        for row in shards:
+            waiting = holding.count(row["shard"])
+            assert (row["backlog"], row["queued"], row["deferred"]) == (waiting, waiting, 0)
+            assert (row["oldest_age"] is not None) == bool(waiting)
+            assert row["pending"] == (1 if row["shard"] == holding[1] else 0)
+            assert (row["active"], row["dead_letters"], row["dropped"]) == (0, 0, 0)
+        human = cli.run("stats", APP).stdout.splitlines()
+        header = human.index(next(line for line in human if "BACKLOG" in line))
+        assert human[header].split() == [
+            "APP",
+            "SHARD",
+            "BACKLOG",
+            "PENDING",
+            "OLDEST",
+            "DEAD",
+            "LETTERS",
+        ]
+        shown = [line.split() for line in human[header + 1 : header + 1 + len(set(holding))]]
+        assert sorted(int(cells[1]) for cells in shown) == sorted(set(holding))
+        assert all(cells[0] == APP and cells[4].endswith("s") for cells in shown)
+        assert any(line.startswith("BACKLOG: ") for line in human)
+
+        # A worker takes the killed one's job over, runs both: the bad user's is a dead letter.
+        service = memory(cli, client)
+        worker = FactWorker(
+            service, max_attempts=3, retry_delay=0.01, visibility_timeout=1.0, poll_interval=0.01
+        )
+        async with worker:
+            for user in ("bad", "good"):
+                await service.wait_for_generation(app_name=APP, user_id=user, timeout=DEADLINE)
+        assert worker.counts["claimed"] >= 1  # more only if a heartbeat came late, harmless
+        assert not await client.xpending_range(stream, "workers", "-", "+", 10, "killed")
+        shards = cli.json("stats", APP)["apps"][0]["background_jobs"]
+        assert [row["dead_letters"] for row in shards] == [int(n == holding[0]) for n in range(8)]
+        assert not any(row["backlog"] or row["pending"] or row["active"] for row in shards)
+        human = cli.run("stats").stdout.splitlines()
+        header = human.index(next(line for line in human if "BACKLOG" in line))
+        assert human[header + 1].split() == [APP, str(holding[0]), "0", "0", "-", "1"]
+        assert not human[header + 2].startswith(("booking", "plain"))

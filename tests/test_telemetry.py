@@ -29,6 +29,7 @@ from redis_agent_sessions import (
     Content,
     Event,
     EventActions,
+    FactJobs,
     FactSettings,
     FactWorker,
     GenerationRequest,
@@ -406,6 +407,85 @@ async def test_a_background_jobs_span_links_to_the_trace_that_queued_it(
     assert dict(job.attributes or {})[NS + "job.kind"] == "s"
     assert exported.total("facts.jobs", outcome="done") == before + 1
     assert sum(p.count for p in exported.points(NS + "facts.job.lag")) >= 1
+
+
+async def test_a_worker_exports_its_apps_backlog_and_oldest_wait_as_gauges(
+    exported: Exported,
+) -> None:
+    """``facts.jobs.backlog`` (by app, shard and state) and ``facts.jobs.oldest_age`` (by
+    app and shard) are what the worker last read of its apps' queues, as ``FactJobs`` reads
+    them; once it stops, they are gone (no count of a queue nobody watches)."""
+    release = asyncio.Event()
+
+    async def model(request: GenerationRequest) -> list[MemoryOperation]:
+        await release.wait()
+        return [MemoryOperation(action="add", fact="The user likes trains.")]
+
+    redis = client()
+    sessions = RedisSessionService(redis)
+    facts = FactSettings(mode="background")
+    memory = RedisMemoryService(redis, config=ON, generator=CallableGenerator(model), facts=facts)
+    users = ("alice", "bob", "carol", "dan")
+    for user in users:
+        session = await sessions.create_session(app_name="gauges", user_id=user)
+        await sessions.append_event(
+            session, Event(author="user", content=Content(parts=[Part(text="I like trains")]))
+        )
+        await memory.add_session_to_memory(session)
+
+    def gauges() -> tuple[dict[tuple[int, str], int], dict[int, float]]:
+        mine = [NS + "app_name", "gauges"]
+        backlog = {
+            (p.attributes[NS + "job.shard"], p.attributes[NS + "job.state"]): p.value
+            for p in exported.points(NS + "facts.jobs.backlog")
+            if [NS + "app_name", p.attributes[NS + "app_name"]] == mine
+        }
+        oldest = {
+            p.attributes[NS + "job.shard"]: p.value
+            for p in exported.points(NS + "facts.jobs.oldest_age")
+            if [NS + "app_name", p.attributes[NS + "app_name"]] == mine
+        }
+        return backlog, oldest
+
+    async def until(check: Any) -> Any:
+        for _ in range(3000):  # a wait, bounded: a worker that never reads fails here
+            if found := await check():
+                return found
+            await asyncio.sleep(0.01)
+        raise AssertionError("the gauges never showed the queue")
+
+    async def read_as(shards: list[Any]) -> bool:
+        backlog, oldest = gauges()
+        expected = {
+            (s.shard, state): getattr(s, state)
+            for s in shards
+            for state in ("queued", "deferred", "active")
+        }
+        return backlog == expected and oldest.keys() == {s.shard for s in shards if s.queued}
+
+    jobs = FactJobs(memory)
+    assert gauges() == ({}, {})  # no worker yet
+    with pytest.raises(InvalidInputError, match="backlog_interval must be positive"):
+        FactWorker(memory, backlog_interval=0)
+    worker = FactWorker(memory, concurrency=1, poll_interval=0.01, backlog_interval=0.01)
+    async with worker:
+
+        async def one_running() -> list[Any] | None:
+            shards = await jobs.backlog("gauges")
+            return shards if sum(s.active for s in shards) == 1 else None
+
+        # One job held by the model, the others queued: the queue stays as it is.
+        held = await until(one_running)
+        assert sum(s.queued for s in held) == len(users) - 1
+        await until(lambda: read_as(held))
+        assert all(age >= 0 for age in gauges()[1].values())
+        release.set()
+        for user in users:
+            await memory.wait_for_generation(app_name="gauges", user_id=user, timeout=30)
+        ended = await jobs.backlog("gauges")
+        assert not any(s.queued or s.active or s.deferred for s in ended)
+        await until(lambda: read_as(ended))
+    assert gauges() == ({}, {})
 
 
 def test_off_nothing_is_imported_and_no_method_is_wrapped() -> None:

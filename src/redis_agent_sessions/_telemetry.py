@@ -31,7 +31,7 @@ from redis_agent_sessions._version import __version__
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import InvalidInputError, StaleSessionError, WriteConcernError
 
-__all__ = ["COUNTERS", "Telemetry", "instrument"]
+__all__ = ["COUNTERS", "GAUGES", "Telemetry", "instrument"]
 
 _SCOPE = "redis_agent_sessions"
 _NS = "redis_agent_sessions."
@@ -56,6 +56,20 @@ COUNTERS = {
     "facts.jobs": ("{job}", "background generation: jobs a worker ended (attribute outcome)"),
 }
 """The counters (``redis_agent_sessions.<name>``): unit and description."""
+
+GAUGES = {
+    "facts.jobs.backlog": (
+        "{job}",
+        "background generation: jobs not ended, by app, shard and state (queued, deferred, "
+        "active), as a worker last read them",
+    ),
+    "facts.jobs.oldest_age": (
+        "s",
+        "background generation: how long the oldest queued job has waited, by app and shard "
+        "(none queued: no measurement), as a worker last read it",
+    ),
+}
+"""The observable gauges (``redis_agent_sessions.<name>``): unit and description."""
 
 R = TypeVar("R")
 
@@ -103,6 +117,12 @@ class Telemetry:
             description="Background generation: how long a job waited for a worker",
             explicit_bucket_boundaries_advisory=[0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600.0],
         )
+        # The SDK keeps the callbacks of an instrument's first registration only, and every
+        # service registers the gauges: each reads what all of the process's workers read.
+        for name, (unit, description) in GAUGES.items():
+            meter.create_observable_gauge(
+                _NS + name, [_READINGS.callback(name)], unit=unit, description=description
+            )
         self._user_ids = config.telemetry_user_ids
         self._base: dict[str, Any] = {"db.system.name": "redis", **endpoint}
         self._identify = identify
@@ -153,6 +173,20 @@ class Telemetry:
             attributes={_NS + k: v for k, v in attributes.items()},
             links=links,
         )
+
+    def backlog(self, worker: str, shards: Iterable[Any]) -> None:
+        """What ``worker`` just read of its apps' queues (``ShardBacklog``s), for the gauges
+        until it reads again; nothing (``[]``) once it stops, so that its apps' last counts
+        are not reported for ever."""
+        readings: dict[str, list[tuple[float, dict[str, Any]]]] = {name: [] for name in GAUGES}
+        for shard in shards:
+            where = {_NS + "app_name": shard.app, _NS + "job.shard": shard.shard}
+            for state in ("queued", "deferred", "active"):
+                count = getattr(shard, state)
+                readings["facts.jobs.backlog"].append((count, {**where, _NS + "job.state": state}))
+            if shard.oldest_age is not None:
+                readings["facts.jobs.oldest_age"].append((shard.oldest_age, where))
+        _READINGS.put(worker, readings)
 
     def count(self, name: str, amount: int = 1, **attributes: str) -> None:
         self._counters[name].add(amount, {_NS + k: v for k, v in attributes.items()})
@@ -250,6 +284,35 @@ class Telemetry:
         if isinstance(sid, str) and sid:
             found["gen_ai.conversation.id"] = sid
         return found
+
+
+class _Readings:
+    """What the process's workers last read of their queues, per worker (a worker that
+    stops takes its readings away)."""
+
+    def __init__(self) -> None:
+        self._by_worker: dict[str, dict[str, list[tuple[float, dict[str, Any]]]]] = {}
+
+    def put(self, worker: str, readings: dict[str, list[tuple[float, dict[str, Any]]]]) -> None:
+        # Newest last: two workers of the process reading one app, the later reading wins.
+        self._by_worker.pop(worker, None)
+        if any(readings.values()):
+            self._by_worker[worker] = readings
+
+    def callback(self, gauge: str) -> Callable[[Any], Iterable[Any]]:
+        from opentelemetry.metrics import Observation
+
+        def observe(options: Any) -> Iterable[Any]:
+            latest: dict[tuple[tuple[str, Any], ...], tuple[float, dict[str, Any]]] = {}
+            for readings in list(self._by_worker.values()):
+                for value, attributes in readings.get(gauge, []):
+                    latest[tuple(sorted(attributes.items()))] = (value, attributes)
+            return [Observation(value, attributes) for value, attributes in latest.values()]
+
+        return observe
+
+
+_READINGS = _Readings()
 
 
 def instrument(service: object, operations: Iterable[str], telemetry: Telemetry) -> None:

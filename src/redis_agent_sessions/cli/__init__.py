@@ -31,7 +31,7 @@ _COMMANDS = {
     "facts worker": ("_facts_jobs", "run background generation's jobs until SIGTERM or Ctrl-C"),
     "facts jobs": ("_facts_jobs", "background generation's backlog, pending and dead, by shard"),
     "facts dead-letters": ("_facts_jobs", "jobs that failed their last attempt (--retry, --drop)"),
-    "stats": ("_stats", "sessions, users, events, memory entries and bytes, per app"),
+    "stats": ("_stats", "sessions, users, events, memory, bytes and background jobs, per app"),
     "export": ("_transfer", "write sessions as JSON Lines, one session per line"),
     "import": ("_transfer", "write sessions from an export file"),
     "migrate": ("_migrate", "copy sessions from google-adk's DatabaseSessionService"),

@@ -1,14 +1,16 @@
 """``stats``: per app, sessions, users, events, index entries of sessions that no longer
-exist, memory entries and (sampled) bytes, learned facts and their generations; on a
-cluster, the users whose app-scope writes a sweep is due to look at; the memory backend;
-the server's version and modules.
+exist, memory entries and (sampled) bytes, learned facts and their generations, background
+generation's queue shard by shard; on a cluster, the users whose app-scope writes a sweep is
+due to look at; the memory backend; the server's version and modules.
 
 Counts walk the app's session index a page at a time with pipelined XLEN/EXISTS/ZCARD, so
 they cost O(sessions) round-trip-free work on the server but never a keyspace scan. Bytes are
 MEMORY USAGE of a bounded, evenly spread sample of sessions, scaled to all of them. The
 sweep's counts are a dry run of it (at most 10,000 users). Learned facts are counted in the
 stats hashes of the memory users, which only a SCAN MATCH of their names finds (memory keeps no
-registry of its users): one walk for the whole report, the counts summed per app.
+registry of its users): one walk for the whole report, the counts summed per app. The
+queue is read as ``facts jobs`` reads it: a fixed number of reads per app (its shards' counts
+and XPENDING summaries), whatever it holds.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.identity import server_identity
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
 from redis_agent_sessions.cli._context import Context, NotFound, first_line
+from redis_agent_sessions.errors import PermissionDeniedError
 from redis_agent_sessions.keys import glob_escape, split_app_member, unescape
+from redis_agent_sessions.memory import FactJobs
 from redis_agent_sessions.sessions._sweep import DEFAULT_OLDER_THAN, MAX_SWEEP_LIMIT
 
 __all__ = ["run"]
@@ -46,11 +50,15 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         raise NotFound("no apps: no session was created under this key prefix")
     rows = [await _app(ctx, app, args.sample) for app in apps]
     learned = await _learned(ctx, args.app)
+    jobs = FactJobs(ctx.memory())
     for row in rows:
         row["learned_facts"] = None if isinstance(learned, str) else learned.get(row["app_name"])
+        row["background_jobs"], row["background_jobs_unknown"] = await _jobs(jobs, row["app_name"])
     found = ("sessions", "app_state_keys", "app_writes_unapplied_users", "learned_facts")
-    if args.app is not None and not any(rows[0][name] for name in found):
-        raise NotFound(f"no sessions, app state or learned facts for app {args.app!r}")
+    if args.app is not None and not any(rows[0][name] for name in (*found, "background_jobs")):
+        raise NotFound(
+            f"no sessions, app state, learned facts or background jobs for app {args.app!r}"
+        )
     report: dict[str, Any] = {
         "server": await _server(ctx),
         "memory": await _memory(ctx),
@@ -91,7 +99,8 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             ]
         table.add_row(*cells)
     ctx.out.print(table)
-    _print_learned(ctx, rows, learned)  # data, before the legends of the table's columns
+    _print_learned(ctx, rows, learned)  # data, before the legends of the tables' columns
+    queues = _print_jobs(ctx, rows)
     ctx.out.print(
         "EXPIRED: sessions of the app's index that no longer exist (each leaves an entry in "
         "the app's and its user's indexes until a write or `redis-agent-sessions expired "
@@ -106,6 +115,13 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
             f"SWEEP DUE: users registered for app-scope writes over {DEFAULT_OLDER_THAN:g} s "
             "ago; UNAPPLIED: those whose writes a worker left half done (seen by them only): "
             "`redis-agent-sessions sweep APP` applies them"
+        )
+    if queues:
+        ctx.out.print(
+            "BACKLOG: background generation's jobs waiting, queued for a worker or deferred "
+            "(their trigger, a retry's pause), as max_backlog counts them; PENDING: handed to "
+            "a worker and not acknowledged; OLDEST: the oldest queued job's wait; shards "
+            "holding nothing left out (`redis-agent-sessions facts jobs APP` shows them all)"
         )
     return 0
 
@@ -185,6 +201,47 @@ async def _learned(ctx: Context, app: str | None) -> dict[str, dict[str, int]] |
     except RedisError as exc:
         return f"unknown ({first_line(exc)})"
     return {a: sums for a, sums in counted.items() if any(sums.values())}
+
+
+async def _jobs(jobs: FactJobs, app: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The app's queue shard by shard ([] when it holds nothing: no job open, no dead
+    letter, none dropped), and what refused the reads when they were."""
+    try:
+        shards = await jobs.backlog(app)
+    except (RedisError, PermissionDeniedError) as exc:
+        return [], f"unknown ({first_line(exc)})"
+    rows = []
+    for shard in shards:
+        row = {k: v for k, v in shard.__dict__.items() if k != "app"}
+        rows.append({"shard": row.pop("shard"), "backlog": shard.queued + shard.deferred, **row})
+    return (rows if any(_holds(row) for row in rows) else []), None
+
+
+def _holds(row: dict[str, Any]) -> bool:
+    held = ("queued", "active", "deferred", "pending", "dead_letters", "dropped")
+    return any(row[name] for name in held)
+
+
+def _print_jobs(ctx: Context, rows: list[dict[str, Any]]) -> bool:
+    """Each app's shards holding jobs, in one table; whether there was any."""
+    table = ctx.table("APP", "SHARD", "BACKLOG", "PENDING", "OLDEST", "DEAD LETTERS")
+    shown = False
+    for row in rows:
+        if (refused := row["background_jobs_unknown"]) is not None:
+            ctx.out.print(Text(f"{visible(row['app_name'])}: background jobs: {refused}"))
+        for shard in row["background_jobs"]:
+            if not _holds(shard):
+                continue
+            age = shard["oldest_age"]
+            table.add_row(
+                Text(visible(row["app_name"])), str(shard["shard"]), str(shard["backlog"]),
+                str(shard["pending"]), "-" if age is None else f"{age:.1f}s",
+                str(shard["dead_letters"]),
+            )  # fmt: skip
+            shown = True
+    if shown:
+        ctx.out.print(table)
+    return shown
 
 
 def _stats_owner(ctx: Context, key: str) -> tuple[str, str] | None:

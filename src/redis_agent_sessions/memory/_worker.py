@@ -17,6 +17,7 @@ faster than ``poll_interval``, and an idle worker slows its polling down to a se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -72,6 +73,8 @@ class FactWorker:
             retries) into the streams.
         grace: seconds :meth:`stop` lets running jobs finish; then they are released
             (queued again for another worker).
+        backlog_interval: seconds between its reads of its apps' queues for the telemetry
+            gauges ``facts.jobs.backlog`` and ``facts.jobs.oldest_age`` (telemetry on only).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class FactWorker:
         poll_interval: float = 0.1,
         sweep_interval: float = 1.0,
         grace: float = 30.0,
+        backlog_interval: float = 15.0,
     ) -> None:
         engine = memory._memory
         self._generator = generator or engine.generator
@@ -95,6 +99,7 @@ class FactWorker:
         numbers: dict[str, object] = {"concurrency": concurrency, "max_attempts": max_attempts}
         numbers |= {"visibility_timeout": visibility_timeout, "retry_delay": retry_delay}
         numbers |= {"poll_interval": poll_interval, "sweep_interval": sweep_interval}
+        numbers |= {"backlog_interval": backlog_interval}
         for name, value in numbers.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise InvalidInputError(f"{name} must be positive: {value!r}")
@@ -110,6 +115,7 @@ class FactWorker:
         self._poll = poll_interval
         self._sweep_every = sweep_interval
         self._grace = grace
+        self._backlog_every = backlog_interval
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         """This worker's consumer name in the group (and its lease tokens' start)."""
         self.counts: Counter[str] = Counter()
@@ -142,6 +148,9 @@ class FactWorker:
         """Run jobs until :meth:`stop`."""
         tasks: set[asyncio.Task[None]] = set()
         beat = asyncio.create_task(self._heartbeat())
+        # Its own task: the loop below sleeps while every slot is busy, which is when the
+        # backlog matters most.
+        watch = asyncio.create_task(self._watch_backlog())
         next_apps = next_sweep = next_claim = 0.0
         pause = self._poll
         try:
@@ -188,8 +197,14 @@ class FactWorker:
         finally:
             await self._drain(tasks)
             beat.cancel()
-            await asyncio.gather(beat, return_exceptions=True)
+            # Told to stop, not only cancelled: a cancellation that lands inside a redis-py
+            # call can be swallowed there (seen with fakeredis), and the watch would go on.
+            self._stopping.set()
+            watch.cancel()
+            await asyncio.gather(beat, watch, return_exceptions=True)
             await self._leave()
+            if self._engine.telemetry is not None:
+                self._engine.telemetry.backlog(self.name, [])  # its readings end with it
         if self._fatal is not None:
             raise self._fatal
 
@@ -279,6 +294,26 @@ class FactWorker:
 
     async def _sweep(self) -> None:
         await asyncio.gather(*(self._queue.sweep(app, n) for app, n in self._shards))
+
+    async def _watch_backlog(self) -> None:
+        """Every ``backlog_interval``, its apps' queues, for the telemetry gauges (telemetry
+        on). A refused or failed read is logged and the gauges keep the last: telemetry
+        never stops the jobs."""
+        telemetry = self._engine.telemetry
+        while telemetry is not None and not self._stopping.is_set():
+            found = []
+            try:
+                for app in dict.fromkeys(app for app, _ in self._shards):
+                    found += await self._queue.backlog(app)
+            except (RedisError, PermissionDeniedError) as exc:
+                _log.warning("facts worker %s: reading the backlog: %s", self.name, exc)
+            else:
+                if self._shards:
+                    telemetry.backlog(self.name, found)
+            # Soon again while the run loop has not found its apps yet.
+            pause = self._backlog_every if self._shards else self._poll
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), pause)
 
     # -- running a job --------------------------------------------------------------------
 
