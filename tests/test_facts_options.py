@@ -13,7 +13,7 @@ least-privilege user runs it all.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -42,6 +42,7 @@ from redis_agent_sessions import (
 from redis_agent_sessions.keys import JobKeys, KeySpace
 from redis_agent_sessions.memory._request_options import MAX_PAIRS
 from test_hostile_input import dumps
+from test_memory_facts import Answer, Scripted
 
 APP, USER = "options_app", "u1"
 KEYS = KeySpace()
@@ -57,23 +58,6 @@ async def client(
 ) -> AsyncIterator[Any]:
     async with backend(request.param, monkeypatch) as opened:
         yield opened
-
-
-Answer = Callable[[GenerationRequest], Sequence[Any]]
-
-
-class Scripted:
-    """The fake model: answers each request with the next scripted function of it."""
-
-    def __init__(self, *answers: Answer) -> None:
-        self.answers = list(answers)
-        self.requests: list[GenerationRequest] = []
-
-    async def generate(self, request: GenerationRequest) -> Sequence[Any]:
-        self.requests.append(request)
-        if not self.answers:
-            raise AssertionError(f"an unexpected generation: {request.events}")
-        return self.answers.pop(0)(request)
 
 
 def said(text: str) -> Event:
