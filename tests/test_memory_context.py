@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _acl import acl_user
 from _backends import backend, pick
 from redis_agent_sessions import (
     Content,
@@ -29,8 +28,9 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions.memory._analysis import ANALYSIS, text_terms
 from test_memory import APP, USER, memory_client
+from test_semantic_memory import worker
 
-__all__ = ["memory_client"]  # the fixture, shared with the contract suite
+__all__ = ["memory_client", "worker"]  # the fixtures, shared with the other memory suites
 
 DEPLOY = ["The deploy is ready.", "Ready.", "The deploy status is ready."]
 """google-adk's three turns, in this order, all at one time."""
@@ -38,17 +38,6 @@ DEPLOY = ["The deploy is ready.", "Ready.", "The deploy status is ready."]
 
 def kind_of(request: pytest.FixtureRequest, name: str = "memory_client") -> str:
     return str(request.node.callspec.params[name])
-
-
-@pytest.fixture
-async def worker(memory_client: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """The client services run as: the ACL worker on the ``acl`` kinds, else the admin."""
-    kind = kind_of(request)
-    if not kind.endswith("acl"):
-        yield memory_client
-        return
-    async with acl_user(memory_client, search=kind == "search-acl") as limited:
-        yield limited
 
 
 def service(worker: Any, kind: str, **kw: Any) -> RedisMemoryService:
