@@ -7,7 +7,7 @@ so it is imported when an embedder is made, never when this module is.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis_agent_sessions.errors import EmbeddingError, InvalidInputError
 from redis_agent_sessions.memory._embedders import check_batch_size, check_dimensions
@@ -137,7 +137,11 @@ class GoogleEmbedder:
         for start in range(0, len(texts), size):
             batch = list(texts[start : start + size])
             response = await client.aio.models.embed_content(
-                model=self.model, contents=batch, config=config
+                # A cast, not a conversion: google-genai's contents union lists str only
+                # inside invariant lists of wider element types since 2.34.
+                model=self.model,
+                contents=cast("types.ContentListUnion", batch),
+                config=config,
             )
             embeddings = response.embeddings or []
             if len(embeddings) != len(batch):
