@@ -230,9 +230,9 @@ def _rstrip(line: list[Segment]) -> Iterable[Segment]:
 class _Safe(Console):
     """rich's console for output that quotes stored data: no markup and no emoji codes (an
     id ``[bold]`` or ``:x:`` is printed as it is), and every string with its control
-    characters shown (:func:`visible`, line by line: the commands' own messages may span
+    characters shown (``visible``, line by line: the commands' own messages may span
     lines). Text objects are not strings here: whoever builds one from stored data passes
-    the data through :func:`visible` first."""
+    the data through ``visible`` first."""
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(markup=False, emoji=False, **settings)

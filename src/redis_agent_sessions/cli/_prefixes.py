@@ -1,7 +1,7 @@
 """Which other key prefixes hold sessions: the hint ``ls`` adds when it finds none.
 
 Every prefix the library wrote sessions under has its ``<prefix>:apps`` sorted set (see
-:mod:`redis_agent_sessions.keys`), so one SCAN for ``*:apps`` of type zset finds them, on
+``redis_agent_sessions.keys``), so one SCAN for ``*:apps`` of type zset finds them, on
 every primary of a cluster. The scan is bounded (an operator's hint must stay quick on a
 large keyspace): it may miss prefixes past its budget, and then says nothing about them.
 """
