@@ -91,6 +91,32 @@ def test_cli_page_has_a_section_for_every_command_naming_its_options() -> None:
         assert f"`{flag}" in shared, f"cli.md's connection options lack {flag}"
 
 
+def _parsers(
+    parser: argparse.ArgumentParser, name: str = ""
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    """The parser and every command's and subcommand's, with the command line naming it."""
+    found = [(name, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                found += _parsers(subparser, f"{name} {sub}".strip())
+    return found
+
+
+def test_every_positional_argument_says_what_it_is_in_help() -> None:
+    """``show --help`` explains APP, USER and SESSION as it explains its options."""
+    silent = [
+        f"{name} {action.metavar or action.dest}"
+        for name, parser in _parsers(_parser())
+        for action in parser._actions
+        if not action.option_strings
+        and not isinstance(action, argparse._SubParsersAction)
+        and not action.help
+    ]
+    assert not silent, f"positional arguments without help: {silent}"
+    assert len(_parsers(_parser())) > 20
+
+
 def test_settings_page_names_every_setting() -> None:
     config = section("settings.md", "## Session service: `SessionServiceConfig`")
     for field in SessionServiceConfig.model_fields:
