@@ -248,3 +248,20 @@ def test_the_docs_extra_formats_signatures() -> None:
     docs = re.search(r"^docs = \[(.*?)\]$", text, re.M | re.S)
     assert docs, "pyproject.toml has no docs extra"
     assert re.search(r'"(ruff|black)[<>=!~ ]', docs[1]), f"the docs extra is {docs[1]}"
+
+
+def test_the_performance_page_says_which_version_each_chart_measured() -> None:
+    """A chart's caption names the version it measured (benchmarks/plots.py writes the one
+    imported); the page's text for it must say that version, so a chart left from an
+    earlier release is not read as the current one's."""
+    page = (DOCS / "performance.md").read_text()
+    charts = re.findall(r"!\[([^\]]*)\]\((img/[\w-]+\.svg)\)", page)
+    measured = {
+        image: found[1]
+        for _, image in charts
+        if (found := re.search(r"redis-agent-sessions (\d+\.\d+\.\d+)", (DOCS / image).read_text()))
+    }
+    assert {"img/append-latency.svg", "img/read-latency.svg"} <= measured.keys()
+    for alt, image in charts:
+        if image in measured:
+            assert f"version {measured[image]}" in alt, f"performance.md: {image} is {alt!r}"
