@@ -52,9 +52,9 @@ class GoogleEmbedder:
             ``GOOGLE_GENAI_USE_VERTEXAI`` with a project and location) on first use.
         batch_size: most texts per request; the Gemini API takes up to 100, Vertex AI up
             to 250, but one only for its Gemini models (sent one by one whatever this is).
-        document_task: the task type for [`embed`][]; None sends none (the model's
+        document_task: the task type for ``embed``; None sends none (the model's
             default).
-        query_task: the task type for [`embed_query`][]; None sends none.
+        query_task: the task type for ``embed_query``; None sends none.
     """
 
     def __init__(
