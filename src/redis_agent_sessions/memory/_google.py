@@ -1,4 +1,4 @@
-"""Google's embedding models (Gemini API or Vertex AI) as an :class:`Embedder`.
+"""Google's embedding models (Gemini API or Vertex AI) as an [`Embedder`][].
 
 google-genai is not a core dependency (it comes with google-adk, in the ``[adk]`` extra),
 so it is imported when an embedder is made, never when this module is.
@@ -47,14 +47,14 @@ class GoogleEmbedder:
         dimensions: asked of the model as ``output_dimensionality`` (the Gemini models
             shorten their vectors on request); None takes the model's own size, known for
             the models in ``KNOWN_DIMENSIONS`` only.
-        client: a ``google.genai.Client``, left open by :meth:`aclose` (its owner closes
+        client: a ``google.genai.Client``, left open by [`aclose`][] (its owner closes
             it). None makes one from the environment (``GOOGLE_API_KEY``, or
             ``GOOGLE_GENAI_USE_VERTEXAI`` with a project and location) on first use.
         batch_size: most texts per request; the Gemini API takes up to 100, Vertex AI up
             to 250, but one only for its Gemini models (sent one by one whatever this is).
-        document_task: the task type for :meth:`embed`; None sends none (the model's
+        document_task: the task type for ``embed``; None sends none (the model's
             default).
-        query_task: the task type for :meth:`embed_query`; None sends none.
+        query_task: the task type for ``embed_query``; None sends none.
     """
 
     def __init__(
