@@ -1,0 +1,90 @@
+"""``mcp``: serve one app's memory and sessions to MCP clients, over stdio (a client starts
+the command) or streamable HTTP (clients connect to it), until SIGINT or SIGTERM.
+
+stdout is the protocol's channel over stdio: this command writes only to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from redis_agent_sessions._messages import PROG
+from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions.cli._context import Context, UsageError
+from redis_agent_sessions.memory import RedisMemoryService
+
+__all__ = ["TOKEN_ENV", "run"]
+
+TOKEN_ENV = "RAS_MCP_TOKEN"
+"""The environment variable holding the HTTP transport's bearer token (without
+``--token-file``)."""
+
+
+async def run(ctx: Context, args: argparse.Namespace) -> int:
+    try:
+        from redis_agent_sessions.mcp import build_server, is_loopback, serve_http
+    except ImportError as exc:
+        raise UsageError(
+            f"`mcp` needs the [mcp] extra ({exc.name} is missing): "
+            "pip install 'redis-agent-sessions[mcp]'"
+        ) from None
+    app = check_id("app_name", args.app)
+    user = None if args.user is None else check_id("user_id", args.user)
+    http = args.transport == "http"
+    if not http:
+        given = [f for f, v in (("--host", args.host), ("--port", args.port)) if v is not None]
+        if args.token_file is not None:
+            given.append("--token-file")
+        if given:
+            raise UsageError(f"{', '.join(given)}: only with --transport http")
+    host = args.host or "127.0.0.1"
+    token = _token(args) if http else None
+    if http and not token and not is_loopback(host):
+        raise UsageError(
+            f"--host {host} may be reached from other machines: give a bearer token "
+            f"(--token-file FILE, or ${TOKEN_ENV}) that clients must send"
+        )
+    # The URL's memory settings (an embedder, a generator) apply, as for every worker.
+    memory = RedisMemoryService.from_url(
+        ctx.url, config=None if args.key_prefix is None else ctx.config, cluster=args.cluster
+    )
+    try:
+        server = build_server(
+            ctx.sessions, memory, app_name=app, user_id=user, allow_writes=args.allow_writes
+        )
+        mode = "read and write" if args.allow_writes else "read-only"
+        whose = f"user {user!r} of app {app!r}" if user else f"app {app!r}"
+        if http:
+            await serve_http(
+                server,
+                host=host,
+                port=8000 if args.port is None else args.port,
+                token=token,
+                on_ready=lambda url: _say(f"{whose}, {mode}, on {url}"),
+            )
+        else:
+            _say(f"{whose}, {mode}, on stdio")
+            await server.run_stdio_async()
+    finally:
+        await memory.aclose()
+    return 0
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The bearer token: the first line of ``--token-file``, else $RAS_MCP_TOKEN."""
+    if args.token_file is not None:
+        try:
+            with open(args.token_file, encoding="utf-8") as file:
+                token = file.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read --token-file {args.token_file!r}: {exc}") from None
+        if not token:
+            raise UsageError(f"--token-file {args.token_file!r}: the first line is empty")
+        return token
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def _say(message: str) -> None:
+    print(f"{PROG} mcp: {message}", file=sys.stderr, flush=True)
