@@ -393,3 +393,67 @@ async def test_a_write_the_acl_refuses_says_why(store: Store) -> None:
     finally:
         await admin.execute_command("ACL", "DELUSER", name)
         await admin.aclose()
+
+
+async def test_an_adk_agent_uses_the_tools_through_mcp_toolset(store: Store) -> None:
+    pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.adk.tools.mcp_tool import McpToolset, StreamableHTTPConnectionParams
+    from google.genai import types
+
+    class Scripted(BaseLlm):
+        """Asks search_memory about the user's question, then answers with what came back."""
+
+        model: str = "scripted-mcp"
+        offered: list[str] = []  # noqa: RUF012 (pydantic copies it per instance)
+        recalled: list[Any] = []  # noqa: RUF012
+
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> Any:
+            self.offered = sorted(llm_request.tools_dict)
+            parts = llm_request.contents[-1].parts or []
+            results = [p.function_response for p in parts if p.function_response]
+            if results:
+                self.recalled.append(results[0].response)
+                part = types.Part(text="It was the blue one.")
+            else:
+                question = " ".join(p.text for p in parts if p.text)
+                part = types.Part.from_function_call(
+                    name="search_memory", args={"query": question, "limit": 3}
+                )
+            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+    async with http_server(store, "--user", USER) as url:
+        toolset = McpToolset(connection_params=StreamableHTTPConnectionParams(url=url))
+        model = Scripted()
+        agent = LlmAgent(name="mcp_agent", model=model, tools=[toolset])
+        sessions = InMemorySessionService()  # type: ignore[no-untyped-call]
+        runner = Runner(agent=agent, app_name="adk_side", session_service=sessions)
+        try:
+            session = await sessions.create_session(app_name="adk_side", user_id="someone")
+            question = types.Content(role="user", parts=[types.Part(text="which scarf?")])
+            replies = [
+                e
+                async for e in runner.run_async(
+                    user_id="someone", session_id=session.id, new_message=question
+                )
+            ]
+        finally:
+            await toolset.close()
+    assert model.offered == sorted(READS)
+    [response] = model.recalled
+    expected = await store.memory.search_memory(
+        app_name=APP, user_id=USER, query="which scarf?", limit=3
+    )
+    text = json.dumps(response)
+    assert "Which scarf for the wedding?" in text
+    for entry in expected.memories:
+        assert entry.id is not None
+        assert entry.id in text
+    assert replies[-1].content.parts[0].text == "It was the blue one."

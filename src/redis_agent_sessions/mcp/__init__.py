@@ -3,8 +3,8 @@
 assistants, ADK's MCP toolset in any language) search, list and, when allowed, write the
 same memory the library's workers do.
 
-``redis-agent-sessions mcp`` runs it (docs/mcp.md); :func:`build_server` makes one to serve
-from Python, over stdio (the SDK's ``run_stdio_async``) or :func:`serve_http`.
+``redis-agent-sessions mcp`` runs it (docs/mcp.md); `build_server` makes one to serve
+from Python, over stdio (the SDK's ``run_stdio_async``) or `serve_http`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The MCP server: the tools of :mod:`._tools` on the SDK's ``MCPServer``, scoped to one
+"""The MCP server: the tools of `_tools` on the SDK's ``MCPServer``, scoped to one
 app (and, when the operator says so, one user), read-only unless writes are allowed."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -36,7 +37,7 @@ def build_server(
     """An MCP server whose tools read (and with ``allow_writes``, write) the memory and
     sessions of ``app_name``. With ``user_id``, every tool is that user's and takes no
     ``user_id`` argument; without, each call names its user. The services stay open: their
-    owner closes them. Serve it with the SDK (``run_stdio_async``) or :func:`serve_http`."""
+    owner closes them. Serve it with the SDK (``run_stdio_async``) or `serve_http`."""
     app = check_id("app_name", app_name)
     user = None if user_id is None else check_id("user_id", user_id)
     whose = f"user {user!r} of app {app!r}" if user else f"the users of app {app!r}"
@@ -55,26 +56,29 @@ def build_server(
     tools = Tools(sessions, memory, app)
     for name in READS + (WRITES if allow_writes else ()):
         fn = getattr(tools, name)
-        server.register(name, fn if user is None else _bound(fn, user), write=name in WRITES)
+        server.register(name, _adapted(fn, user), write=name in WRITES)
     return server
 
 
-def _bound(
-    tool: Callable[..., Awaitable[dict[str, Any]]], user: str
-) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """``tool`` for one user: the SDK reads the tool's arguments from its signature, which
-    no longer has ``user_id``."""
+def _adapted(
+    tool: Callable[..., Awaitable[dict[str, Any]]], user: str | None
+) -> Callable[..., Awaitable[str]]:
+    """``tool`` answering compact JSON (the SDK would indent it: tokens a model pays for),
+    and with ``user``, for that user only: the SDK reads the tool's arguments from its
+    signature, which then has no ``user_id``."""
     signature = inspect.signature(tool, eval_str=True)
+    bound = {} if user is None else {_USER: user}
 
     @functools.wraps(tool)
-    async def bound(**kwargs: Any) -> dict[str, Any]:
-        return await tool(**kwargs, **{_USER: user})
+    async def adapted(**kwargs: Any) -> str:
+        return orjson.dumps(await tool(**kwargs, **bound)).decode()
 
-    bound.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[p for p in signature.parameters.values() if p.name != _USER]
+    parameters = [p for p in signature.parameters.values() if p.name not in bound]
+    adapted.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters, return_annotation=str
     )
-    del bound.__wrapped__  # inspect would follow it back to the signature with user_id
-    return bound
+    del adapted.__wrapped__  # inspect would follow it back to the tool's own signature
+    return adapted
 
 
 class _Server(MCPServer[Any]):

@@ -2,7 +2,7 @@
 
 Every tool answers with JSON made from the library's own models, so a client reads what
 the Python API returns. A failure the caller can act on (a bad id, a session that does not
-exist, a write the Redis ACL refuses, a lost connection) becomes a :class:`ToolError`
+exist, a write the Redis ACL refuses, a lost connection) becomes a `ToolError`
 whose one line says why; only what nobody foresaw reaches the SDK's crash path.
 """
 
