@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from redis.asyncio import Redis
 
+from _cli import FORKERS
 from _servers import skip_without
 from redis_agent_sessions import (
     CallableGenerator,
@@ -267,11 +269,11 @@ async def test_bad_calls_get_one_line_naming_the_argument(store: Store) -> None:
         no_session = error(
             await client.call_tool("recent_events", {"user_id": USER, "session_id": "nope"})
         )
-        assert no_session.endswith(f"no session 'nope' of user '{USER}' in app '{APP}'")
+        assert no_session == f"recent_events: no session 'nope' of user '{USER}' in app '{APP}'"
         no_memory = error(
             await client.call_tool("delete_memory", {"user_id": USER, "memory_id": "nope"})
         )
-        assert no_memory.endswith(f"no memory 'nope' of user '{USER}' in app '{APP}'")
+        assert no_memory == f"delete_memory: no memory 'nope' of user '{USER}' in app '{APP}'"
         empty = error(await client.call_tool("add_memory", {"user_id": USER, "text": ""}))
         assert "'text'" in empty
         assert "Unknown tool" in error(await client.call_tool("forget_everything", {}))
@@ -293,8 +295,8 @@ async def test_read_only_server_lists_no_write_and_refuses_one(store: Store) -> 
         assert {s["user_id"] for s in listed["sessions"]} == {USER}
         refused = error(await client.call_tool("add_memory", {"text": "x"}))
         assert refused == (
-            "add_memory writes memory, and this server is read-only: its operator allows "
-            "writes with --allow-writes"
+            "add_memory: this server is read-only, and add_memory writes memory: its operator "
+            "allows writes with --allow-writes"
         )
         other = error(await client.call_tool("search_memory", {"user_id": OTHER, "query": "table"}))
         assert "no argument 'user_id': this server serves one user" in other
@@ -337,15 +339,6 @@ async def test_http_on_loopback_answers_as_over_stdio(store: Store) -> None:
 
 
 async def test_http_elsewhere_needs_a_bearer_token(store: Store, tmp_path: Path) -> None:
-    refused = await asyncio.create_subprocess_exec(
-        *store.argv("--transport", "http", "--host", "0.0.0.0", "--port", "0"),
-        stderr=asyncio.subprocess.PIPE,
-        env={k: v for k, v in os.environ.items() if k != "RAS_MCP_TOKEN"},
-    )
-    _, said = await asyncio.wait_for(refused.communicate(), STARTUP)
-    assert refused.returncode == 2
-    assert "--host 0.0.0.0 may be reached from other machines: give a bearer token" in said.decode()
-
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-token\n")
     async with http_server(store, "--host", "0.0.0.0", "--token-file", str(token_file)) as url:
@@ -388,7 +381,7 @@ async def test_a_write_the_acl_refuses_says_why(store: Store) -> None:
         async with stdio(reader, "--allow-writes") as client:
             answer(await client.call_tool("search_memory", {"user_id": USER, "query": "scarf"}))
             refused = error(await client.call_tool("add_memory", {"user_id": USER, "text": "x"}))
-            assert refused.startswith("Error executing tool add_memory: refused by Redis's ACL: ")
+            assert refused.startswith("add_memory: refused by Redis's ACL: the Redis user may ")
             assert "may not" in refused
     finally:
         await admin.execute_command("ACL", "DELUSER", name)
@@ -457,3 +450,31 @@ async def test_an_adk_agent_uses_the_tools_through_mcp_toolset(store: Store) -> 
         assert entry.id is not None
         assert entry.id in text
     assert replies[-1].content.parts[0].text == "It was the blue one."
+
+
+async def test_the_command_refuses_what_it_cannot_serve_in_one_line(store: Store) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = str(taken.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if k != "RAS_MCP_TOKEN"}
+    try:
+        for args, said in [
+            (("--port", "8765"), "--port: only with --transport http"),
+            (
+                ("--transport", "http", "--port", port),
+                f"cannot listen on 127.0.0.1 port {port}: Address already in use",
+            ),
+            (
+                ("--transport", "http", "--host", "0.0.0.0"),
+                "--host 0.0.0.0 may be reached from other machines: give a bearer token "
+                "(--token-file FILE, or $RAS_MCP_TOKEN) that clients must send",
+            ),
+        ]:
+            # Forked from a process that imported the CLI (tests/_cli.py): nothing starts.
+            done = FORKERS.run(
+                store.argv(*args)[3:], stdin="", env=env, preload=("redis_agent_sessions.mcp",)
+            )
+            assert (done.returncode, done.stderr) == (2, f"redis-agent-sessions: {said}\n")
+    finally:
+        taken.close()

@@ -7,6 +7,7 @@ stdout is the protocol's channel over stdio: this command writes only to stderr.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -57,19 +58,30 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         mode = "read and write" if args.allow_writes else "read-only"
         whose = f"user {user!r} of app {app!r}" if user else f"app {app!r}"
         if http:
-            await serve_http(
-                server,
-                host=host,
-                port=8000 if args.port is None else args.port,
-                token=token,
-                on_ready=lambda url: _say(f"{whose}, {mode}, on {url}"),
-            )
+            port = 8000 if args.port is None else args.port
+            try:
+                await serve_http(
+                    server,
+                    host=host,
+                    port=port,
+                    token=token,
+                    on_ready=lambda url: _say(f"{whose}, {mode}, on {url}"),
+                )
+            except OSError as exc:
+                if exc.errno not in _CANNOT_LISTEN:
+                    raise
+                raise UsageError(f"cannot listen on {host} port {port}: {exc.strerror}") from None
         else:
             _say(f"{whose}, {mode}, on stdio")
             await server.run_stdio_async()
     finally:
         await memory.aclose()
     return 0
+
+
+_CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
+"""What binding the socket meets when the address is taken, not this machine's, or
+privileged: the operator's to change."""
 
 
 def _token(args: argparse.Namespace) -> str | None:

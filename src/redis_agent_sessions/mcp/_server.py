@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ValidationError
 
@@ -109,17 +109,23 @@ class _Server(MCPServer[Any]):
     ) -> CallToolResult | Any:
         if name in WRITES and not self._allow_writes:
             raise ToolError(
-                f"{name} writes memory, and this server is read-only: its operator allows "
-                "writes with --allow-writes"
+                f"{name}: this server is read-only, and {name} writes memory: its operator "
+                "allows writes with --allow-writes"
             )
         known = self._arguments.get(name)
         if known is not None:
             self._check_names(name, arguments, known)
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise  # a crash: the SDK logs it and tells the client no more than the tool's name
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
                 raise ToolError(_invalid(name, exc.__cause__)) from exc.__cause__
+            if isinstance(exc.__cause__, ToolError):
+                # The tool's own words, prefixed as the refusals above are (not "Error
+                # executing tool ...", the SDK's).
+                raise ToolError(f"{name}: {exc.__cause__}") from exc.__cause__
             raise
 
     def _check_names(self, name: str, arguments: dict[str, Any], known: list[str]) -> None:
