@@ -478,3 +478,20 @@ async def test_the_command_refuses_what_it_cannot_serve_in_one_line(store: Store
             assert (done.returncode, done.stderr) == (2, f"redis-agent-sessions: {said}\n")
     finally:
         taken.close()
+
+
+def test_without_the_extra_the_command_says_which(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from redis_agent_sessions.cli import main
+
+    url = skip_without("REDIS_URL")
+    for name in [m for m in sys.modules if m.startswith("redis_agent_sessions.mcp")]:
+        monkeypatch.delitem(sys.modules, name)
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if never installed
+    assert main(["mcp", "--url", url, "--app", APP]) == 2
+    assert capsys.readouterr().err == (
+        "redis-agent-sessions: `mcp` needs the [mcp] extra (mcp is missing): "
+        "pip install 'redis-agent-sessions[mcp]'\n"
+    )

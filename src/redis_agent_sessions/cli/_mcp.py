@@ -27,8 +27,9 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     try:
         from redis_agent_sessions.mcp import build_server, is_loopback, serve_http
     except ImportError as exc:
+        missing = (exc.name or "mcp").split(".")[0]  # the package to install, not its module
         raise UsageError(
-            f"`mcp` needs the [mcp] extra ({exc.name} is missing): "
+            f"`mcp` needs the [mcp] extra ({missing} is missing): "
             "pip install 'redis-agent-sessions[mcp]'"
         ) from None
     app = check_id("app_name", args.app)
@@ -72,8 +73,14 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
                     raise
                 raise UsageError(f"cannot listen on {host} port {port}: {exc.strerror}") from None
         else:
+            if sys.stdin is None or sys.stdout is None:
+                raise UsageError("over stdio, the client talks on stdin and stdout: one is closed")
             _say(f"{whose}, {mode}, on stdio")
-            await server.run_stdio_async()
+            try:
+                await server.run_stdio_async()
+            except Exception as exc:
+                # The SDK's task group wraps what stopped it: the one line names that.
+                raise _cause(exc) from None
     finally:
         await memory.aclose()
     return 0
@@ -82,6 +89,15 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
 _CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
 """What binding the socket meets when the address is taken, not this machine's, or
 privileged: the operator's to change."""
+
+
+def _cause(exc: Exception) -> Exception:
+    """The first exception inside (nested) exception groups, or ``exc``."""
+    while isinstance(inner := getattr(exc, "exceptions", None), tuple) and inner:
+        if not isinstance(inner[0], Exception):
+            break
+        exc = inner[0]
+    return exc
 
 
 def _token(args: argparse.Namespace) -> str | None:
