@@ -495,3 +495,18 @@ def test_without_the_extra_the_command_says_which(
         "redis-agent-sessions: `mcp` needs the [mcp] extra (mcp is missing): "
         "pip install 'redis-agent-sessions[mcp]'\n"
     )
+
+
+async def test_serve_http_off_loopback_without_a_token_starts_nothing() -> None:
+    import fakeredis
+
+    from redis_agent_sessions.errors import InvalidInputError
+    from redis_agent_sessions.mcp import build_server, is_loopback, serve_http
+
+    assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "127.1.2.3")] == [True] * 4
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com"))
+    redis = fakeredis.FakeAsyncRedis()
+    server = build_server(RedisSessionService(redis), RedisMemoryService(redis), app_name=APP)
+    with pytest.raises(InvalidInputError, match="needs a bearer token"):
+        await serve_http(server, host="0.0.0.0", port=0)
+    await redis.aclose()
