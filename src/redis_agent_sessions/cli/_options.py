@@ -347,6 +347,37 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _mcp(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--app", required=True, help="the app whose memory and sessions to serve")
+    p.add_argument("--user", help="serve only this user's (default: each tool call names its user)")
+    p.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="add the tools that add and delete memory (default: read-only)",
+    )
+    p.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio: a client starts this command (default); http: streamable HTTP at "
+        "http://HOST:PORT/mcp",
+    )
+    p.add_argument(
+        "--host",
+        help="http: address to listen on (default 127.0.0.1); any other than a loopback "
+        "address needs a bearer token",
+    )
+    p.add_argument(
+        "--port", type=_count, help="http: port to listen on (default 8000; 0: any free port)"
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="http: the bearer token clients must send, from the first line of FILE "
+        "(default: $RAS_MCP_TOKEN)",
+    )
+
+
 _ADD = {
     "ping": _ping,
     "ls": _ls,
@@ -369,6 +400,7 @@ _ADD = {
     "reindex": _reindex,
     "sweep": _sweep,
     "tenant": _tenant,
+    "mcp": _mcp,
 }
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
