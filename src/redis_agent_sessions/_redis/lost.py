@@ -19,6 +19,7 @@ in this library's code above all, are bugs and stay as they are.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -30,7 +31,14 @@ from redis.connection import AbstractConnection as SyncConnection
 
 from redis_agent_sessions.errors import ConnectionLostError
 
-__all__ = ["lost_connection", "raise_if_lost", "type_losses", "typed_losses", "typed_stream"]
+__all__ = [
+    "lost_connection",
+    "raise_if_cancelled",
+    "raise_if_lost",
+    "type_losses",
+    "typed_losses",
+    "typed_stream",
+]
 
 # Where redis-py reads and writes sockets: a connection's own methods (not its pool's, in the
 # same modules) and the reply parsers. Its encoders raise DataError for bad arguments, and the
@@ -129,3 +137,14 @@ def typed_stream(stream: AsyncIterator[T]) -> AsyncIterator[T]:
                 await close()
 
     return items()
+
+
+def raise_if_cancelled() -> None:
+    """A cancel that reaches redis-py mid-read can come out of it as a connection error or
+    timeout (its socket handling turns what interrupts a read into its own errors);
+    a loop that reconnects or retries then swallows the cancel and never ends. (Python
+    3.10 cannot tell that a cancel is pending: there the loop goes on as before.)"""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError

@@ -16,7 +16,7 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
-from redis_agent_sessions._redis.lost import lost_connection
+from redis_agent_sessions._redis.lost import lost_connection, raise_if_cancelled
 from redis_agent_sessions.errors import (
     IncompleteSessionError,
     InvalidInputError,
@@ -192,7 +192,7 @@ class EventStream(Generic[E]):
                 dropped = isinstance(exc, (ConnectionError, TimeoutError))
                 if not dropped and lost_connection(exc) is None:
                     raise
-                _raise_if_cancelled()
+                raise_if_cancelled()
                 failures += 1
                 if failures > self.reconnects:
                     raise
@@ -206,17 +206,6 @@ class EventStream(Generic[E]):
                 for (stream_id, _), event in zip(entries, events, strict=True):
                     position = text(stream_id)
                     yield event
-
-
-def _raise_if_cancelled() -> None:
-    """A cancel that reaches redis-py mid-read can come out of it as a connection error or
-    timeout (its socket handling turns what interrupts a read into its own errors);
-    reconnecting then would swallow the cancel and the watch would never end. (Python
-    3.10 cannot tell that a cancel is pending: there the loop goes on as before.)"""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
-    if cancelling is not None and cancelling():
-        raise asyncio.CancelledError
 
 
 def _entries_of(reply: Any) -> list[list[Any]]:
