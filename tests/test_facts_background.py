@@ -12,12 +12,14 @@ claimed after the visibility timeout; no two jobs of one user run at once.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import fakeredis
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from _acl import acl_user, readme_rules
 from _backends import backend, pick
@@ -40,7 +42,7 @@ from redis_agent_sessions import (
     Session,
 )
 from redis_agent_sessions.keys import JobKeys, KeySpace
-from redis_agent_sessions.memory._jobs import GROUP
+from redis_agent_sessions.memory._jobs import GROUP, Job
 
 APP = "bg_app"
 KEYS = KeySpace()
@@ -392,6 +394,35 @@ async def test_a_worker_needs_a_generator_and_sane_numbers() -> None:
     for name, make in bad.items():
         with pytest.raises(InvalidInputError, match=name):
             make()
+
+
+# Task.cancelling is Python 3.11's: 3.10 cannot tell a cancel redis-py turned into a
+# timeout from a real one, so the promise (and its test) starts at 3.11.
+if sys.version_info >= (3, 11):
+
+    @pytest.mark.fake
+    async def test_a_cancel_that_redis_py_turns_into_a_timeout_still_ends_the_heartbeat() -> None:
+        """Stopping cancels the heartbeat; a cancel that lands in redis-py's read can come
+        out as its TimeoutError, which the heartbeat logs and goes on from otherwise."""
+        memory = RedisMemoryService(fakeredis.FakeAsyncRedis())
+        worker = FactWorker(memory, generator=Model(), visibility_timeout=0.06)
+        touching = asyncio.Event()
+
+        async def touch(*_: Any) -> None:
+            touching.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                raise RedisTimeoutError("Timeout reading from the server") from None
+
+        worker._queue.touch = touch  # type: ignore[method-assign]
+        worker._held[Job(APP, 0, "1-0", "job", False, "")] = "token"
+        beat = asyncio.create_task(worker._heartbeat())
+        await asyncio.wait_for(touching.wait(), 10)
+        beat.cancel()
+        done, _ = await asyncio.wait({beat}, timeout=5)
+        assert done, "the heartbeat went on after its cancel"
+        assert beat.cancelled()
 
 
 @pytest.mark.fake

@@ -35,6 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions._redis.jobs_calls import Started
+from redis_agent_sessions._redis.lost import raise_if_cancelled
 from redis_agent_sessions.errors import InvalidInputError, PermissionDeniedError
 from redis_agent_sessions.keys import JobKeys, unescape
 from redis_agent_sessions.memory._consolidate import Consolidator
@@ -306,6 +307,7 @@ class FactWorker:
                 for app in dict.fromkeys(app for app, _ in self._shards):
                     found += await self._queue.backlog(app)
             except (RedisError, PermissionDeniedError) as exc:
+                raise_if_cancelled()
                 _log.warning("facts worker %s: reading the backlog: %s", self.name, exc)
             else:
                 if self._shards:
@@ -451,6 +453,8 @@ class FactWorker:
                 except PermissionDeniedError as exc:
                     self._refused(exc)
                 except RedisError as exc:
+                    # Cancelled when the worker stops: redis-py may have made that a timeout.
+                    raise_if_cancelled()
                     _log.warning("facts worker %s: heartbeat: %s", self.name, exc)
 
     async def _leave(self) -> None:
