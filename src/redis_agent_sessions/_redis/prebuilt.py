@@ -106,15 +106,16 @@ def _written(conn: Any, packed: bytes) -> bool:
     """Whether ``packed`` was handed to the open socket of ``conn`` here, without redis-py's
     send: with a ``socket_timeout`` (5 s by default in redis-py 8) that send runs as an
     ``asyncio.wait_for`` of the write, which on Python 3.11 is a task of its own and two
-    more turns of the event loop: 35 us of a 230 us append on this machine
-    (benchmarks/append.py, the floor, interleaved). The timeout still holds: the reply is
-    read under it, and a command the server cannot read is a reply that never comes.
-    False (redis-py sends it) for a connection not open or closing, one that is not on an
-    asyncio stream, one that checks its health before commands, and a large command, which
-    may wait for the socket."""
+    more turns of the event loop: about 30 us of a 270 us append on this machine (appends
+    interleaved with bare EVALSHA calls, as benchmarks/append.py's floor runs them). The
+    timeout still holds: the reply is read under it, and a command the server cannot read
+    is a reply that never comes. False (redis-py sends it) for a connection not open or
+    closing, one that is not on an asyncio stream, one that checks its health before
+    commands, and a large command, which may wait for the socket."""
     writer = getattr(conn, "_writer", None)
     if (
         type(writer) is not asyncio.StreamWriter  # None once closed; fakeredis has its own
+        or not conn.is_connected
         or len(packed) > _DIRECT_BYTES
         or getattr(conn, "health_check_interval", True)
         or writer.transport.is_closing()

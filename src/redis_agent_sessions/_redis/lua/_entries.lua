@@ -9,6 +9,7 @@
 --   follow, each term and posting written once. opt = {postings = plain backend's postings
 --   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
 --   ids out of (or nil)}.
+-- write_sliced(command, key, values): command on key with values, 1,000 at a time.
 -- entry_sig(op): what the entry of op (memory_put.lua's) is found by: own|tf|dl|au|grams,
 --   as memory/_store.py's Doc.sig spells it.
 -- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
@@ -19,7 +20,7 @@ local function entry_sig(op)
   return op.own .. '|' .. op.tf .. '|' .. op.dl .. '|' .. op.au .. '|' .. op.gr
 end
 
--- Written in slices of at most 1000 values: unpack() is bounded by the Lua stack.
+-- In slices: unpack() is bounded by the Lua stack.
 local function write_sliced(command, key, values)
   for at = 1, #values, 1000 do
     redis.call(command, key, unpack(values, at, math.min(at + 999, #values)))
