@@ -9,6 +9,7 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
@@ -57,6 +58,37 @@ async def test_plain_clients_skip_redis_py_packing(
     # The slot-checking fakeredis overrides execute_command: its checks still see every
     # script, as a cluster client does.
     assert calls == ([] if plain else [service._engine.ctx.runner.append.sha])
+
+
+@pytest.mark.real
+async def test_a_small_command_is_written_without_redis_py_s_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py's send wraps the write in ``asyncio.wait_for`` (a task of its own on Python
+    3.11): a script call writes its small command to an open connection itself. A command
+    too large for that goes through redis-py's send, on the same connection."""
+    if prebuilt._pack is None:
+        pytest.skip("without hiredis redis-py packs and sends every call")
+    client = Redis.from_url(skip_without("REDIS_URL"))
+    sent: list[int] = []
+    original = Connection.send_packed_command
+
+    async def spied(self: Connection, command: Any, check_health: bool = True) -> None:
+        sent.append(len(command))
+        await original(self, command, check_health)
+
+    try:
+        script = client.register_script("return string.len(ARGV[1])")
+        await client.script_load(script.script)
+        monkeypatch.setattr(Connection, "send_packed_command", spied)
+        assert await prebuilt.evalsha(script, [], ["x"]) == 1
+        assert sent == []
+        large = "x" * (prebuilt._DIRECT_BYTES + 1)
+        assert await prebuilt.evalsha(script, [], [large]) == len(large)
+        assert len(sent) == 1
+        assert await prebuilt.evalsha(script, [], ["xy"]) == 2  # the connection still reads
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.real

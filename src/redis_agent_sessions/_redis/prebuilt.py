@@ -4,7 +4,8 @@ redis.asyncio packs every argument in Python: for append_event's ~33 arguments t
 costs 55-65 us per append more than ``hiredis.pack_command`` (benchmarks/append.py, the
 "redis-py packing" row, interleaved). So on a plain ``redis.asyncio.Redis`` with hiredis
 installed, a script call packs its command itself and sends it on a pooled connection, with
-the connection's own retry policy, as ``execute_command`` would.
+the connection's own retry policy, as ``execute_command`` would; a small command is written
+to the socket without redis-py's ``wait_for`` around the write (see ``_written``).
 
 On a ``redis.asyncio.cluster.RedisCluster`` the routing is skipped too (~19 us of a cluster
 append, benchmarks/cluster.py): every key of one script call is in one slot, so the command
@@ -22,6 +23,7 @@ Everything else (no hiredis, a single-connection client, a subclass that overrid
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -77,12 +79,18 @@ def _packed(client: Any, sha: str, keys: list[Any], args: list[Any]) -> bytes | 
         return None  # redis-py's own packing raises its usual error
 
 
+# A command this small goes to the socket at once (asyncio's transport buffers the rest of a
+# larger one, and only redis-py's send then waits for the buffer to drain).
+_DIRECT_BYTES = 64 << 10
+
+
 async def _send(client: Redis, packed: bytes) -> Any:
     pool: Any = client.connection_pool
     conn = await pool.get_connection()
 
     async def attempt() -> Any:
-        await conn.send_packed_command(packed)
+        if not _written(conn, packed):
+            await conn.send_packed_command(packed)
         return await conn.read_response()
 
     async def failed(_error: Exception) -> None:
@@ -92,6 +100,34 @@ async def _send(client: Redis, packed: bytes) -> Any:
         return await conn.retry.call_with_retry(attempt, failed)
     finally:
         await pool.release(conn)
+
+
+def _written(conn: Any, packed: bytes) -> bool:
+    """Whether ``packed`` was handed to the open socket of ``conn`` here, without redis-py's
+    send: with a ``socket_timeout`` (5 s by default in redis-py 8) that send runs as an
+    ``asyncio.wait_for`` of the write, which on Python 3.11 is a task of its own and two
+    more turns of the event loop: about 30 us of a 270 us append on this machine (appends
+    interleaved with bare EVALSHA calls, as benchmarks/append.py's floor runs them). The
+    timeout still holds: the reply is read under it, and a command the server cannot read
+    is a reply that never comes. False (redis-py sends it) for a connection not open or
+    closing, one that is not on an asyncio stream, one that checks its health before
+    commands, and a large command, which may wait for the socket."""
+    writer = getattr(conn, "_writer", None)
+    if (
+        type(writer) is not asyncio.StreamWriter  # None once closed; fakeredis has its own
+        or not conn.is_connected
+        or len(packed) > _DIRECT_BYTES
+        or getattr(conn, "health_check_interval", True)
+        or writer.transport.is_closing()
+    ):
+        return False
+    try:
+        writer.write(packed)
+    except (AttributeError, TypeError, RuntimeError, OSError) as exc:
+        # A transport torn down under the connection (lost.py): nothing went out. As
+        # redis-py's send does, a ConnectionError, which the connection's retry takes.
+        raise RedisConnectionError(f"Error while writing to socket: {exc!r}") from exc
+    return True
 
 
 # Replies and failures redis-py's cluster path knows how to handle: redirections, a cluster
@@ -127,7 +163,8 @@ async def _on_cluster(
         reopen = getattr(node, "disconnect_if_needed", None)
         if reopen is not None:
             await reopen(conn)
-        await conn.send_packed_command(packed)
+        if not _written(conn, packed):
+            await conn.send_packed_command(packed)
         reply = await conn.read_response()
     except _REPLIES_HANDED_OVER:
         node.release(conn)

@@ -36,7 +36,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from snowballstemmer.english_stemmer import EnglishStemmer  # type: ignore[import-untyped]
@@ -190,23 +190,34 @@ def analyse(
     distance x how often it says it), not the sum over the neighbours: summed, a turn
     between two that each say a word once held it as firmly as they do, and outranked the
     turns that said the query's words (docs/memory-ranking.md#context)."""
-    said: dict[str, int] = {}
-    for term in own:
-        said[term] = said.get(term, 0) + 1
+    return analyse_counted(
+        Counter(own), len(own), [(d, Counter(terms), len(terms)) for d, terms in context], author
+    )
+
+
+def analyse_counted(
+    said: Mapping[str, int],
+    said_length: int,
+    context: Iterable[tuple[int, Mapping[str, int], int]],
+    author: str | None,
+) -> Analysed:
+    """:func:`analyse` of terms already counted (each term with how often it is said, in
+    the order met: a ``Counter``), and their lengths: an ingestion counts each turn's terms
+    once, not once more for each turn it is the context of (that was half its analysis)."""
     around: dict[str, int] = {}
-    length = OWN * len(own)
-    for distance, terms in context:
+    known = around.get
+    length = OWN * said_length
+    for distance, counts, terms in context:
         weight = CONTEXT[distance - 1]
-        counts: dict[str, int] = {}
-        for term in terms:
-            counts[term] = counts.get(term, 0) + 1
+        length += weight * terms
         for term, n in counts.items():
-            around[term] = max(around.get(term, 0), weight * n)
-        length += weight * len(terms)
+            # A comparison, not max(): this runs for every context word of every entry.
+            if weight * n > known(term, 0):
+                around[term] = weight * n
     tf = {t: OWN * n for t, n in said.items()}
     for term, quarters in around.items():
         tf[term] = tf.get(term, 0) + quarters
-    return Analysed(said, tf, length, author_terms(author))
+    return Analysed(dict(said), tf, length, author_terms(author))
 
 
 def neighbours(sessions: Sequence[str], reach: int = len(CONTEXT)) -> list[list[tuple[int, int]]]:

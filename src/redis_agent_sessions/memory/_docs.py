@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from redis_agent_sessions.errors import InvalidInputError, PayloadTooLargeError
 from redis_agent_sessions.memory._analysis import (
     CONTEXT,
     analyse,
+    analyse_counted,
     analysis_id,
     neighbours,
     text_terms,
@@ -97,11 +99,13 @@ def iter_turn_docs(
 ) -> Iterator[Doc]:
     """``turn_docs``, each entry analysed when it is asked for (a write analyses the
     next batch while Redis stores the one before)."""
-    own: list[list[str]] = []
+    own: list[tuple[Counter[str], int]] = []
 
-    def terms(j: int) -> list[str]:
+    def terms(j: int) -> tuple[Counter[str], int]:
+        """Turn j's terms counted, and how many: once, however many turns it is near."""
         while len(own) <= j:
-            own.append(text_terms(turns[len(own)].text))
+            found = text_terms(turns[len(own)].text)
+            own.append((Counter(found), len(found)))
         return own[j]
 
     around = neighbours([t.session for t in turns], reach)
@@ -124,7 +128,7 @@ def iter_turn_docs(
             text_=turn.text,
             content_json=turn.content,
             meta=turn.meta,
-            analysed=analyse(terms(i), [(d, terms(j)) for d, j in near], turn.author),
+            analysed=analyse_counted(*terms(i), [(d, *terms(j)) for d, j in near], turn.author),
             neighbours=[turns[j].id for _, j in near if turns[j].id != turn.id],
             analysis=analysis_id() if alone else analysis,
         )

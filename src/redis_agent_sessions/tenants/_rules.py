@@ -19,7 +19,7 @@ __all__ = [
 
 WORKER_COMMANDS = (
     "+evalsha", "+script|load", "+multi", "+exec", "+select",
-    "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+hincrby",
+    "+hgetall", "+hget", "+hmget", "+hset", "+hdel",
     "+xadd", "+xrange", "+xrevrange", "+xtrim", "+xread",
     "+zadd", "+zrem", "+zrange", "+zrevrange", "+zscore", "+zcard",
     "+sadd", "+srem", "+sismember", "+smembers", "+sdiff",
@@ -33,8 +33,9 @@ SEARCH_READ_COMMANDS = ("+module|list", "+ft.info", "+ft.search")
 WORKER_SEARCH_COMMANDS = (*SEARCH_READ_COMMANDS, "+ft.create")
 """A worker of a whole prefix also makes the shared (or per-user) indexes."""
 
-FACTS_COMMANDS = ("+lpush", "+ltrim", "+lrange")
-"""Learned facts: each fact's history is a list."""
+FACTS_COMMANDS = ("+hincrby", "+lpush", "+ltrim", "+lrange")
+"""Learned facts: each fact's history is a list, and the user's generations and facts are
+counted."""
 
 BACKGROUND_COMMANDS = (
     "+xreadgroup", "+xack", "+xdel", "+xclaim", "+xautoclaim", "+xpending", "+xlen",

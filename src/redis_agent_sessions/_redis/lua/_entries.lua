@@ -9,6 +9,7 @@
 --   follow, each term and posting written once. opt = {postings = plain backend's postings
 --   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
 --   ids out of (or nil)}.
+-- write_sliced(command, key, values): command on key with values, 1,000 at a time.
 -- entry_sig(op): what the entry of op (memory_put.lua's) is found by: own|tf|dl|au|grams,
 --   as memory/_store.py's Doc.sig spells it.
 -- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
@@ -19,9 +20,20 @@ local function entry_sig(op)
   return op.own .. '|' .. op.tf .. '|' .. op.dl .. '|' .. op.au .. '|' .. op.gr
 end
 
+-- In slices: unpack() is bounded by the Lua stack.
+local function write_sliced(command, key, values)
+  for at = 1, #values, 1000 do
+    redis.call(command, key, unpack(values, at, math.min(at + 999, #values)))
+  end
+end
+
 local function write_entries(K, todo, opt)
   local postings = opt.postings
-  local deltas, adds = {}, {}
+  -- What each entry adds to the user's keys is gathered and written once per key (a posting
+  -- once per posting key) after the entries: per entry, they were half its commands. An id
+  -- met twice keeps its last text, as when each was written in turn.
+  local deltas, adds, grams = {}, {}, {}
+  local texts, text_of, ctxs, by_time, ids = {}, {}, {}, {}, {}
   local stats = redis.call('HMGET', K.stats, 'n', 'len')
   local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
   for _, op in ipairs(todo) do
@@ -46,12 +58,18 @@ local function write_entries(K, todo, opt)
           add[#add + 1] = math.floor(POSTING_SCALE * tf * (opt.k1 + 1) / (tf + norm) + 0.5)
           add[#add + 1] = op.id
         end
-        for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
-        if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
+        for _, i in ipairs(op.g) do
+          local add = grams[i]
+          if not add then add = {}; grams[i] = add end
+          add[#add + 1] = op.ts
+          add[#add + 1] = op.id
+        end
+        if text_of[op.id] == nil then texts[#texts + 1] = op.id end
+        text_of[op.id] = op.t
       end
     end
-    local ctx = {op.ts, op.dl, op.au, op.nb, op.own, op.tf}
-    redis.call('HSET', K.ctx, op.id, table.concat(ctx, '\t'))
+    ctxs[#ctxs + 1] = op.id
+    ctxs[#ctxs + 1] = table.concat({op.ts, op.dl, op.au, op.nb, op.own, op.tf}, '\t')
     local f = op.f
     f[#f + 1] = 'own'; f[#f + 1] = op.own
     f[#f + 1] = 'tf'; f[#f + 1] = op.tf
@@ -72,13 +90,27 @@ local function write_entries(K, todo, opt)
     end
     redis.call('DEL', KEYS[op.k])
     redis.call('HSET', KEYS[op.k], unpack(op.f))
-    redis.call('ZADD', K.entries, op.ts, op.id)
-    if opt.session then redis.call('SADD', opt.session, op.id) end
-    if opt.undelete then redis.call('SREM', opt.undelete, op.id) end
+    by_time[#by_time + 1] = op.ts
+    by_time[#by_time + 1] = op.id
+    ids[#ids + 1] = op.id
   end
-  for i, add in pairs(adds) do
-    for at = 1, #add, 2000 do redis.call('ZADD', KEYS[i], unpack(add, at, math.min(at + 1999, #add))) end
+  for i, add in pairs(adds) do write_sliced('ZADD', KEYS[i], add) end
+  for i, add in pairs(grams) do write_sliced('ZADD', KEYS[i], add) end
+  local said, unsaid = {}, {}
+  for _, id in ipairs(texts) do
+    if text_of[id] ~= '' then
+      said[#said + 1] = id
+      said[#said + 1] = text_of[id]
+    else
+      unsaid[#unsaid + 1] = id
+    end
   end
+  write_sliced('HSET', K.texts, said)
+  write_sliced('HDEL', K.texts, unsaid)
+  write_sliced('HSET', K.ctx, ctxs)
+  write_sliced('ZADD', K.entries, by_time)
+  if opt.session then write_sliced('SADD', opt.session, ids) end
+  if opt.undelete then write_sliced('SREM', opt.undelete, ids) end
   write_counts(K.df, deltas)
   if #todo > 0 then redis.call('HSET', K.stats, 'n', n, 'len', total) end
 end

@@ -5,7 +5,8 @@
 -- idf(n, df): Lucene's BM25 idf of a term in df of n entries (never negative).
 -- count_terms(deltas, tf, au, by): adds by to deltas[term] for each term of an entry's tf
 --   ("term:quarters ...") and each of its author terms ("@a @b").
--- write_counts(key, deltas): applies deltas to the counts hash key, a term at 0 removed.
+-- write_counts(key, deltas): applies deltas to the counts hash key, a term at 0 removed
+--   (the caller asked for HMGET, HSET and HDEL on key).
 -- POSTING_SCALE: a posting's score is its BM25 weight in units of 1/POSTING_SCALE, an
 --   integer: a small sorted set compares integer scores without parsing each one.
 local POSTING_SCALE = 10000
@@ -22,9 +23,31 @@ local function count_terms(deltas, tf, au, by)
   for author in string.gmatch(au or '', '%S+') do deltas[author] = (deltas[author] or 0) + by end
 end
 
+-- A batch counts hundreds of terms: read and written a slice at a time (HMGET, HSET, HDEL),
+-- not an HINCRBY each, as every command a script runs costs on its own.
 local function write_counts(key, deltas)
+  local terms = {}
   for term, by in pairs(deltas) do
-    if by ~= 0 and redis.call('HINCRBY', key, term, by) <= 0 then redis.call('HDEL', key, term) end
+    if by ~= 0 then terms[#terms + 1] = term end
+  end
+  for from = 1, #terms, 1000 do
+    local slice = {unpack(terms, from, math.min(from + 999, #terms))}
+    local now = redis.call('HMGET', key, unpack(slice))
+    local set, gone = {}, {}
+    for i, term in ipairs(slice) do
+      local count = tonumber(now[i] or '0')
+      -- Not a count (written by something else): HINCRBY's own error, as before.
+      if not count then redis.call('HINCRBY', key, term, deltas[term]) end
+      count = count + deltas[term]
+      if count > 0 then
+        set[#set + 1] = term
+        set[#set + 1] = string.format('%d', count)
+      else
+        gone[#gone + 1] = term
+      end
+    end
+    if #set > 0 then redis.call('HSET', key, unpack(set)) end
+    if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
   end
 end
 

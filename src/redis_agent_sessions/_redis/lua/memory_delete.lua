@@ -23,7 +23,7 @@
 local postings, spare = ARGV[2] == '1', ARGV[3] == '1'
 local ops = cjson.decode(ARGV[4])
 local refused = denied('ZREM', KEYS[1], 'HMGET', KEYS[5], 'HSET', KEYS[5], 'HDEL', KEYS[5],
-  'HINCRBY', KEYS[6], 'HDEL', KEYS[6])
+  'HMGET', KEYS[6], 'HSET', KEYS[6], 'HDEL', KEYS[6])
 for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', KEYS[op.k], 'DEL', KEYS[op.k])
     or (op.s > 0 and denied('SREM', KEYS[op.s]))

@@ -43,8 +43,8 @@ local postings = ARGV[1] == '1'
 local now, keep = tonumber(ARGV[7]), tonumber(ARGV[6])
 local ops = cjson.decode(ARGV[8])
 local read = cjson.decode(ARGV[9])
-local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'HDEL', KEYS[3], 'HINCRBY', KEYS[3], 'HINCRBY', KEYS[4],
-  'HDEL', KEYS[4], 'HSET', KEYS[5], 'HDEL', KEYS[5], 'ZADD', KEYS[1], 'ZREM', KEYS[1],
+local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'HDEL', KEYS[3], 'HINCRBY', KEYS[3], 'HMGET', KEYS[4],
+  'HSET', KEYS[4], 'HDEL', KEYS[4], 'HSET', KEYS[5], 'HDEL', KEYS[5], 'ZADD', KEYS[1], 'ZREM', KEYS[1],
   'ZADD', KEYS[6], 'ZREM', KEYS[6], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'GET', KEYS[8],
   'HSET', KEYS[10], 'HDEL', KEYS[10])
   or (ARGV[5] ~= '' and denied('SET', KEYS[8]))

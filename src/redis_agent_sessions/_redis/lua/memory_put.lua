@@ -49,7 +49,7 @@ local mode, postings = ARGV[1], ARGV[2] == '1'
 local ops = cjson.decode(ARGV[7])
 local k1, b = tonumber(ARGV[8]), tonumber(ARGV[9])
 local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 'HSET', KEYS[6],
-  'HINCRBY', KEYS[7], 'HDEL', KEYS[7])
+  'HMGET', KEYS[7], 'HSET', KEYS[7], 'HDEL', KEYS[7])
 -- An ingestion ends by deleting the session's stale entries (memory_delete.lua): a user who
 -- may not do that is refused now, before its first batch is written (their postings are
 -- this user's too: ZREM is asked for the batch's).
@@ -82,7 +82,7 @@ refused = refused
     'SISMEMBER', KEYS[4], 'SDIFF', KEYS[3], 'SREM', KEYS[3], 'ZREM', KEYS[1]))
 if refused then return refused end
 
-local todo, unembedded = {}, {2}
+local todo, unembedded, ingested = {}, {2}, {}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   op.sig = entry_sig(op)
@@ -98,8 +98,9 @@ for _, op in ipairs(ops) do
     if op.vk and op.v == 0 and cur[6] ~= op.vk then unembedded[#unembedded + 1] = op.id end
     todo[#todo + 1] = op
   end
-  if ingest then redis.call('SADD', KEYS[4], op.id) end
+  ingested[#ingested + 1] = op.id
 end
+if ingest then write_sliced('SADD', KEYS[4], ingested) end
 if #unembedded > 1 then return unembedded end
 
 -- A batch repeats the same terms and postings: counts and postings are gathered, then
