@@ -50,7 +50,8 @@ local function write_entries(K, todo, opt)
         if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
       end
     end
-    local ctx = {op.ts, op.dl, op.au, op.nb, op.own, op.tf}
+    -- Its filter tokens last (_memory.lua's passes): no term holds a space or a ':'.
+    local ctx = {op.ts, op.dl, op.au, op.nb, op.own, op.tf, op.fx or ''}
     redis.call('HSET', K.ctx, op.id, table.concat(ctx, '\t'))
     local f = op.f
     f[#f + 1] = 'own'; f[#f + 1] = op.own
