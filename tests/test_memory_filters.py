@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import fakeredis
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -378,3 +379,42 @@ async def test_an_index_of_the_definition_before_filters_gets_their_field(
     await memory.add_memory(app_name=APP, user_id="u", memories=[entry])
     found = await memory.search_memory(app_name=APP, user_id="u", query="deploy", author="a")
     assert len(found.memories) == 1
+
+
+async def test_the_adk_facade_passes_the_filters_and_recency_through() -> None:
+    pytest.importorskip("google.adk", reason="needs the [adk] extra")
+    from google.adk.events import Event as AdkEvent
+    from google.adk.sessions import Session as AdkSession
+    from google.genai import types
+
+    from redis_agent_sessions.adk import RedisMemoryService as AdkMemoryService
+
+    client = fakeredis.FakeAsyncRedis()
+    memory = AdkMemoryService(
+        client, backend="plain", config=SessionServiceConfig(indexed_metadata=("team",))
+    )
+    events = [
+        AdkEvent(
+            id=f"e{i}",
+            author=author,
+            timestamp=float(i),
+            content=types.Content(role="user", parts=[types.Part(text="deploy status")]),
+        )
+        for i, author in enumerate(["user", "model", "user"])
+    ]
+    await memory.add_session_to_memory(
+        AdkSession(id="s", app_name=APP, user_id="u", events=events, last_update_time=3.0)
+    )
+
+    async def ids(**kw: Any) -> list[str | None]:
+        found = await memory.search_memory(app_name=APP, user_id="u", query="deploy", **kw)
+        return [m.id for m in found.memories]
+
+    assert await ids(author="user") == ["e2", "e0"]
+    assert await ids(filters={"author": "model"}) == ["e1"]
+    assert await ids(author="user", until=1.0) == ["e0"]
+    assert await ids(kind="fact") == []
+    assert await ids(recency_half_life=3600) == ["e2", "e1", "e0"]
+    with pytest.raises(InvalidFilterError):
+        await ids(metadata={"project": "x"})
+    await client.aclose()
