@@ -223,7 +223,9 @@ class IndexRanker:
         stats, df_raw, edge = await self._topology.at_key(entries, [
             ("HMGET", k.memory_stats(app, user), "n", "len"),
             ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
-            ("ZREVRANGE", entries, COMMON_WINDOW - 1, COMMON_WINDOW - 1, "WITHSCORES"),
+            # Within a filter's time range: its newest, not the user's.
+            ("ZREVRANGEBYSCORE", entries, _end(where.until, "+inf"), _end(where.since, "-inf"),
+             "WITHSCORES", "LIMIT", COMMON_WINDOW - 1, 1),
         ])  # fmt: skip
         n, length = int(stats[0] or 0), int(stats[1] or 0)
         ranked = Ranked([], n)
@@ -310,6 +312,10 @@ class IndexRanker:
         scored = await _scripts.run(self._script, call)
         ranked.hits = [(text(i), float(s)) for i, s in scored]
         return ranked
+
+
+def _end(bound: float | None, open_end: str) -> str:
+    return open_end if bound is None else repr(bound)
 
 
 def _doc_keys(reply: Any) -> list[str]:
