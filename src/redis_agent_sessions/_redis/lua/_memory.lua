@@ -33,7 +33,8 @@ end
 -- open end or no recency empty). passes(value) says whether an entry, by its context hash
 -- value (nil: gone), is within the filter: its time (the first field) in the range, and
 -- for each clause one of its tokens among the entry's (the last field, written with
--- filters; before, the last field is term:quarters pairs, which no token equals).
+-- filters; before, the last field is term:quarters pairs, with no kind token: within no
+-- filter).
 -- decay(ts): what recency multiplies the score of an entry of that time by (1: none).
 local FILTER = nil
 
@@ -51,13 +52,13 @@ local function set_filter(spec)
   FILTER.active = FILTER.since ~= nil or FILTER.till ~= nil or #FILTER.clauses > 0
 end
 
-local function passes(value)
-  if FILTER == nil or not FILTER.active then return true end
-  if not value then return false end
-  local ts = tonumber(string.match(value, '^[^\t]*'))
+-- Whether an entry of time ts and tokens ' <token> ... ' is within the filter (an entry
+-- written before filters has no kind token: it is within none).
+local function within(ts, tokens)
   if (FILTER.since and ts < FILTER.since) or (FILTER.till and ts > FILTER.till) then return false end
-  if #FILTER.clauses == 0 then return true end
-  local tokens = ' ' .. (string.match(value, '\t([^\t]*)$') or '') .. ' '
+  if not (string.find(tokens, ' ke ', 1, true) or string.find(tokens, ' kf ', 1, true)) then
+    return false
+  end
   for _, clause in ipairs(FILTER.clauses) do
     local any = false
     for _, token in ipairs(clause) do
@@ -66,6 +67,21 @@ local function passes(value)
     if not any then return false end
   end
   return true
+end
+
+local function passes(value)
+  if FILTER == nil or not FILTER.active then return true end
+  if not value then return false end
+  local last = string.match(value, '\t([^\t]*)$') or ''
+  return within(tonumber(string.match(value, '^[^\t]*')), ' ' .. last .. ' ')
+end
+
+-- passes_brief(value): passes, of an entry's brief field of the context hash (' ' .. id:
+-- "ts token ...").
+local function passes_brief(value)
+  if FILTER == nil or not FILTER.active then return true end
+  if not value then return false end
+  return within(tonumber(string.match(value, '^%S+')), ' ' .. value .. ' ')
 end
 
 local function decay(ts)
@@ -332,8 +348,9 @@ local function rank_postings(K, A, o)
     end
     for at = 1, #todo, 500 do
       local part = {unpack(todo, at, math.min(at + 499, #todo))}
+      for i = 1, #part do part[i] = ' ' .. part[i] end
       local values = redis.call('HMGET', K.ctx, unpack(part))
-      for i, id in ipairs(part) do outside[id] = not passes(values[i]) end
+      for i, value in ipairs(values) do outside[string.sub(part[i], 2)] = not passes_brief(value) end
     end
   end
 
