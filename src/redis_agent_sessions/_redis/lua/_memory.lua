@@ -55,7 +55,10 @@ end
 -- Whether an entry of time ts and tokens ' <token> ... ' is within the filter (an entry
 -- written before filters has no kind token: it is within none).
 local function within(ts, tokens)
-  if (FILTER.since and ts < FILTER.since) or (FILTER.till and ts > FILTER.till) then return false end
+  if not ts or (FILTER.since and ts < FILTER.since) or (FILTER.till and ts > FILTER.till) then
+    return false
+  end
+  tokens = ' ' .. tokens .. ' '
   if not (string.find(tokens, ' ke ', 1, true) or string.find(tokens, ' kf ', 1, true)) then
     return false
   end
@@ -72,8 +75,7 @@ end
 local function passes(value)
   if FILTER == nil or not FILTER.active then return true end
   if not value then return false end
-  local last = string.match(value, '\t([^\t]*)$') or ''
-  return within(tonumber(string.match(value, '^[^\t]*')), ' ' .. last .. ' ')
+  return within(tonumber(string.match(value, '^[^\t]*')), string.match(value, '\t([^\t]*)$') or '')
 end
 
 -- passes_brief(value): passes, of an entry's brief field of the context hash (' ' .. id:
@@ -81,7 +83,7 @@ end
 local function passes_brief(value)
   if FILTER == nil or not FILTER.active then return true end
   if not value then return false end
-  return within(tonumber(string.match(value, '^%S+')), ' ' .. value .. ' ')
+  return within(tonumber(string.match(value, '^%S+')), value)
 end
 
 local function decay(ts)
@@ -354,6 +356,7 @@ local function rank_postings(K, A, o)
     end
   end
 
+  local screening = FILTER ~= nil and FILTER.active
   local terms, names, candidates, order = {}, {}, {}, {}
   local pos = o + 11
   for _ = 1, tonumber(A[o + 10]) do
@@ -425,7 +428,8 @@ local function rank_postings(K, A, o)
       end
     end
     if pick == nil or (#best == limit and best[limit] > bound) then break end
-    local chunk = math.min(64, budget - read)
+    -- Under a filter most of a posting is read anyway: fewer, larger chunks.
+    local chunk = math.min(screening and 256 or 64, budget - read)
     local rows = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk - 1, 'WITHSCORES')
     pick.i = pick.i + chunk
     read = read + #rows / 2
