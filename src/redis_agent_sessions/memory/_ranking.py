@@ -223,9 +223,7 @@ class IndexRanker:
         stats, df_raw, edge = await self._topology.at_key(entries, [
             ("HMGET", k.memory_stats(app, user), "n", "len"),
             ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
-            # Within a filter's time range: its newest, not the user's.
-            ("ZREVRANGEBYSCORE", entries, _end(where.until, "+inf"), _end(where.since, "-inf"),
-             "WITHSCORES", "LIMIT", COMMON_WINDOW - 1, 1),
+            _edge(entries, where),
         ])  # fmt: skip
         n, length = int(stats[0] or 0), int(stats[1] or 0)
         ranked = Ranked([], n)
@@ -314,8 +312,15 @@ class IndexRanker:
         return ranked
 
 
-def _end(bound: float | None, open_end: str) -> str:
-    return open_end if bound is None else repr(bound)
+def _edge(entries: str, where: Compiled) -> tuple[Any, ...]:
+    """The command reading the newest ``COMMON_WINDOW``-th entry: of the user, or within a
+    filter's time range (ZRANGE: the least-privilege rules have no ZREVRANGEBYSCORE)."""
+    if where.since is None and where.until is None:
+        return ("ZREVRANGE", entries, COMMON_WINDOW - 1, COMMON_WINDOW - 1, "WITHSCORES")
+    high = "+inf" if where.until is None else repr(where.until)
+    low = "-inf" if where.since is None else repr(where.since)
+    return ("ZRANGE", entries, high, low, "BYSCORE", "REV", "LIMIT", COMMON_WINDOW - 1, 1,
+            "WITHSCORES")  # fmt: skip
 
 
 def _doc_keys(reply: Any) -> list[str]:
