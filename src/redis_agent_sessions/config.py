@@ -78,6 +78,12 @@ class SessionServiceConfig(BaseModel):
     limited to one app's keys can search that app's memory and no other's. Per-app indexes
     are made by an operator (``redis-agent-sessions tenant create APP``), never by a
     worker: docs/security.md#tenants."""
+    indexed_metadata: tuple[str, ...] = ()
+    """Memory: the ``custom_metadata`` fields a search may filter on by equality
+    (``metadata=`` of ``search_memory``'s filters); in a URL comma-separated. An entry
+    is written with them, so every writer should declare the same; entries written before
+    a field was declared are not found by a filter on it until ``reindex`` writes them
+    again (docs/memory.md#filters)."""
     telemetry: bool = False
     """Per worker: an OpenTelemetry span (kind CLIENT, database-client conventions) for each
     call of the service's public API, the ``db.client.operation.duration`` histogram, and
@@ -94,6 +100,17 @@ class SessionServiceConfig(BaseModel):
         if self.write_concern == "replicas" and self.min_replicas < 1:
             raise ValueError("write_concern='replicas' needs min_replicas >= 1")
         return self
+
+    @field_validator("indexed_metadata", mode="before")
+    @classmethod
+    def _field_names(cls, value: object) -> object:
+        if isinstance(value, str):  # a URL's comma-separated list
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, (list, tuple)):
+            if not all(isinstance(v, str) and v for v in value):
+                raise ValueError("indexed_metadata must be field names (non-empty strings)")
+            return tuple(dict.fromkeys(value))
+        return value
 
     @field_validator("key_prefix")
     @classmethod

@@ -21,6 +21,7 @@ __all__ = [
     "GenerationError",
     "GenerationTimeoutError",
     "IncompleteSessionError",
+    "InvalidFilterError",
     "InvalidInputError",
     "LayoutVersionError",
     "MemoryIndexError",
@@ -46,6 +47,12 @@ class RedisSessionsError(Exception):
 
 class InvalidInputError(RedisSessionsError, ValueError):
     """An argument was rejected before anything was written."""
+
+
+class InvalidFilterError(InvalidInputError):
+    """A memory search's filter was refused before anything was searched: an unknown field,
+    a value of the wrong type, ``since`` after ``until``, or a ``custom_metadata`` field not
+    declared in ``indexed_metadata``."""
 
 
 class PayloadTooLargeError(InvalidInputError):

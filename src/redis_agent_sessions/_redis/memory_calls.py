@@ -176,6 +176,7 @@ class MemoryRank(NamedTuple):
     df: str
     context: str
     postings: Sequence[str]
+    filter: str  # memory/_filters.py's Compiled.lua()
     limit: int
     read_budget: int
     substring_cap: int
@@ -212,6 +213,7 @@ MEMORY_RANK = Script(
 class MemoryRescore(NamedTuple):
     context: str
     holding: Sequence[str]  # entry hashes holding a query word's grams
+    filter: str  # memory/_filters.py's Compiled.lua()
     limit: int
     indexed: int
     author_weight: float

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from redis_agent_sessions.memory._consolidate import FactSettings
 from redis_agent_sessions.memory._embedders import CallableEmbedder, Embedder
 from redis_agent_sessions.memory._fact_jobs import FactJobs
+from redis_agent_sessions.memory._filters import MemoryFilter
 from redis_agent_sessions.memory._generators import (
     CallableGenerator,
     Fact,
@@ -46,6 +47,7 @@ __all__ = [
     "GenerationRequest",
     "GoogleEmbedder",
     "MemoryEntry",
+    "MemoryFilter",
     "MemoryGenerator",
     "MemoryOperation",
     "RedisMemoryService",

@@ -165,7 +165,13 @@ class Context:
                 raise MemoryIndexError(f"could not record the memory backend in {key!r}")
             if _backend_name(key, again) != chosen:  # another worker recorded first
                 return await self._open_backend()
-        return MemoryStore(self.client, self.keys, postings=chosen == "plain"), search
+        store = MemoryStore(
+            self.client,
+            self.keys,
+            postings=chosen == "plain",
+            indexed=self.config.indexed_metadata,
+        )
+        return store, search
 
     async def facts(self) -> FactStore:
         """The learned facts' store (on the backend's entries)."""

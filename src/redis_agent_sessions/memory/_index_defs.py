@@ -33,7 +33,12 @@ SCHEMA = (
     ("grams", "TEXT", ("NOSTEM",)),
     ("terms", "TEXT", ("NOSTEM",)),
     ("ts", "NUMERIC", ("SORTABLE",)),
+    ("fx", "TAG", ("SEPARATOR", ",")),
 )
+ADDED = ("fx",)
+"""Attributes added since the first definition: an index without them gets them with
+``FT.ALTER`` (the module then indexes its existing hashes again), not an error. An entry
+written before has no ``fx`` (search filters) until ``reindex`` writes it again."""
 
 Run = Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]]
 
@@ -207,7 +212,7 @@ class IndexDefinitions:
         if vector:
             await self._check_vectors(run, index, prefix, want or self._want_vectors(), "")
         else:
-            await self._check_keyword(run, index, prefix, fix="")
+            await self._check_keyword(run, index, prefix, fix="", alter=True)
         return False
 
     async def _check_provisioned(
@@ -280,10 +285,19 @@ class IndexDefinitions:
                 )
             )
 
-    async def _check_keyword(self, run: Run, index: str, prefix: str, *, fix: str) -> None:
+    async def _check_keyword(
+        self, run: Run, index: str, prefix: str, *, fix: str, alter: bool = False
+    ) -> None:
+        """An existing keyword index has our definition; with ``alter``, one of an older
+        definition (only ``ADDED`` attributes missing) gets them."""
         prefixes, attributes = await self._definition(run, index)
         found = {name: text(attr.get("type", b"")) for name, attr in attributes.items()}
         want = {name: kind for name, kind, _ in SCHEMA}
+        missing = [n for n in want if n not in found]
+        if alter and prefixes == [prefix] and missing and set(missing) <= set(ADDED):
+            added = [p for n, k, opts in SCHEMA if n in missing for p in (n, k, *opts)]
+            await run([("FT.ALTER", index, "SCHEMA", "ADD", *added)])
+            found.update({n: want[n] for n in missing})
         if prefixes != [prefix] or any(found.get(n) != k for n, k in want.items()):
             raise MemoryIndexError(
                 f"RediSearch index {index!r} exists with another definition "

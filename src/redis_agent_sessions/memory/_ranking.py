@@ -55,6 +55,7 @@ from redis_agent_sessions.memory._analysis import (
     query_terms,
 )
 from redis_agent_sessions.memory._encoding import owner_tag
+from redis_agent_sessions.memory._filters import NO_FILTER, Compiled
 from redis_agent_sessions.memory._search import escape_term
 from redis_agent_sessions.memory._text import query_grams, term_count
 
@@ -138,14 +139,28 @@ class PlainRanker:
         self._keys = keys
         self._script = _scripts.register(client, MEMORY_RANK)
 
-    async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
-        call = self.call(app, user, terms, limit, first=first_referenced(MEMORY_RANK))
+    async def rank(
+        self,
+        app: str,
+        user: str,
+        terms: Sequence[QueryTerm],
+        limit: int,
+        where: Compiled = NO_FILTER,
+    ) -> Ranked:
+        call = self.call(app, user, terms, limit, first=first_referenced(MEMORY_RANK), where=where)
         found = await _scripts.run(self._script, call)
         hits = [(text(i), float(s)) for i, s in found.hits]
         return Ranked(hits, found.total, found.read)
 
     def call(
-        self, app: str, user: str, terms: Sequence[QueryTerm], limit: int, *, first: int
+        self,
+        app: str,
+        user: str,
+        terms: Sequence[QueryTerm],
+        limit: int,
+        *,
+        first: int,
+        where: Compiled = NO_FILTER,
     ) -> MemoryRank:
         """``memory_rank.lua``'s call, its postings named by their KEYS positions from
         ``first`` on: its own, or those of a script that ranks as it does
@@ -166,6 +181,7 @@ class PlainRanker:
             df=k.memory_df(app, user),
             context=k.memory_context(app, user),
             postings=postings,
+            filter=where.lua(),
             limit=limit,
             read_budget=READ_BUDGET,
             substring_cap=SUBSTRING_CAP,
@@ -192,7 +208,14 @@ class IndexRanker:
         made at their first write); raises when it is an error (an app's, provisioned)."""
         self._script = _scripts.register(topology.client, MEMORY_RESCORE)
 
-    async def rank(self, app: str, user: str, terms: Sequence[QueryTerm], limit: int) -> Ranked:
+    async def rank(
+        self,
+        app: str,
+        user: str,
+        terms: Sequence[QueryTerm],
+        limit: int,
+        where: Compiled = NO_FILTER,
+    ) -> Ranked:
         k = self._keys
         entries = k.memory_entries(app, user)
         # First the counts: a term in many of the user's entries is asked about only among
@@ -200,7 +223,7 @@ class IndexRanker:
         stats, df_raw, edge = await self._topology.at_key(entries, [
             ("HMGET", k.memory_stats(app, user), "n", "len"),
             ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
-            ("ZREVRANGE", entries, COMMON_WINDOW - 1, COMMON_WINDOW - 1, "WITHSCORES"),
+            _edge(entries, where),
         ])  # fmt: skip
         n, length = int(stats[0] or 0), int(stats[1] or 0)
         ranked = Ranked([], n)
@@ -212,6 +235,9 @@ class IndexRanker:
         common = [t for i, t in enumerate(terms) if df[2 * i] > COMMON_WINDOW]
         index = self._index(app, user)
         scope = f"@app:{{{owner_tag(app)}}} @user:{{{owner_tag(user)}}}"
+        if where:
+            # Inside the module's matching: the candidates are all within the filter.
+            scope += " " + where.query()
         wanted = max(CANDIDATES, 2 * limit)
         each = max(PER_TERM, limit)
 
@@ -230,6 +256,9 @@ class IndexRanker:
         candidates = [search(ored(rare), wanted)] if rare else []
         if common:
             candidates.append(search(ored(common) + window, wanted))
+        if where.recency is not None and (rare or common):
+            # Recency lifts new entries the module's BM25 alone would not propose.
+            candidates.append(search(ored([*rare, *common]), wanted, "SORTBY", "ts", "DESC"))
         if len(terms) > 1:
             candidates += [search(ored([t]), each) for t in rare]
             candidates += [search(ored([t]) + window, each) for t in common]
@@ -267,6 +296,7 @@ class IndexRanker:
         call = MemoryRescore(
             context=k.memory_context(app, user),
             holding=holding,
+            filter=where.lua(),
             limit=limit,
             indexed=n,
             author_weight=AUTHOR_WEIGHT,
@@ -280,6 +310,17 @@ class IndexRanker:
         scored = await _scripts.run(self._script, call)
         ranked.hits = [(text(i), float(s)) for i, s in scored]
         return ranked
+
+
+def _edge(entries: str, where: Compiled) -> tuple[Any, ...]:
+    """The command reading the newest ``COMMON_WINDOW``-th entry: of the user, or within a
+    filter's time range (ZRANGE: the least-privilege rules have no ZREVRANGEBYSCORE)."""
+    if where.since is None and where.until is None:
+        return ("ZREVRANGE", entries, COMMON_WINDOW - 1, COMMON_WINDOW - 1, "WITHSCORES")
+    high = "+inf" if where.until is None else repr(where.until)
+    low = "-inf" if where.since is None else repr(where.since)
+    return ("ZRANGE", entries, high, low, "BYSCORE", "REV", "LIMIT", COMMON_WINDOW - 1, 1,
+            "WITHSCORES")  # fmt: skip
 
 
 def _doc_keys(reply: Any) -> list[str]:

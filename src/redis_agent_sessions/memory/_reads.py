@@ -8,13 +8,15 @@ import asyncio
 import time
 from typing import Any
 
-from redis_agent_sessions._redis.codec import check_id
+from redis_agent_sessions._redis.codec import check_id, text
 from redis_agent_sessions.errors import InvalidInputError
 from redis_agent_sessions.memory._context import Context
 from redis_agent_sessions.memory._docs import response
+from redis_agent_sessions.memory._filters import NO_FILTER, Compiled
 from redis_agent_sessions.memory._models import SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import search_terms
 from redis_agent_sessions.memory._search import IndexSearch
+from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.memory._vectors import FUSION_DEPTH, Hit, fuse
 
 __all__ = ["Reads"]
@@ -38,9 +40,13 @@ class Reads:
         vectors: bool = True,
         explain: bool = False,
         expired: bool = False,
+        where: Compiled = NO_FILTER,
+        recency_half_life: float | None = None,
     ) -> SearchMemoryResponse:
         """Ranked entries; with ``explain`` (the CLI), keyword results also say how they were
-        found in ``custom_metadata[RETRIEVAL_KEY]`` (hybrid results always do)."""
+        found in ``custom_metadata[RETRIEVAL_KEY]`` (hybrid results always do). ``where``:
+        the search's filter (checked: ``_filters.compile_filter``); ``recency_half_life``:
+        seconds after which an entry's keyword score is halved (None: no recency)."""
         app, user = check_id("app_name", app_name), check_id("user_id", user_id)
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
@@ -57,18 +63,22 @@ class Reads:
             await search.ensure_index(app, user)
         ranker = ctx.ranker
         limit = min(limit, _MAX_LIMIT)
+        refine = where.with_recency(time.time(), recency_half_life)
         found: dict[str, dict[str, Any]] = {}
         hybrid = ctx.semantic is not None and vectors
         depth = max(limit, FUSION_DEPTH) if hybrid else limit
         hits: list[Hit] = []
         if not hybrid:
-            ranked = await ranker.rank(app, user, terms, depth)
+            ranked = await ranker.rank(app, user, terms, depth, refine)
         else:
             assert ctx.vectorizer is not None
             vector = await ctx.vectorizer.query(query)
             ranked, hits = await asyncio.gather(
-                ranker.rank(app, user, terms, depth), search.nearest(app, user, vector, depth)
+                ranker.rank(app, user, terms, depth, refine),
+                search.nearest(app, user, vector, depth),
             )
+            if where:
+                hits = await _within(store, app, user, hits, where)
         ids = [memory_id for memory_id, _ in ranked.hits]
         if hybrid:
             assert ctx.semantic is not None
@@ -92,6 +102,20 @@ class Reads:
             await (await ctx.facts()).expire(app, user, now)
             return await self.search(
                 app_name=app, user_id=user, query=query, limit=limit, vectors=vectors,
-                explain=explain, expired=True,
+                explain=explain, expired=True, where=where,
+                recency_half_life=recency_half_life,
             )  # fmt: skip
         return response(live, found)
+
+
+async def _within(
+    store: MemoryStore, app: str, user: str, hits: list[Hit], where: Compiled
+) -> list[Hit]:
+    """The vector hits within the filter (the vector index has no filter fields: the
+    nearest ``FUSION_DEPTH`` are read, and those outside it dropped)."""
+    rows = await store.read(app, user, [h.id for h in hits], "fx", "ts")
+    return [
+        h
+        for h, (fx, ts) in zip(hits, rows, strict=True)
+        if ts is not None and where.matches(text(fx or b"").split(","), float(ts))
+    ]

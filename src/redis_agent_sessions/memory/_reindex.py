@@ -21,18 +21,22 @@ import orjson
 from pydantic import ValidationError
 
 from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.errors import CorruptDataError, InvalidInputError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import analysis_id
 from redis_agent_sessions.memory._docs import Turn, turn_docs
 from redis_agent_sessions.memory._encoding import BATCH_ENTRIES, UNKNOWN_SESSION_ID, Doc, batches
+from redis_agent_sessions.memory._filters import entry_tokens
 from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.models import Content
 
 __all__ = ["ReindexReport", "owners", "refresh_around", "reindex", "session_of"]
 
 _PAGE = 500
-_FIELDS = ("id", "session", "author", "ts", "timestamp", "content", "meta", "an")
+_FIELDS = ("id", "session", "author", "ts", "timestamp", "content", "meta", "an", "fx", "kind")
+_FACT_FIELDS = ("kind", "rev", "topics", "sources", "expires", "created")
+"""A learned fact's own fields, kept as they are when it is written again."""
 
 
 async def owners(
@@ -73,6 +77,9 @@ class MemoryContext(Protocol):
     @property
     def context_turns(self) -> int: ...
 
+    @property
+    def config(self) -> SessionServiceConfig: ...
+
     async def ready_for(self, app: str, user: str) -> tuple[MemoryStore, Any]: ...
 
 
@@ -92,7 +99,10 @@ class ReindexReport:
 @dataclass(slots=True)
 class _Stored(Turn):
     current: bool = True
-    """Indexed by this version's analysis."""
+    """Indexed by this version's analysis, with the filter tokens of this service's
+    ``indexed_metadata``."""
+    fact: dict[str, Any] = field(default_factory=dict)
+    """A learned fact's own fields (``_FACT_FIELDS``)."""
 
 
 async def _load(
@@ -116,6 +126,20 @@ async def _load(
         author, iso, sid = text(row[2] or ""), text(row[4] or ""), text(row[1] or "")
         # Without a session an entry has no context: the reach does not change its analysis.
         wanted = analysis_id() if sid in ("", UNKNOWN_SESSION_ID) else analysis_id(reach)
+        fact = text(row[9] or "") == "fact"
+        extra = {}
+        if fact:
+            extra_row = await client.hmget(key, *_FACT_FIELDS)  # facts are few
+            extra = {n: text(v) for n, v in zip(_FACT_FIELDS, extra_row, strict=True) if v}
+        # Entries written before filters (or before a field was declared) get their tokens.
+        tokens = entry_tokens(
+            kind="fact" if fact else "event",
+            author=author[1:] if author else None,
+            session=sid,
+            topics=orjson.loads(extra["topics"]) if extra.get("topics") else (),
+            meta=meta if isinstance(meta, dict) else {},
+            indexed=ctx.config.indexed_metadata,
+        )
         out.append(
             _Stored(
                 memory_id,
@@ -126,7 +150,8 @@ async def _load(
                 row[5],
                 content.text,
                 meta,
-                current=text(row[7] or "") == wanted,
+                current=text(row[7] or "") == wanted and text(row[8] or "") == ",".join(tokens),
+                fact=extra,
             )
         )
     return out
@@ -137,8 +162,10 @@ def _docs(
 ) -> list[Doc]:
     """The docs of the ``todo`` ids among ``turns`` (one session, in order); vectors stay."""
     docs = turn_docs(app, user, turns, todo, reach=ctx.context_turns)
+    facts = {t.id: t.fact for t in turns if t.fact}
     for doc in docs:
         doc.keep_vector = True
+        doc.fields.update(facts.get(doc.id, {}))
     return docs
 
 

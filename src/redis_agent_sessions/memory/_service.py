@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 from typing_extensions import Self
@@ -21,6 +22,12 @@ from redis_agent_sessions.memory._consolidate import FactSettings
 from redis_agent_sessions.memory._context import DEFAULT_CONTEXT_TURNS
 from redis_agent_sessions.memory._embedders import Embedder, Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
+from redis_agent_sessions.memory._filters import (
+    MemoryFilter,
+    MetadataValue,
+    compile_filter,
+    half_life_seconds,
+)
 from redis_agent_sessions.memory._generators import Fact, FactRevision, MemoryGenerator
 from redis_agent_sessions.memory._models import Backend, MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._reembed import ReembedReport, reembed
@@ -274,7 +281,21 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
 
     @_scripts.typed_permissions
     async def search_memory(
-        self, *, app_name: str, user_id: str, query: str, limit: int = 10
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        query: str,
+        limit: int = 10,
+        filters: MemoryFilter | Mapping[str, object] | None = None,
+        author: str | Sequence[str] | None = None,
+        session_ids: Sequence[str] | None = None,
+        since: datetime | float | None = None,
+        until: datetime | float | None = None,
+        topics: Sequence[str] | None = None,
+        kind: Literal["fact", "event"] | None = None,
+        metadata: Mapping[str, MetadataValue | Sequence[MetadataValue]] | None = None,
+        recency_half_life: float | timedelta | None = None,
     ) -> ResponseT:
         """Entries ranked by relevance to the query (BM25 over stemmed words; fused with
         the nearest vectors when the service has an embedder).
@@ -283,9 +304,28 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         runs of text. An empty or all-punctuation query finds nothing. ``limit`` is ours
         (ADK's API has none); ADK callers get the default, 10, the same cap as ADK's
         in-memory service.
+
+        The rest are ours too (docs/memory.md#filters): ``filters`` (a
+        :class:`MemoryFilter`, or a mapping of its fields) and the same fields as
+        keywords, ``author`` to ``metadata``, limit the search to the entries within every
+        one given, inside the search (the best ``limit`` of those, not of all);
+        ``recency_half_life`` (seconds or a timedelta) halves an entry's score for each
+        half-life of its age. Raises InvalidFilterError, searching nothing, for an unknown
+        field, a value of the wrong type, ``since`` after ``until``, or a metadata field
+        not in the ``indexed_metadata`` setting.
         """
+        where = compile_filter(
+            filters, self._memory.config.indexed_metadata, author=author,
+            session_ids=session_ids, since=since, until=until, topics=topics, kind=kind,
+            metadata=metadata,
+        )  # fmt: skip
         found = await self._memory.reads.search(
-            app_name=app_name, user_id=user_id, query=query, limit=limit
+            app_name=app_name,
+            user_id=user_id,
+            query=query,
+            limit=limit,
+            where=where,
+            recency_half_life=half_life_seconds(recency_half_life),
         )
         return self._response(found)
 

@@ -41,6 +41,7 @@ from redis_agent_sessions.memory._encoding import (
     owner_tag,
     stored_sig,
 )
+from redis_agent_sessions.memory._filters import entry_tokens
 
 __all__ = ["MemoryStore", "StoredEntry"]
 
@@ -80,13 +81,32 @@ class StoredEntry:
     """A learned fact's end of life (epoch seconds)."""
 
 
+def doc_tokens(doc: Doc, indexed: Sequence[str]) -> list[str]:
+    """The filter tokens a doc is written with (``_filters.entry_tokens``)."""
+    f = doc.fields
+    fact = f.get("kind") == "fact"
+    author = f.get("author", "")
+    return entry_tokens(
+        kind="fact" if fact else "event",
+        author=author[1:] if author else None,
+        session=f.get("session", ""),
+        topics=orjson.loads(f["topics"]) if fact and f.get("topics") else (),
+        meta=orjson.loads(f["meta"]) if indexed and f.get("meta") else {},
+        indexed=indexed,
+    )
+
+
 class MemoryStore:
     """Writes, deletes and reads entry hashes (and postings when ``postings``)."""
 
-    def __init__(self, client: Any, keys: KeySpace, *, postings: bool) -> None:
+    def __init__(
+        self, client: Any, keys: KeySpace, *, postings: bool, indexed: Sequence[str] = ()
+    ) -> None:
         self._redis = client
         self.keys = keys
         self.postings = postings
+        self.indexed = tuple(indexed)
+        """The ``custom_metadata`` fields entries are written with filter tokens of."""
         self._put_script = _scripts.register(client, MEMORY_PUT)
         self._delete = _scripts.register(client, MEMORY_DELETE)
         self._vectors = _scripts.register(client, MEMORY_VECTOR)
@@ -133,6 +153,8 @@ class MemoryStore:
             # check reads: the plain backend has postings and its texts hash instead.
             fields += ["app", owner_tag(app), "user", owner_tag(user), "lower", doc.lower]
             fields += ["terms", doc.analysed.indexed_terms()]
+        tokens = doc_tokens(doc, self.indexed)
+        fields += ["fx", ",".join(tokens)]
         op: dict[str, Any] = {
             "id": doc.id,
             "k": ks.ref(self.keys.memory_entry(app, user, doc.id)),
@@ -149,6 +171,7 @@ class MemoryStore:
             "g": [ks.ref(k) for k in self._gram_keys(app, user, doc.grams)],
             "o": [],
             "t": doc.text,
+            "fx": " ".join(tokens),
         }
         if doc.keep_vector and doc.vkey is None:
             op["kv"] = 1

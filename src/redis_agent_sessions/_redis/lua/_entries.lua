@@ -68,8 +68,13 @@ local function write_entries(K, todo, opt)
         text_of[op.id] = op.t
       end
     end
+    -- Its filter tokens last (_memory.lua's passes): no term holds a space or a ':'. And
+    -- under ' ' .. id (no id starts with a space), its time and tokens alone: what a
+    -- filtered search reads of each entry it meets, a tenth of the bytes.
     ctxs[#ctxs + 1] = op.id
-    ctxs[#ctxs + 1] = table.concat({op.ts, op.dl, op.au, op.nb, op.own, op.tf}, '\t')
+    ctxs[#ctxs + 1] = table.concat({op.ts, op.dl, op.au, op.nb, op.own, op.tf, op.fx or ''}, '\t')
+    ctxs[#ctxs + 1] = ' ' .. op.id
+    ctxs[#ctxs + 1] = op.ts .. ' ' .. (op.fx or '')
     local f = op.f
     f[#f + 1] = 'own'; f[#f + 1] = op.own
     f[#f + 1] = 'tf'; f[#f + 1] = op.tf
@@ -132,7 +137,7 @@ local function drop_entries(K, todo, opt)
         for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
         redis.call('HDEL', K.texts, op.id)
       end
-      redis.call('HDEL', K.ctx, op.id)
+      redis.call('HDEL', K.ctx, op.id, ' ' .. op.id)
       n = n + redis.call('DEL', KEYS[op.k])
       if opt.tombstone then redis.call('SADD', opt.tombstone, op.id) end
     end

@@ -51,6 +51,69 @@ local function write_counts(key, deltas)
   end
 end
 
+-- A search's filter and recency (memory/_filters.py): set_filter(spec) takes
+-- Compiled.lua()'s "since<TAB>until<TAB>now<TAB>half-life<TAB>clause..." ('' = none; an
+-- open end or no recency empty). passes(value) says whether an entry, by its context hash
+-- value (nil: gone), is within the filter: its time (the first field) in the range, and
+-- for each clause one of its tokens among the entry's (the last field, written with
+-- filters; before, the last field is term:quarters pairs, with no kind token: within no
+-- filter).
+-- decay(ts): what recency multiplies the score of an entry of that time by (1: none).
+local FILTER = nil
+
+local function set_filter(spec)
+  if spec == nil or spec == '' then FILTER = nil return end
+  local parts = {}
+  for part in string.gmatch(spec .. '\t', '([^\t]*)\t') do parts[#parts + 1] = part end
+  FILTER = {since = tonumber(parts[1]), till = tonumber(parts[2]), now = tonumber(parts[3]),
+    half = tonumber(parts[4]), clauses = {}}
+  for i = 5, #parts do
+    local clause = {}
+    for token in string.gmatch(parts[i], '%S+') do clause[#clause + 1] = ' ' .. token .. ' ' end
+    FILTER.clauses[#FILTER.clauses + 1] = clause
+  end
+  FILTER.active = FILTER.since ~= nil or FILTER.till ~= nil or #FILTER.clauses > 0
+end
+
+-- Whether an entry of time ts and tokens ' <token> ... ' is within the filter (an entry
+-- written before filters has no kind token: it is within none).
+local function within(ts, tokens)
+  if not ts or (FILTER.since and ts < FILTER.since) or (FILTER.till and ts > FILTER.till) then
+    return false
+  end
+  tokens = ' ' .. tokens .. ' '
+  if not (string.find(tokens, ' ke ', 1, true) or string.find(tokens, ' kf ', 1, true)) then
+    return false
+  end
+  for _, clause in ipairs(FILTER.clauses) do
+    local any = false
+    for _, token in ipairs(clause) do
+      if string.find(tokens, token, 1, true) then any = true break end
+    end
+    if not any then return false end
+  end
+  return true
+end
+
+local function passes(value)
+  if FILTER == nil or not FILTER.active then return true end
+  if not value then return false end
+  return within(tonumber(string.match(value, '^[^\t]*')), string.match(value, '\t([^\t]*)$') or '')
+end
+
+-- passes_brief(value): passes, of an entry's brief field of the context hash (' ' .. id:
+-- "ts token ...").
+local function passes_brief(value)
+  if FILTER == nil or not FILTER.active then return true end
+  if not value then return false end
+  return within(tonumber(string.match(value, '^%S+')), value)
+end
+
+local function decay(ts)
+  if FILTER == nil or FILTER.half == nil then return 1 end
+  return 0.5 ^ (math.max(0, FILTER.now - ts) / FILTER.half)
+end
+
 -- BM25 over each entry's terms with their context, from the user's context hash
 -- (id -> "ts<TAB>dl<TAB>author terms<TAB>neighbours JSON<TAB>own term:count ...<TAB>
 -- term:quarters ...", written by _entries.lua's write_entries; entries of analysis 2 and
@@ -98,7 +161,7 @@ local function quarters(tf, t, from)
     local at = string.find(tf, t.key, from, true)
     if not at then return nil end
     if at == start or string.byte(tf, at - 1) == 32 then
-      return tonumber(string.match(tf, '^[^ ]+', at + #t.key))
+      return tonumber(string.match(tf, '^%d+', at + #t.key))
     end
     from = at + 1
   end
@@ -185,13 +248,19 @@ local function best_entries(key, terms, stats, candidates, expand, limit)
             if s > 0 and t.bonus and t.author[au] then s = s + t.bonus end
           end
           if s > 0 then
-            local row = {id, s, tonumber(string.sub(value, 1, a - 1)), value, e + 1, g - 1}
+            local ts = tonumber(string.sub(value, 1, a - 1))
+            -- Recency weighs the whole score: a turn found through its context still ranks
+            -- below its source of the same age.
+            local row = {id, s * decay(ts), ts, value, e + 1, g - 1}
             row.g, row.h, row.held = g, h, held
             if sources then said(row) end
             if row.own ~= false then
-              out[#out + 1] = row
-              rows[#rows + 1] = row
               by[id] = row
+              -- Outside the filter: it may still cap a turn found through it, never return.
+              if passes(value) then
+                out[#out + 1] = row
+                rows[#rows + 1] = row
+              end
             end
           end
         end
@@ -294,6 +363,23 @@ local function rank_postings(K, A, o)
     return found
   end
 
+  -- Entries outside the filter are never candidates (nor their neighbours, through them).
+  local outside = {}
+  local function screen(ids)
+    if FILTER == nil or not FILTER.active then return end
+    local todo = {}
+    for _, id in ipairs(ids) do
+      if outside[id] == nil then outside[id] = true; todo[#todo + 1] = id end
+    end
+    for at = 1, #todo, 500 do
+      local part = {unpack(todo, at, math.min(at + 499, #todo))}
+      for i = 1, #part do part[i] = ' ' .. part[i] end
+      local values = redis.call('HMGET', K.ctx, unpack(part))
+      for i, value in ipairs(values) do outside[string.sub(part[i], 2)] = not passes_brief(value) end
+    end
+  end
+
+  local screening = FILTER ~= nil and FILTER.active
   local terms, names, candidates, order = {}, {}, {}, {}
   local pos = o + 11
   for _ = 1, tonumber(A[o + 10]) do
@@ -307,9 +393,10 @@ local function rank_postings(K, A, o)
     if word ~= '' and #grams > 0 then
       t.sub = {}
       t.found = substring(grams, word)
+      screen(t.found)
       for _, id in ipairs(t.found) do
         t.sub[id] = true
-        if not candidates[id] then candidates[id] = true; order[#order + 1] = id end
+        if not candidates[id] and not outside[id] then candidates[id] = true; order[#order + 1] = id end
       end
     end
     local top = redis.call('ZREVRANGE', t.posting, 0, 0, 'WITHSCORES')
@@ -364,23 +451,31 @@ local function rank_postings(K, A, o)
       end
     end
     if pick == nil or (#best == limit and best[limit] > bound) then break end
-    local chunk = math.min(64, budget - read)
+    -- Under a filter most of a posting is read anyway: fewer, larger chunks.
+    local chunk = math.min(screening and 256 or 64, budget - read)
     local rows = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk - 1, 'WITHSCORES')
     pick.i = pick.i + chunk
     read = read + #rows / 2
     local weight = pick.qtf * pick.idf
+    if FILTER and FILTER.active then
+      local ids = {}
+      for r = 1, #rows, 2 do ids[#ids + 1] = rows[r] end
+      screen(ids)
+    end
     for r = 1, #rows, 2 do
       local id = rows[r]
-      local s = weight * tonumber(rows[r + 1]) / POSTING_SCALE
-      -- A word the entry says is not also counted as found inside its text.
-      if pick.sub and pick.sub[id] then s = s - weight * sub_weight end
-      if candidates[id] then
-        scores[id] = scores[id] + s
-      else
-        candidates[id] = true
-        order[#order + 1] = id
-        scores[id] = s
-        consider(s)  -- a lower bound: the limit-th best never overstates
+      if not outside[id] then
+        local s = weight * tonumber(rows[r + 1]) / POSTING_SCALE
+        -- A word the entry says is not also counted as found inside its text.
+        if pick.sub and pick.sub[id] then s = s - weight * sub_weight end
+        if candidates[id] then
+          scores[id] = scores[id] + s
+        else
+          candidates[id] = true
+          order[#order + 1] = id
+          scores[id] = s
+          consider(s)  -- a lower bound: the limit-th best never overstates
+        end
       end
     end
     if #rows < 2 * chunk then

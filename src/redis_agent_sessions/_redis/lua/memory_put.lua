@@ -25,9 +25,10 @@
 --    to, c = [its terms with the context, then its author terms] (counted in KEYS[7]:
 --    a list decodes faster than the script splits tf),
 --    p = [[posting key index, quarter weight], ...] of its own terms (plain),
---    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, own, tf),
+--    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, own, tf, fx),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
---    t = text for KEYS[5] ('' = none),
+--    t = text for KEYS[5] ('' = none), fx = its filter tokens, space-separated, for its
+--    field of KEYS[8] (f holds them comma-separated, as field fx),
 --    vk = vector key (absent = no embedder), v = ARGV index of the entry's vector bytes
 --    (0 = keep the stored vector, whose vkey must equal vk), kv = 1 to keep the stored
 --    vector fields as they are (no vk)}

@@ -39,7 +39,8 @@ local chosen = newest
 if #newest > most then
   local ranked = {}
   if how == 'rank' then
-    local _, _, rows = rank_postings({stats = KEYS[1], texts = KEYS[2], df = KEYS[3], ctx = KEYS[4]}, ARGV, 4)
+    set_filter(ARGV[5])
+    local _, _, rows = rank_postings({stats = KEYS[1], texts = KEYS[2], df = KEYS[3], ctx = KEYS[4]}, ARGV, 5)
     for i, row in ipairs(rows) do ranked[i] = row[1] end
   elseif how == 'ids' then
     for i = 1, tonumber(ARGV[5]) do ranked[i] = ARGV[5 + i] end
