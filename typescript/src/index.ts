@@ -1,0 +1,16 @@
+export { RedisSessionService } from './service.js';
+export type { RedisSessionServiceOptions } from './service.js';
+export {
+  AlreadyExistsError,
+  CorruptDataError,
+  IncompleteSessionError,
+  InvalidInputError,
+  PermissionDeniedError,
+  RedisSessionsError,
+  SessionNotFoundError,
+  StaleSessionError,
+  StoreFullError,
+} from './errors.js';
+export { KeySpace, escape, unescape } from './keys.js';
+export { decodeEvent, encodeEvent } from './codec.js';
+export { luaSource } from './scripts.js';

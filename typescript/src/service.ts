@@ -1,0 +1,503 @@
+/**
+ * `RedisSessionService`: ADK-JS's `BaseSessionService` on the Redis layout of the Python
+ * package `redis-agent-sessions`, running the same Lua scripts, so that Python and Node
+ * workers serve the same conversations.
+ */
+import { randomUUID } from 'node:crypto';
+
+import { BaseSessionService } from '@google/adk';
+import type {
+  AppendEventRequest,
+  CreateSessionRequest,
+  DeleteSessionRequest,
+  Event,
+  GetSessionRequest,
+  ListSessionsRequest,
+  ListSessionsResponse,
+  Session,
+} from '@google/adk';
+import { createClient, createCluster } from 'redis';
+
+import { decodeEvent, encodeEvent, encodeValue, pyFloat, toMillis, toSeconds } from './codec.js';
+import {
+  AlreadyExistsError,
+  CorruptDataError,
+  IncompleteSessionError,
+  InvalidInputError,
+  RedisSessionsError,
+  SessionNotFoundError,
+  StaleSessionError,
+} from './errors.js';
+import { KeySpace, SessionKeys, escape, splitAppMember } from './keys.js';
+import { Connection, Reply, SCRIPT_NAMES, Script, ScriptName, pairs } from './scripts.js';
+
+const APP = 'app:';
+const USER = 'user:';
+const TEMP = 'temp:';
+const MAX_ID_LENGTH = 1024;
+/** Seconds a registration of a user for the sweep is trusted (Python's REGISTER_EVERY). */
+const REGISTER_EVERY_MS = 60_000;
+
+export interface RedisSessionServiceOptions {
+  /** Key prefix (default `ras`): the same as the Python workers sharing the store. */
+  keyPrefix?: string;
+  /** Sessions expire this long after their last write (0 or unset: never). */
+  ttlSeconds?: number;
+  /** `reject` (default): a stale copy's append fails; `merge`: it applies, last wins. */
+  stalePolicy?: 'reject' | 'merge';
+}
+
+type AnyClient = ReturnType<typeof createClient>;
+type AnyCluster = ReturnType<typeof createCluster>;
+
+/** A state delta split by scope, keys without their prefix, `temp:` keys dropped. */
+function split(delta: Record<string, unknown>): [string[], string[], string[]] {
+  const scopes: [string[], string[], string[]] = [[], [], []];
+  for (const [key, value] of Object.entries(delta)) {
+    if (key.startsWith(TEMP)) continue;
+    if (key.startsWith(APP)) scopes[2].push(key.slice(APP.length), encodeValue(key, value));
+    else if (key.startsWith(USER)) scopes[1].push(key.slice(USER.length), encodeValue(key, value));
+    else scopes[0].push(key, encodeValue(key, value));
+  }
+  return scopes;
+}
+
+function stateArgv([session, user, app]: [string[], string[], string[]]): string[] {
+  return [String(session.length / 2), String(user.length / 2), String(app.length / 2), ...session, ...user, ...app];
+}
+
+function decodeHash(key: string, flat: Reply): Record<string, unknown> {
+  const out: Record<string, unknown> = Object.create(null);
+  for (const [field, value] of Object.entries(pairs(flat))) {
+    try {
+      out[field] = JSON.parse(value);
+    } catch (exc) {
+      throw new CorruptDataError(key, `field ${field} is not JSON: ${(exc as Error).message}`);
+    }
+  }
+  return out;
+}
+
+function merged(session: Record<string, unknown>, user: Record<string, unknown>, app: Record<string, unknown>) {
+  const out: Record<string, unknown> = Object.create(null);
+  Object.assign(out, session);
+  for (const [k, v] of Object.entries(user)) out[USER + k] = v;
+  for (const [k, v] of Object.entries(app)) out[APP + k] = v;
+  return out;
+}
+
+function checkId(name: string, value: unknown): string {
+  if (typeof value !== 'string') throw new InvalidInputError(`${name} must be a string, got ${typeof value}`);
+  if (!value || value !== value.trim()) {
+    throw new InvalidInputError(`${name} must be non-empty without surrounding spaces: ${JSON.stringify(value)}`);
+  }
+  if ([...value].length > MAX_ID_LENGTH) throw new InvalidInputError(`${name} is longer than ${MAX_ID_LENGTH} characters`);
+  if (!value.isWellFormed()) throw new InvalidInputError(`${name} has a lone surrogate: ${JSON.stringify(value)}`);
+  return value;
+}
+
+function streamId(id: string): [number, number] {
+  const [ms, seq] = id.split('-');
+  return [Number(ms), Number(seq ?? 0)];
+}
+
+function after(a: string, b: string): boolean {
+  const [am, as] = streamId(a);
+  const [bm, bs] = streamId(b);
+  return am > bm || (am === bm && as > bs);
+}
+
+type Entry = [string, string[]];
+
+function entries(reply: Reply): Entry[] {
+  return ((reply ?? []) as Reply[]).map((e) => {
+    const [id, fields] = e as [string, string[]];
+    return [String(id), (fields ?? []).map(String)];
+  });
+}
+
+/** The stored events of stream entries (XRANGE replies), in the order given. */
+function storedEvents(key: string, list: Reply): Event[] {
+  return entries(list).map(([id, fields]) => {
+    const at = fields.indexOf('event');
+    if (at < 0 || at % 2) throw new CorruptDataError(key, `entry ${id} has no 'event' field`);
+    try {
+      return decodeEvent(JSON.parse(fields[at + 1]) as Record<string, unknown>);
+    } catch (exc) {
+      throw new CorruptDataError(key, `an event is not valid event JSON: ${(exc as Error).message}`);
+    }
+  });
+}
+
+/**
+ * ADK-JS's session service on Redis, on one node or a Redis Cluster, sharing the layout
+ * (and every session) with the Python package's services.
+ */
+export class RedisSessionService extends BaseSessionService {
+  readonly keys: KeySpace;
+  readonly cluster: boolean;
+  private readonly conn: Connection;
+  private readonly scripts: Record<ScriptName, Script>;
+  private readonly revisions = new WeakMap<Session, number>();
+  private readonly applied = new Map<string, string>();
+  private readonly registered = new Map<string, number>();
+  private readonly listed = new Set<string>();
+  private readonly ttl: number;
+  private readonly stalePolicy: 'reject' | 'merge';
+
+  /** A service on a connected node-redis client (`createClient`) or cluster (`createCluster`). */
+  constructor(
+    readonly client: AnyClient | AnyCluster,
+    options: RedisSessionServiceOptions & { cluster?: boolean } = {},
+  ) {
+    super();
+    this.cluster = options.cluster ?? 'masters' in client;
+    this.keys = new KeySpace(options.keyPrefix ?? 'ras');
+    this.ttl = options.ttlSeconds ?? 0;
+    this.stalePolicy = options.stalePolicy ?? 'reject';
+    if (this.cluster) {
+      const cluster = client as AnyCluster;
+      this.conn = { send: (key, args, ro) => cluster.sendCommand(key, ro ?? false, args) };
+    } else {
+      const node = client as AnyClient;
+      this.conn = { send: (_key, args) => node.sendCommand(args) };
+    }
+    this.scripts = Object.fromEntries(SCRIPT_NAMES.map((n) => [n, new Script(n)])) as Record<ScriptName, Script>;
+  }
+
+  /** A service with its own connection: `redis://...` for one node; with `cluster: true`,
+   * any node of a Redis Cluster. {@link close} closes it. */
+  static async fromUrl(
+    url: string,
+    options: RedisSessionServiceOptions & { cluster?: boolean } = {},
+  ): Promise<RedisSessionService> {
+    if (options.cluster) {
+      const cluster = createCluster({ rootNodes: [{ url }] });
+      cluster.on('error', () => {}); // surfaced by the command that meets it
+      await cluster.connect();
+      return new RedisSessionService(cluster, { ...options, cluster: true });
+    }
+    const client = createClient({ url });
+    client.on('error', () => {});
+    await client.connect();
+    return new RedisSessionService(client, { ...options, cluster: false });
+  }
+
+  async close(): Promise<void> {
+    await this.client.close();
+  }
+
+  /** The revision a session object was read or written at (undefined: unknown). */
+  revisionOf(session: Session): number | undefined {
+    return this.revisions.get(session);
+  }
+
+  private mode(keys: SessionKeys): string {
+    if (!this.cluster) return 'single';
+    const last = this.applied.get(`${keys.appApplied}\0${keys.userMember}`);
+    if (last === undefined) return 'cluster:0-1';
+    const [ms, seq] = streamId(last);
+    return `cluster:${ms}-${seq + 1}`;
+  }
+
+  private learn(keys: SessionKeys, applied: Reply): void {
+    if (!applied) return;
+    const slot = `${keys.appApplied}\0${keys.userMember}`;
+    const known = this.applied.get(slot);
+    if (known === undefined || after(String(applied), known)) this.applied.set(slot, String(applied));
+  }
+
+  // -- the cluster's app step (Python's sessions/_outbox.py and _sweep.py) ----------------
+
+  /** Apply a user's outbox entries in the app's slot; the app state when `wantState`. */
+  private async apply(keys: SessionKeys, list: Entry[], wantState: boolean): Promise<Reply> {
+    const flat: string[] = [];
+    for (const [id, fields] of list) flat.push(id, String(fields.length / 2), ...fields);
+    const reply = (await this.scripts.app_apply.run(
+      this.conn,
+      [keys.appState, keys.appVersions, keys.appSessions, keys.appApplied, keys.appExpiry],
+      [keys.userMember, wantState ? '1' : '0', String(Date.now()), '0', ...flat],
+    )) as Reply[];
+    this.learn(keys, reply[0]);
+    return reply[1];
+  }
+
+  /** Around a user-slot script that may record app-scope writes: the user registered
+   * for the sweep first, undone when the script is refused before writing. */
+  private async recording<T>(keys: SessionKeys, write: () => Promise<T>): Promise<T> {
+    const slot = `${keys.appPending}\0${keys.userMember}`;
+    const at = this.registered.get(slot);
+    if (!this.cluster || (at !== undefined && Date.now() - at < REGISTER_EVERY_MS)) return write();
+    const started = Date.now();
+    const added = (await this.scripts.app_pending.run(this.conn, [keys.appPending], [
+      'add',
+      keys.userMember,
+      Date.now().toFixed(3),
+    ])) as Reply[];
+    this.registered.set(slot, started);
+    try {
+      return await write();
+    } catch (exc) {
+      if (exc instanceof RedisSessionsError) {
+        this.registered.delete(slot);
+        try {
+          await this.scripts.app_pending.run(this.conn, [keys.appPending], [
+            'undo',
+            keys.userMember,
+            String(added[0]),
+            String(added[1]),
+          ]);
+        } catch {
+          // A registration left with nothing pending: the sweep clears it.
+        }
+      }
+      throw exc;
+    }
+  }
+
+  /** The registry of app names: checked before a create, listed after. */
+  private async listing(appName: string, write: boolean, firstCreated = 0): Promise<void> {
+    if (this.listed.has(appName)) return;
+    await this.scripts.register_app.run(this.conn, [this.keys.apps()], [
+      escape(appName),
+      pyFloat(firstCreated),
+      write ? '1' : '',
+    ]);
+    if (write) this.listed.add(appName);
+  }
+
+  // -- BaseSessionService -----------------------------------------------------------------
+
+  async createSession({ appName, userId, state, sessionId }: CreateSessionRequest): Promise<Session> {
+    checkId('appName', appName);
+    checkId('userId', userId);
+    const id = sessionId === undefined ? randomUUID() : checkId('sessionId', sessionId);
+    if (state !== undefined && (state === null || typeof state !== 'object' || Array.isArray(state))) {
+      throw new InvalidInputError('state must be an object');
+    }
+    const scoped = split(state ?? {});
+    const keys = this.keys.session(appName, userId, id);
+    const now = Date.now();
+    const created = pyFloat(toSeconds(now));
+    const appKeys = this.cluster ? [keys.appOutbox] : [keys.appState, keys.appSessions, keys.appUpdated, keys.appExpiry];
+    const callKeys = [keys.meta, keys.state, keys.events, keys.eventIds, keys.userState, keys.userSessions, keys.userUpdated, ...appKeys];
+    const args = [id, appName, userId, created, String(this.ttl), keys.appMember, this.mode(keys), '', String(now), '0', ...stateArgv(scoped)];
+    await this.listing(appName, false);
+    const reply = (await this.recording(keys, () => this.scripts.create_session.run(this.conn, callKeys, args))) as Reply[];
+    await this.listing(appName, true, toSeconds(now));
+    let appRaw: Reply = [];
+    if (this.cluster) {
+      const outbox = entries(reply[0] === 1 ? reply[2] : reply[1]);
+      if (outbox.length) appRaw = await this.apply(keys, outbox, reply[0] === 1);
+      else if (reply[0] === 1) appRaw = await this.readApp(keys, []);
+    } else if (reply[0] === 1) {
+      appRaw = reply[2];
+    }
+    if (reply[0] !== 1) throw new AlreadyExistsError(`Session with id ${id} already exists.`);
+    const sessionState: Record<string, unknown> = Object.create(null);
+    for (let i = 0; i < scoped[0].length; i += 2) sessionState[scoped[0][i]] = JSON.parse(scoped[0][i + 1]);
+    const session: Session = {
+      id,
+      appName,
+      userId,
+      state: merged(sessionState, decodeHash(keys.userState, reply[1]), decodeHash(keys.appState, appRaw)),
+      events: [],
+      lastUpdateTime: now,
+    };
+    this.revisions.set(session, 0);
+    return session;
+  }
+
+  /** The app state hash a reader of this user sees (cluster): this user's app writes
+   * still waiting in its outbox (`outbox`, from the user-slot read) applied first. */
+  private async readApp(keys: SessionKeys, outbox: Entry[]): Promise<Reply> {
+    const [appRaw, applied] = (await Promise.all([
+      this.conn.send(keys.appState, ['HGETALL', keys.appState], true),
+      this.conn.send(keys.appApplied, ['HGET', keys.appApplied, keys.userMember], true),
+    ])) as [Reply, Reply];
+    this.learn(keys, applied);
+    const pending = applied ? outbox.filter(([id]) => after(id, String(applied))) : outbox;
+    if (!pending.length) return appRaw;
+    return this.apply(keys, pending, true);
+  }
+
+  async getSession({ appName, userId, sessionId, config }: GetSessionRequest): Promise<Session | undefined> {
+    checkId('appName', appName);
+    checkId('userId', userId);
+    checkId('sessionId', sessionId);
+    const keys = this.keys.session(appName, userId, sessionId);
+    const recent = config?.numRecentEvents;
+    const since = config?.afterTimestamp;
+    // Stream ids are event times in ms: a read after a time starts at its millisecond.
+    const start = since ? String(Math.max(0, Math.floor(since))) : '-';
+    const range = recent && !since ? 'recent' : 'all';
+    const reply = (await this.scripts.read_session.run(
+      this.conn,
+      [keys.meta, keys.state, keys.userState, keys.events, this.cluster ? keys.appOutbox : keys.appState, keys.eventIds],
+      [range, start, String(recent ?? 0), this.mode(keys)],
+    )) as Reply[];
+    if (!reply.length) return undefined;
+    const [metaRaw, stateRaw, userRaw, shared, eventsRaw, present] = reply;
+    const meta = pairs(metaRaw);
+    const id = meta.id;
+    const rev = Number(meta.rev);
+    if (id === undefined || meta.app_name === undefined || meta.user_id === undefined || !Number.isInteger(rev)) {
+      throw new CorruptDataError(keys.meta, 'session metadata is missing or bad');
+    }
+    const missing: string[] = [];
+    const [events, eventIds] = present as number[];
+    if (rev > 0 && !events) missing.push('events');
+    if (rev > 0 && !eventIds) missing.push('event ids');
+    if (!(stateRaw as Reply[]).length && meta.has_state) missing.push('session state');
+    if (missing.length) throw new IncompleteSessionError(appName, userId, sessionId, missing, keys.meta);
+    const appRaw = this.cluster ? await this.readApp(keys, entries(shared)) : shared;
+    let list = storedEvents(keys.events, eventsRaw);
+    if (range === 'recent') list.reverse();
+    if (since) list = list.filter((e) => e.timestamp >= since);
+    if (recent) list = list.slice(-recent);
+    const session: Session = {
+      id,
+      appName: meta.app_name,
+      userId: meta.user_id,
+      state: merged(decodeHash(keys.state, stateRaw), decodeHash(keys.userState, userRaw), decodeHash(keys.appState, appRaw)),
+      events: list,
+      lastUpdateTime: toMillis(Number(meta.last_update_time)),
+    };
+    this.revisions.set(session, rev);
+    return session;
+  }
+
+  async listSessions({ appName, userId, limit, offset, page, order }: ListSessionsRequest): Promise<ListSessionsResponse> {
+    checkId('appName', appName);
+    let pairsFound: [string, string][];
+    if (userId !== undefined) {
+      checkId('userId', userId);
+      const index = this.keys.session(appName, userId, '-').userSessions;
+      const ids = (await this.conn.send(index, ['ZRANGE', index, '0', '-1'], true)) as string[];
+      pairsFound = ids.map((s) => [userId, s]);
+    } else {
+      const index = this.keys.session(appName, '-', '-').appSessions;
+      const members = (await this.conn.send(index, ['ZRANGE', index, '0', '-1'], true)) as string[];
+      pairsFound = members.map(splitAppMember);
+    }
+    const metas = await Promise.all(
+      pairsFound.map(([u, s]) => {
+        const meta = this.keys.session(appName, u, s).meta;
+        return this.conn.send(meta, ['HMGET', meta, 'id', 'last_update_time'], true) as Promise<(string | null)[]>;
+      }),
+    );
+    // Expired sessions leave index entries behind: they are skipped (the Python
+    // services' writes and listings drop them).
+    const all: Session[] = [];
+    pairsFound.forEach(([u], i) => {
+      const [id, updated] = metas[i];
+      if (id === null || updated === null) return;
+      all.push({ id, appName, userId: u, state: {}, events: [], lastUpdateTime: toMillis(Number(updated)) });
+    });
+    if (order === 'asc') all.sort((a, b) => a.lastUpdateTime - b.lastUpdateTime || a.id.localeCompare(b.id));
+    else if (order === 'desc') all.sort((a, b) => b.lastUpdateTime - a.lastUpdateTime || a.id.localeCompare(b.id));
+    const totalItems = all.length;
+    if (limit === undefined) {
+      return { sessions: offset ? all.slice(offset) : all, page: 1, limit: totalItems, totalItems, totalPages: totalItems ? 1 : 0 };
+    }
+    const from = page !== undefined ? (page - 1) * limit : (offset ?? 0);
+    return {
+      sessions: all.slice(from, from + limit),
+      page: page ?? (limit === 0 ? 1 : Math.floor(from / limit) + 1),
+      limit,
+      totalItems,
+      totalPages: limit === 0 ? 0 : Math.ceil(totalItems / limit),
+    };
+  }
+
+  async deleteSession({ appName, userId, sessionId }: DeleteSessionRequest): Promise<void> {
+    checkId('appName', appName);
+    checkId('userId', userId);
+    checkId('sessionId', sessionId);
+    const keys = this.keys.session(appName, userId, sessionId);
+    const appKeys = this.cluster ? [keys.appOutbox] : [keys.appSessions];
+    const rest = this.cluster ? [] : [keys.appUpdated, keys.appExpiry];
+    const reply = (await this.recording(keys, () =>
+      this.scripts.delete_session.run(
+        this.conn,
+        [keys.meta, keys.state, keys.events, keys.eventIds, keys.userSessions, ...appKeys, keys.userUpdated, keys.compactions, ...rest],
+        [sessionId, keys.appMember, this.mode(keys)],
+      ),
+    )) as Reply[];
+    const outbox = entries(reply[1]);
+    if (this.cluster && outbox.length) await this.apply(keys, outbox, false);
+  }
+
+  async appendEvent({ session, event }: AppendEventRequest): Promise<Event> {
+    if (event.partial) return event;
+    checkId('event id', event.id);
+    checkId('appName', session.appName);
+    checkId('userId', session.userId);
+    checkId('session id', session.id);
+    if (typeof event.timestamp !== 'number' || !(event.timestamp >= 0 && event.timestamp < 253402300800000)) {
+      throw new InvalidInputError(`event timestamp must be epoch ms (years 1970 to 9999), got ${event.timestamp}`);
+    }
+    const delta = (event.actions?.stateDelta ?? {}) as Record<string, unknown>;
+    const stored: Record<string, unknown> = Object.create(null);
+    for (const [k, v] of Object.entries(delta)) if (!k.startsWith(TEMP)) stored[k] = v;
+    const scoped = split(stored);
+    const keys = this.keys.session(session.appName, session.userId, session.id);
+    const revision = this.revisions.get(session);
+    const lastEventId = session.events.length ? session.events[session.events.length - 1].id : '';
+    // temp: values are never stored; on failure the caller's event is as it was.
+    event.actions.stateDelta = stored;
+    let reply: Reply[];
+    try {
+      const raw = JSON.stringify(encodeEvent(event));
+      const appKeys = this.cluster ? [keys.appOutbox] : [keys.appState];
+      const rest = this.cluster ? [] : [keys.appUpdated, keys.appExpiry];
+      const callKeys = [keys.meta, keys.state, keys.events, keys.eventIds, keys.userState, ...appKeys, keys.userUpdated, keys.compactions, ...rest];
+      const args = [
+        revision === undefined ? '' : String(revision),
+        lastEventId,
+        this.stalePolicy,
+        event.id,
+        raw,
+        String(Math.max(0, Math.floor(event.timestamp))),
+        pyFloat(toSeconds(event.timestamp)),
+        String(this.ttl),
+        this.mode(keys),
+        session.id,
+        keys.appMember,
+        '', // compaction: ADK-JS events carry no compaction summary
+        '', // full_reads
+        '0', // catch_up_limit: a stale copy reads again itself
+        '',
+        String(Date.now()),
+        '0', // expiry_take: the Python workers' writes check the expiry index
+        '', // schema: not the Python models' own encoding, so readers validate it
+        ...stateArgv(scoped),
+      ];
+      const run = () => this.scripts.append_event.run(this.conn, callKeys, args);
+      reply = (await (scoped[2].length ? this.recording(keys, run) : run())) as Reply[];
+      const status = reply[0];
+      if (status === -1) throw new SessionNotFoundError(`Session ${session.id} not found.`);
+      if (status === -2) throw new StaleSessionError();
+      if (status === -5) {
+        const missing = (reply.slice(2) as string[]).map(String);
+        throw new IncompleteSessionError(session.appName, session.userId, session.id, missing, String(reply[1]));
+      }
+      const outbox = this.cluster ? entries(reply[3]) : [];
+      if (outbox.length) await this.apply(keys, outbox, false);
+    } catch (exc) {
+      event.actions.stateDelta = delta;
+      throw exc;
+    }
+    const made = Number(reply[1]);
+    // A duplicate whose revision follows the caller's is a retry after a lost reply.
+    if (reply[0] === 1 || revision === made - 1) {
+      await super.appendEvent({ session, event });
+      session.lastUpdateTime = event.timestamp;
+      const merge = revision === undefined || made !== revision + 1;
+      if (merge && this.stalePolicy === 'merge') this.revisions.delete(session);
+      else this.revisions.set(session, made);
+    }
+    return event;
+  }
+}
+
