@@ -112,7 +112,19 @@ export function encodeEvent(event: Event): Record<string, Json> {
     delete out.route;
   }
   for (const key of Object.keys(actions)) if (!PY_ACTIONS.has(key)) delete actions[key];
+  // The canonical form (the Python package's own Event model): both deltas always, the
+  // requests only when there are any.
+  actions.state_delta ??= {};
+  actions.artifact_delta ??= {};
+  for (const key of ['requested_auth_configs', 'requested_tool_confirmations']) {
+    const held = actions[key];
+    if (held && typeof held === 'object' && !Object.keys(held).length) delete actions[key];
+  }
   out.actions = actions;
+  // A set in both ports: stored in one order whoever wrote it.
+  if (Array.isArray(out.long_running_tool_ids)) {
+    out.long_running_tool_ids = [...new Set(out.long_running_tool_ids as string[])].sort();
+  }
   out.timestamp = toSeconds(event.timestamp);
   return out;
 }

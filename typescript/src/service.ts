@@ -45,6 +45,8 @@ export interface RedisSessionServiceOptions {
   ttlSeconds?: number;
   /** `reject` (default): a stale copy's append fails; `merge`: it applies, last wins. */
   stalePolicy?: 'reject' | 'merge';
+  /** The clock creations are stamped with, in epoch ms (default `Date.now`): a test pins it. */
+  clock?: () => number;
 }
 
 type AnyClient = ReturnType<typeof createClient>;
@@ -144,6 +146,7 @@ export class RedisSessionService extends BaseSessionService {
   private readonly listed = new Set<string>();
   private readonly ttl: number;
   private readonly stalePolicy: 'reject' | 'merge';
+  private readonly clock: () => number;
 
   /** A service on a connected node-redis client (`createClient`) or cluster (`createCluster`). */
   constructor(
@@ -155,6 +158,7 @@ export class RedisSessionService extends BaseSessionService {
     this.keys = new KeySpace(options.keyPrefix ?? 'ras');
     this.ttl = options.ttlSeconds ?? 0;
     this.stalePolicy = options.stalePolicy ?? 'reject';
+    this.clock = options.clock ?? Date.now;
     if (this.cluster) {
       const cluster = client as AnyCluster;
       this.conn = { send: (key, args, ro) => cluster.sendCommand(key, ro ?? false, args) };
@@ -277,7 +281,7 @@ export class RedisSessionService extends BaseSessionService {
     }
     const scoped = split(state ?? {});
     const keys = this.keys.session(appName, userId, id);
-    const now = Date.now();
+    const now = this.clock();
     const created = pyFloat(toSeconds(now));
     const appKeys = this.cluster ? [keys.appOutbox] : [keys.appState, keys.appSessions, keys.appUpdated, keys.appExpiry];
     const callKeys = [keys.meta, keys.state, keys.events, keys.eventIds, keys.userState, keys.userSessions, keys.userUpdated, ...appKeys];
@@ -330,7 +334,9 @@ export class RedisSessionService extends BaseSessionService {
     const since = config?.afterTimestamp;
     // Stream ids are event times in ms: a read after a time starts at its millisecond.
     const start = since ? String(Math.max(0, Math.floor(since))) : '-';
-    const range = recent && !since ? 'recent' : 'all';
+    // As the Python services read it: 0 recent events is none (ADK-JS's in-memory service
+    // reads 0 as no limit; a store shared with Python workers answers as they do).
+    const range = recent === 0 ? 'none' : recent && !since ? 'recent' : 'all';
     const reply = (await this.scripts.read_session.run(
       this.conn,
       [keys.meta, keys.state, keys.userState, keys.events, this.cluster ? keys.appOutbox : keys.appState, keys.eventIds],
@@ -355,6 +361,7 @@ export class RedisSessionService extends BaseSessionService {
     if (range === 'recent') list.reverse();
     if (since) list = list.filter((e) => e.timestamp >= since);
     if (recent) list = list.slice(-recent);
+    else if (recent === 0) list = [];
     const session: Session = {
       id,
       appName: meta.app_name,
@@ -380,22 +387,53 @@ export class RedisSessionService extends BaseSessionService {
       const members = (await this.conn.send(index, ['ZRANGE', index, '0', '-1'], true)) as string[];
       pairsFound = members.map(splitAppMember);
     }
-    const metas = await Promise.all(
+    // Each session with its merged state (no events), as the Python services list them.
+    const read = (key: string, args: string[]) => this.conn.send(key, args, true) as Promise<Reply>;
+    const found = await Promise.all(
       pairsFound.map(([u, s]) => {
-        const meta = this.keys.session(appName, u, s).meta;
-        return this.conn.send(meta, ['HMGET', meta, 'id', 'last_update_time'], true) as Promise<(string | null)[]>;
+        const keys = this.keys.session(appName, u, s);
+        return Promise.all([read(keys.meta, ['HMGET', keys.meta, 'id', 'last_update_time']), read(keys.state, ['HGETALL', keys.state])]);
       }),
     );
+    const users = [...new Set(pairsFound.map(([u]) => u))];
+    const userStates = new Map<string, Record<string, unknown>>();
+    let appRaw: Reply = [];
+    await Promise.all(
+      users.map(async (u) => {
+        const keys = this.keys.session(appName, u, '-');
+        userStates.set(u, decodeHash(keys.userState, await read(keys.userState, ['HGETALL', keys.userState])));
+        if (this.cluster) {
+          // This user's app writes still pending are applied first: the state shown has them.
+          const first = this.mode(keys).slice('cluster:'.length);
+          const outbox = entries(await read(keys.appOutbox, ['XRANGE', keys.appOutbox, first, '+']));
+          appRaw = await this.readApp(keys, outbox);
+        }
+      }),
+    );
+    if (!this.cluster) {
+      const key = this.keys.session(appName, '-', '-').appState;
+      appRaw = await read(key, ['HGETALL', key]);
+    }
+    const appState = decodeHash(this.keys.session(appName, '-', '-').appState, appRaw);
     // Expired sessions leave index entries behind: they are skipped (the Python
     // services' writes and listings drop them).
     const all: Session[] = [];
-    pairsFound.forEach(([u], i) => {
-      const [id, updated] = metas[i];
+    pairsFound.forEach(([u, s], i) => {
+      const [[id, updated], state] = found[i] as [(string | null)[], Reply];
       if (id === null || updated === null) return;
-      all.push({ id, appName, userId: u, state: {}, events: [], lastUpdateTime: toMillis(Number(updated)) });
+      const sessionState = decodeHash(this.keys.session(appName, u, s).state, state);
+      all.push({
+        id,
+        appName,
+        userId: u,
+        state: merged(sessionState, userStates.get(u)!, appState),
+        events: [],
+        lastUpdateTime: toMillis(Number(updated)),
+      });
     });
-    if (order === 'asc') all.sort((a, b) => a.lastUpdateTime - b.lastUpdateTime || a.id.localeCompare(b.id));
-    else if (order === 'desc') all.sort((a, b) => b.lastUpdateTime - a.lastUpdateTime || a.id.localeCompare(b.id));
+    // Oldest update first unless asked otherwise, as the Python services list.
+    if (order !== 'desc') all.sort((a, b) => a.lastUpdateTime - b.lastUpdateTime || a.id.localeCompare(b.id));
+    else all.sort((a, b) => b.lastUpdateTime - a.lastUpdateTime || a.id.localeCompare(b.id));
     const totalItems = all.length;
     if (limit === undefined) {
       return { sessions: offset ? all.slice(offset) : all, page: 1, limit: totalItems, totalItems, totalPages: totalItems ? 1 : 0 };
