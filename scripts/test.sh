@@ -19,6 +19,24 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/python" -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
+# The TypeScript package (typescript/), which tests/test_typescript.py and
+# tests/test_mixed_language.py run, when node is on PATH: `npm ci` only when its lock file
+# changed since the last install (a stamp in node_modules says which it installed), then a
+# build when a source changed.
+if command -v npm >/dev/null && command -v node >/dev/null; then
+  lock=$(cksum < typescript/package-lock.json)
+  if [ "$(cat typescript/node_modules/.ras-lock 2>/dev/null)" != "$lock" ]; then
+    (cd typescript && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$lock" > typescript/node_modules/.ras-lock
+  fi
+  # tsc takes seconds even with nothing to do: skipped when no source is newer than its
+  # last build.
+  if [ ! -f typescript/dist/.tsbuildinfo ] || [ -n "$(find typescript/src typescript/test \
+      typescript/worker typescript/bench typescript/tsconfig.json typescript/node_modules/.ras-lock \
+      -newer typescript/dist/.tsbuildinfo -print -quit)" ]; then
+    (cd typescript && npm run --silent build && touch dist/.tsbuildinfo)
+  fi
+fi
 if [ "${SETUP_ONLY:-}" = 1 ]; then
   exit 0
 fi

@@ -96,10 +96,13 @@ export function toSeconds(ms: number): number {
   return ms / 1000;
 }
 
-/** Stored epoch seconds as epoch ms, exact for the whole ms ADK-JS writes (and to the
- * microsecond for times Python wrote). */
+/** Stored epoch seconds as epoch ms: the whole ms when that gives the same seconds back
+ * (every time ADK-JS wrote), else the exact product (a time Python wrote, to the
+ * microsecond and beyond), so that a read and a write give back the stored time. */
 export function toMillis(seconds: number): number {
-  return Math.round(seconds * 1e6) / 1e3;
+  const ms = seconds * 1000;
+  const whole = Math.round(ms);
+  return whole / 1000 === seconds ? whole : ms;
 }
 
 /** The canonical stored JSON object of an ADK-JS event. */
