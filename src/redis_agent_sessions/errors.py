@@ -22,6 +22,7 @@ __all__ = [
     "GenerationTimeoutError",
     "IncompleteSessionError",
     "InvalidInputError",
+    "LayoutVersionError",
     "MemoryIndexError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
@@ -105,6 +106,26 @@ class IncompleteSessionError(RedisSessionsError):
         self.user_id = user_id
         self.session_id = session_id
         self.missing = list(missing)
+
+
+class LayoutVersionError(RedisSessionsError):
+    """The store records a Redis layout newer than this version of the library reads (the
+    ``<prefix>:layout`` key, see docs/layout-spec.md): workers of a newer release, or of
+    another language, wrote it. Raised at a service's first operation, before it reads or
+    writes anything else, so that no worker misreads keys whose meaning changed. Run a
+    release that reads ``found`` (or point this service at another prefix).
+    """
+
+    def __init__(self, key: str, found: str, supported: int) -> None:
+        super().__init__(
+            f"the store records layout {found} ({key!r}), but this version of "
+            f"redis-agent-sessions reads layout {supported} and older: nothing was read or "
+            "written. Upgrade the workers to a release that reads it "
+            "(docs/layout-spec.md)"
+        )
+        self.key = key
+        self.found = found
+        self.supported = supported
 
 
 class StoreFullError(RedisSessionsError):

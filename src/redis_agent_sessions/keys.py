@@ -2,6 +2,7 @@
 
 Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag::
 
+    ras:layout                                   string the layout version the store is in: "1"
     ras:apps                                     zset   app names (escaped) by first session's
                                                         creation time, for operators' listings
                                                         (written only for an app not listed)
@@ -225,6 +226,10 @@ class KeySpace:
     def _user(self, app_name: str, user_id: str) -> str:
         return f"{self.prefix}:{{{escape(app_name)}:{escape(user_id)}}}"
 
+    def layout(self) -> str:
+        """The layout version this store is written in (see docs/layout-spec.md)."""
+        return f"{self.prefix}:layout"
+
     def apps(self) -> str:
         """Every app that ever had a session (members are escaped app names)."""
         return f"{self.prefix}:apps"
@@ -316,8 +321,8 @@ class KeySpace:
         """The key rules (``ACL SETUSER``) of a Redis user limited to one app: its sessions,
         state and memory (with ``memory_index="per_app"`` the names of its search indexes
         too), and read-only, the records every app shares: the registry of app names (an
-        operator lists the app: ``redis-agent-sessions tenant create``) and the memory's
-        backend and vector records (written once, by an admin)."""
+        operator lists the app: ``redis-agent-sessions tenant create``), the layout version
+        and the memory's backend and vector records (written once, by an admin)."""
         app, prefix = glob_escape(escape(app_name)), glob_escape(self.prefix)
         own = [
             f"~{prefix}:{{{app}}}:*",
@@ -327,7 +332,7 @@ class KeySpace:
                 for part in ("", "stats:", "df:", "ctx:", "factrec:")
             ),
         ]
-        records = [self.apps(), self.memory_backend(), self.memory_vectors()]
+        records = [self.apps(), self.layout(), self.memory_backend(), self.memory_vectors()]
         return own + [f"%R~{glob_escape(key)}" for key in records]
 
     def memory_vector_index(self) -> str:
@@ -343,8 +348,7 @@ class KeySpace:
         return f"{self.prefix}:mem:vectors"
 
     def memory_entries_pattern(self, app_name: str | None = None) -> str:
-        """SCAN MATCH pattern of the entries zsets of every (app, user), or of one app's
-        users (for operator commands: there is no registry of memory users)."""
+        """SCAN MATCH pattern of every (app, user)'s entries zset, or of one app's users'."""
         owner = "*" if app_name is None else f"{glob_escape(escape(app_name))}:*"
         return f"{glob_escape(self.prefix)}:mem:{{{owner}}}:entries"
 
@@ -382,8 +386,7 @@ class KeySpace:
         return f"{self._memory(app_name, user_id)}:facts:expiry"
 
     def memory_fact_records(self, app_name: str, user_id: str) -> str:
-        """Each fact as a consolidation step reads it (one HMGET, in the script that chooses
-        the facts); outside the index's prefix, as ``memory_stats``."""
+        """Each fact as a consolidation step reads it: outside the index's prefix, as stats."""
         return f"{self.prefix}:mem:factrec:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_fact_history(self, app_name: str, user_id: str, fact_id: str) -> str:
@@ -401,10 +404,8 @@ class KeySpace:
         return f"{self._memory(app_name, user_id)}:texts"
 
     def memory_context(self, app_name: str, user_id: str) -> str:
-        """What a search scores each entry by, one field per entry: its time, length and
-        author terms, its neighbours in its session (JSON) and its terms with their context
-        (a search reads many entries' at once; see ``_memory.lua``). Outside the index's
-        prefix, as ``memory_stats``."""
+        """What a search scores each entry by (its time, length, author terms, neighbours and
+        terms in context: see ``_memory.lua``); outside the index's prefix, as ``memory_stats``."""
         return f"{self.prefix}:mem:ctx:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_term(self, app_name: str, user_id: str, term: str) -> str:
@@ -412,8 +413,7 @@ class KeySpace:
         return f"{self._memory(app_name, user_id)}:term:{escape(term)}"
 
     def memory_stats(self, app_name: str, user_id: str) -> str:
-        """How many entries the user has, and their total (quarter) length: outside the
-        search index's prefix (a hash there is a document), in the user's slot."""
+        """The user's entry count and total (quarter) length: outside the index's prefix."""
         return f"{self.prefix}:mem:stats:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_df(self, app_name: str, user_id: str) -> str:

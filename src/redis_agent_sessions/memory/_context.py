@@ -10,6 +10,7 @@ from typing import Any, Literal
 from redis.exceptions import NoPermissionError, ResponseError
 
 from redis_agent_sessions._redis.codec import text
+from redis_agent_sessions._redis.layout_version import check_layout
 from redis_agent_sessions._redis.pressure import warn_once
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
@@ -105,6 +106,9 @@ class Context:
                 if self._store is None or self._search is None:
                     await self.topology.ready()
                     await warn_once(self.topology, None)
+                    # Memory shares the store: a newer layout is refused here too (the
+                    # sessions' first write records the version; memory only reads it).
+                    await check_layout(self.client, self.keys.layout())
                     self._store, self._search = await self._open_backend()
         if app is not None and user is not None and isinstance(self._search, IndexSearch):
             await self._search.ensure_index(app, user, rebuild=self.adopting)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
+from redis_agent_sessions._redis.layout_version import check_layout, record_layout
 from redis_agent_sessions._redis.pressure import warn_once
 from redis_agent_sessions.config import SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
@@ -40,6 +41,11 @@ class Context(Generic[S, E]):
     """Turns of this worker's writers on a session (``reject`` policy only)."""
     telemetry: Telemetry | None = None
     """Spans and counters (``SessionServiceConfig.telemetry``), or None."""
+    layout_checked: bool = False
+    """Whether the store's layout version was found readable (the first operation reads it:
+    a store of a newer layout raises LayoutVersionError before anything else)."""
+    layout_recorded: bool = False
+    """Whether the store records its layout version (else the first write records it)."""
     policy_checked: bool = False
     """Whether the server's maxmemory-policy was looked at (the first operation does)."""
     writable: bool = False
@@ -56,9 +62,12 @@ class Context(Generic[S, E]):
         """Before an operation: the client is initialized, and before a write, the server
         can confirm writes as the write concern asks. The first one warns (a log line) when
         the server may evict this store's keys."""
-        # Three checks, no awaits, on the path of every call once the client is ready.
+        # Four checks, no awaits, on the path of every call once the client is ready.
         if self.layout.topology.fresh:
             await self.layout.ready()
+        if not self.layout_checked:
+            self.layout_recorded = await check_layout(self.client, self.keys.layout())
+            self.layout_checked = True
         if not self.policy_checked:
             self.policy_checked = True
             await warn_once(self.layout.topology, self.ttl)
@@ -66,3 +75,8 @@ class Context(Generic[S, E]):
             if self.runner.concern is not None:
                 await self.runner.check_server()
             self.writable = True
+
+    async def record_layout(self) -> None:
+        """After a write to a store that did not record its layout: record it (once)."""
+        self.layout_recorded = True
+        await record_layout(self.client, self.keys.layout())

@@ -166,6 +166,8 @@ class Writes(Generic[S, E]):
         app_raw = await layout.created(keys, app_name, now, reply, shortfalls)
         if not reply.created:
             raise self._codec.errors.already_exists(f"Session with id {sid} already exists.")
+        if not self._ctx.layout_recorded:
+            await self._ctx.record_layout()
         user_state = decode_hash(keys.user_state, reply.user_state)
         self._runner.confirmed("create_session", shortfalls)
         app_state = decode_hash(keys.app_state, app_raw)
@@ -261,6 +263,8 @@ class Writes(Generic[S, E]):
             if place is not None:
                 assert turns is not None
                 turns.taken(keys.meta, place, lost=lost)
+        if not self._ctx.layout_recorded:
+            await self._ctx.record_layout()
         # A duplicate whose revision follows the caller's is a retry after a lost reply:
         # the caller has not seen its own event yet.
         if reply.status == OK or revision == new_revision - 1:

@@ -111,6 +111,7 @@ def _attacks(
         ("ZADD to the registry of apps", keyed("ZADD", keys.apps(), 0, "x")),
         ("DEL of the registry of apps", keyed("DEL", keys.apps())),
         ("SET of the memory backend record", keyed("SET", keys.memory_backend(), "plain")),
+        ("SET of the layout version record", keyed("SET", keys.layout(), "2")),
         ("DEL of the memory vector record", keyed("DEL", keys.memory_vectors())),
         ("EVAL of a script", keyed("EVAL", "return 1", 0)),
         ("EVALSHA of its own script on another app's key", script_on_other),

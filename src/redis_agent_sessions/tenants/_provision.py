@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis_agent_sessions._redis.codec import check_id, text
+from redis_agent_sessions._redis.layout_version import check_layout, record_layout
 from redis_agent_sessions._redis.lost import typed_losses
 from redis_agent_sessions._redis.topology import Topology
 from redis_agent_sessions.config import SessionServiceConfig
@@ -72,7 +73,8 @@ async def provision_tenant(
     the app's keyword index (on a cluster, one on every primary) and, once the store
     records its vectors' dimensions (an embedder has written, or ``reembed`` ran), its
     vector indexes (``vector_index``: HNSW, FLAT or SVS-VAMANA); the app listed in the
-    registry of apps. Idempotent: run it again after adding an embedder or primaries."""
+    registry of apps, and the store's layout version recorded. Idempotent: run it again
+    after adding an embedder or primaries."""
     app = check_id("app_name", app_name)
     config = tenant_config(config)
     keys = KeySpace(config.key_prefix)
@@ -89,6 +91,9 @@ async def provision_tenant(
         assert done is not None
         report.made, report.found, report.rebuilt = done.made, done.found, done.rebuilt
     await topology.ready()
+    # The tenant's user may only read the layout record: its workers cannot record it.
+    if not await check_layout(client, keys.layout()):
+        await record_layout(client, keys.layout())
     await AppListing(client, keys).list(app, time.time())
     report.listed = True
     report.rules = tenant_acl_rules(
