@@ -70,3 +70,22 @@ export class PermissionDeniedError extends RedisSessionsError {
 
 /** Redis refused the write for memory (maxmemory); nothing was written. */
 export class StoreFullError extends RedisSessionsError {}
+
+/**
+ * The store records a Redis layout newer than this package reads (`<prefix>:layout`):
+ * workers of a newer release, or of another language, wrote it. Raised at a service's
+ * first operation, before it reads or writes anything else.
+ */
+export class LayoutVersionError extends RedisSessionsError {
+  constructor(
+    readonly key: string,
+    readonly found: string,
+    readonly supported: number,
+  ) {
+    super(
+      `the store records layout ${found} (${key}), but this version of redis-agent-sessions ` +
+        `reads layout ${supported} and older: nothing was read or written. Upgrade the ` +
+        'workers to a release that reads it (docs/layout-spec.md)',
+    );
+  }
+}

@@ -1,10 +1,11 @@
-export { RedisSessionService } from './service.js';
+export { LAYOUT_VERSION, RedisSessionService } from './service.js';
 export type { RedisSessionServiceOptions } from './service.js';
 export {
   AlreadyExistsError,
   CorruptDataError,
   IncompleteSessionError,
   InvalidInputError,
+  LayoutVersionError,
   PermissionDeniedError,
   RedisSessionsError,
   SessionNotFoundError,

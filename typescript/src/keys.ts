@@ -77,6 +77,11 @@ export class KeySpace {
     return `${this.prefix}:{${escape(appName)}:${escape(userId)}}`;
   }
 
+  /** The layout version the store is written in (docs/layout-spec.md). */
+  layout(): string {
+    return `${this.prefix}:layout`;
+  }
+
   apps(): string {
     return `${this.prefix}:apps`;
   }

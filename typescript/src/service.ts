@@ -24,6 +24,7 @@ import {
   CorruptDataError,
   IncompleteSessionError,
   InvalidInputError,
+  LayoutVersionError,
   RedisSessionsError,
   SessionNotFoundError,
   StaleSessionError,
@@ -35,6 +36,8 @@ const APP = 'app:';
 const USER = 'user:';
 const TEMP = 'temp:';
 const MAX_ID_LENGTH = 1024;
+/** The layout this package reads and writes (docs/layout-spec.md). */
+export const LAYOUT_VERSION = 1;
 /** Seconds a registration of a user for the sweep is trusted (Python's REGISTER_EVERY). */
 const REGISTER_EVERY_MS = 60_000;
 
@@ -147,6 +150,8 @@ export class RedisSessionService extends BaseSessionService {
   private readonly ttl: number;
   private readonly stalePolicy: 'reject' | 'merge';
   private readonly clock: () => number;
+  private layoutChecked = false;
+  private layoutRecorded = false;
 
   /** A service on a connected node-redis client (`createClient`) or cluster (`createCluster`). */
   constructor(
@@ -209,6 +214,35 @@ export class RedisSessionService extends BaseSessionService {
     const slot = `${keys.appApplied}\0${keys.userMember}`;
     const known = this.applied.get(slot);
     if (known === undefined || after(String(applied), known)) this.applied.set(slot, String(applied));
+  }
+
+  // -- the layout version (Python's _redis/layout_version.py) ------------------------------
+
+  /** Before the first operation: a store that records a newer layout is refused. */
+  private async ready(): Promise<void> {
+    if (this.layoutChecked) return;
+    const key = this.keys.layout();
+    const found = (await this.conn.send(key, ['GET', key], true)) as string | null;
+    if (found !== null) {
+      const version = /^[0-9]+$/.test(found) ? Number(found) : NaN;
+      if (!(version > 0 && version <= LAYOUT_VERSION)) throw new LayoutVersionError(key, found, LAYOUT_VERSION);
+    }
+    // A store written before the layout was recorded is layout 1.
+    this.layoutRecorded = found !== null;
+    this.layoutChecked = true;
+  }
+
+  /** After a write to a store that did not record its layout: record it (once, never
+   * over a newer worker's). A user that may only read the key (a tenant's) leaves it. */
+  private async recordLayout(): Promise<void> {
+    if (this.layoutRecorded) return;
+    this.layoutRecorded = true;
+    const key = this.keys.layout();
+    try {
+      await this.conn.send(key, ['SET', key, String(LAYOUT_VERSION), 'NX']);
+    } catch (exc) {
+      if (!String((exc as Error).message).startsWith('NOPERM')) throw exc;
+    }
   }
 
   // -- the cluster's app step (Python's sessions/_outbox.py and _sweep.py) ----------------
@@ -276,6 +310,7 @@ export class RedisSessionService extends BaseSessionService {
     checkId('appName', appName);
     checkId('userId', userId);
     const id = sessionId === undefined ? randomUUID() : checkId('sessionId', sessionId);
+    await this.ready();
     if (state !== undefined && (state === null || typeof state !== 'object' || Array.isArray(state))) {
       throw new InvalidInputError('state must be an object');
     }
@@ -298,6 +333,7 @@ export class RedisSessionService extends BaseSessionService {
       appRaw = reply[2];
     }
     if (reply[0] !== 1) throw new AlreadyExistsError(`Session with id ${id} already exists.`);
+    await this.recordLayout();
     const sessionState: Record<string, unknown> = Object.create(null);
     for (let i = 0; i < scoped[0].length; i += 2) sessionState[scoped[0][i]] = JSON.parse(scoped[0][i + 1]);
     const session: Session = {
@@ -329,6 +365,7 @@ export class RedisSessionService extends BaseSessionService {
     checkId('appName', appName);
     checkId('userId', userId);
     checkId('sessionId', sessionId);
+    await this.ready();
     const keys = this.keys.session(appName, userId, sessionId);
     const recent = config?.numRecentEvents;
     const since = config?.afterTimestamp;
@@ -376,6 +413,8 @@ export class RedisSessionService extends BaseSessionService {
 
   async listSessions({ appName, userId, limit, offset, page, order }: ListSessionsRequest): Promise<ListSessionsResponse> {
     checkId('appName', appName);
+    if (userId !== undefined) checkId('userId', userId);
+    await this.ready();
     let pairsFound: [string, string][];
     if (userId !== undefined) {
       checkId('userId', userId);
@@ -452,6 +491,7 @@ export class RedisSessionService extends BaseSessionService {
     checkId('appName', appName);
     checkId('userId', userId);
     checkId('sessionId', sessionId);
+    await this.ready();
     const keys = this.keys.session(appName, userId, sessionId);
     const appKeys = this.cluster ? [keys.appOutbox] : [keys.appSessions];
     const rest = this.cluster ? [] : [keys.appUpdated, keys.appExpiry];
@@ -475,6 +515,7 @@ export class RedisSessionService extends BaseSessionService {
     if (typeof event.timestamp !== 'number' || !(event.timestamp >= 0 && event.timestamp < 253402300800000)) {
       throw new InvalidInputError(`event timestamp must be epoch ms (years 1970 to 9999), got ${event.timestamp}`);
     }
+    await this.ready();
     const delta = (event.actions?.stateDelta ?? {}) as Record<string, unknown>;
     const stored: Record<string, unknown> = Object.create(null);
     for (const [k, v] of Object.entries(delta)) if (!k.startsWith(TEMP)) stored[k] = v;
@@ -526,6 +567,7 @@ export class RedisSessionService extends BaseSessionService {
       event.actions.stateDelta = delta;
       throw exc;
     }
+    await this.recordLayout();
     const made = Number(reply[1]);
     // A duplicate whose revision follows the caller's is a retry after a lost reply.
     if (reply[0] === 1 || revision === made - 1) {

@@ -14,6 +14,7 @@ import type { Session } from '@google/adk';
 import {
   AlreadyExistsError,
   InvalidInputError,
+  LayoutVersionError,
   RedisSessionService,
   SessionNotFoundError,
   StaleSessionError,
@@ -137,6 +138,34 @@ for (const [name, url, cluster] of backends) {
       assert.deepEqual(since.events.map((e) => e.author), ['a2', 'a3', 'a4']);
       const both = (await service.getSession({ ...key, config: { afterTimestamp: base + 10, numRecentEvents: 2 } }))!;
       assert.deepEqual(both.events.map((e) => e.author), ['a3', 'a4']);
+    });
+
+    test('the layout version: recorded by the first write, a newer one refused', async () => {
+      const prefix = `ras-ts-layout-${randomUUID().slice(0, 8)}`;
+      const fresh = await RedisSessionService.fromUrl(url!, { cluster, keyPrefix: prefix });
+      const key = `${prefix}:layout`;
+      const send = (args: string[]) => (fresh.client as any).sendCommand(...(cluster ? [key, false, args] : [args]));
+      try {
+        await fresh.createSession({ appName, userId: 'v' });
+        assert.equal(await send(['GET', key]), '1');
+        await send(['SET', key, '2']);
+        const late = await RedisSessionService.fromUrl(url!, { cluster, keyPrefix: prefix });
+        try {
+          await assert.rejects(late.createSession({ appName, userId: 'v', sessionId: 'new' }), (exc: unknown) => {
+            assert.ok(exc instanceof LayoutVersionError);
+            assert.equal(exc.found, '2');
+            assert.equal(exc.supported, 1);
+            return true;
+          });
+          assert.equal(await late.getSession({ appName, userId: 'v', sessionId: 'new' }).catch(() => 'refused'), 'refused');
+        } finally {
+          await late.close();
+        }
+        assert.equal(await send(['GET', key]), '2');
+      } finally {
+        await send(['DEL', key]);
+        await fresh.close();
+      }
     });
 
     test('list with paging, delete, missing session', async () => {
