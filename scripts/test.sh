@@ -2,7 +2,8 @@
 # The test command: sets up a venv with the extras the tests use, starts throwaway Redis servers
 # on loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch and Valkey 9.1 from
 # PyPI wheels; a 3-primary cluster of each) unless REDIS_URL is already set, runs pytest with any
-# arguments given, stops the servers.
+# arguments given, stops the servers. With node on PATH it also installs and builds the
+# TypeScript package (typescript/), whose suites run with the rest.
 # Without redis-server (and not root to install it) the real-server tests skip.
 #
 # Another interpreter or set of extras (CI runs three): VENV (default .venv), PYTHON (the

@@ -14,6 +14,17 @@ export class RedisSessionsError extends Error {
 /** Bad input, refused before anything was written. */
 export class InvalidInputError extends RedisSessionsError {}
 
+/** An encoded event or state exceeds the service's `maxPayloadBytes`; nothing was written. */
+export class PayloadTooLargeError extends InvalidInputError {
+  constructor(
+    what: string,
+    readonly size: number,
+    readonly limit: number,
+  ) {
+    super(`${what} is ${size} bytes encoded, over the limit of ${limit} bytes`);
+  }
+}
+
 /** A session with that id exists already (createSession). */
 export class AlreadyExistsError extends RedisSessionsError {}
 

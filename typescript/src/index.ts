@@ -6,6 +6,7 @@ export {
   IncompleteSessionError,
   InvalidInputError,
   LayoutVersionError,
+  PayloadTooLargeError,
   PermissionDeniedError,
   RedisSessionsError,
   SessionNotFoundError,

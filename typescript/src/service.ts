@@ -25,6 +25,7 @@ import {
   IncompleteSessionError,
   InvalidInputError,
   LayoutVersionError,
+  PayloadTooLargeError,
   RedisSessionsError,
   SessionNotFoundError,
   StaleSessionError,
@@ -36,6 +37,9 @@ const APP = 'app:';
 const USER = 'user:';
 const TEMP = 'temp:';
 const MAX_ID_LENGTH = 1024;
+/** The event times the Python services take (years 1 to 9999), in epoch ms. */
+const MIN_TIME_MS = -62135596800000;
+const MAX_TIME_MS = 253402300799000;
 /** The layout this package reads and writes (docs/layout-spec.md). */
 export const LAYOUT_VERSION = 1;
 /** Seconds a registration of a user for the sweep is trusted (Python's REGISTER_EVERY). */
@@ -48,6 +52,9 @@ export interface RedisSessionServiceOptions {
   ttlSeconds?: number;
   /** `reject` (default): a stale copy's append fails; `merge`: it applies, last wins. */
   stalePolicy?: 'reject' | 'merge';
+  /** Most bytes of an event's JSON with its state changes, or of a create's state
+   * (default 1 MiB, as the Python services' `max_payload_bytes`). */
+  maxPayloadBytes?: number;
   /** The clock creations are stamped with, in epoch ms (default `Date.now`): a test pins it. */
   clock?: () => number;
 }
@@ -65,6 +72,11 @@ function split(delta: Record<string, unknown>): [string[], string[], string[]] {
     else scopes[0].push(key, encodeValue(key, value));
   }
   return scopes;
+}
+
+/** UTF-8 bytes of the state fields and values a write stores. */
+function storedBytes(scopes: [string[], string[], string[]]): number {
+  return scopes.flat().reduce((n, text) => n + Buffer.byteLength(text), 0);
 }
 
 function stateArgv([session, user, app]: [string[], string[], string[]]): string[] {
@@ -150,6 +162,7 @@ export class RedisSessionService extends BaseSessionService {
   private readonly ttl: number;
   private readonly stalePolicy: 'reject' | 'merge';
   private readonly clock: () => number;
+  private readonly maxPayloadBytes: number;
   private layoutChecked = false;
   private layoutRecorded = false;
 
@@ -164,6 +177,7 @@ export class RedisSessionService extends BaseSessionService {
     this.ttl = options.ttlSeconds ?? 0;
     this.stalePolicy = options.stalePolicy ?? 'reject';
     this.clock = options.clock ?? Date.now;
+    this.maxPayloadBytes = options.maxPayloadBytes ?? 1 << 20;
     if (this.cluster) {
       const cluster = client as AnyCluster;
       this.conn = { send: (key, args, ro) => cluster.sendCommand(key, ro ?? false, args) };
@@ -214,6 +228,10 @@ export class RedisSessionService extends BaseSessionService {
     const slot = `${keys.appApplied}\0${keys.userMember}`;
     const known = this.applied.get(slot);
     if (known === undefined || after(String(applied), known)) this.applied.set(slot, String(applied));
+  }
+
+  private checkSize(what: string, size: number): void {
+    if (size > this.maxPayloadBytes) throw new PayloadTooLargeError(what, size, this.maxPayloadBytes);
   }
 
   // -- the layout version (Python's _redis/layout_version.py) ------------------------------
@@ -315,6 +333,7 @@ export class RedisSessionService extends BaseSessionService {
       throw new InvalidInputError('state must be an object');
     }
     const scoped = split(state ?? {});
+    this.checkSize('initial state', storedBytes(scoped));
     const keys = this.keys.session(appName, userId, id);
     const now = this.clock();
     const created = pyFloat(toSeconds(now));
@@ -512,8 +531,8 @@ export class RedisSessionService extends BaseSessionService {
     checkId('appName', session.appName);
     checkId('userId', session.userId);
     checkId('session id', session.id);
-    if (typeof event.timestamp !== 'number' || !(event.timestamp >= 0 && event.timestamp < 253402300800000)) {
-      throw new InvalidInputError(`event timestamp must be epoch ms (years 1970 to 9999), got ${event.timestamp}`);
+    if (typeof event.timestamp !== 'number' || !(event.timestamp >= MIN_TIME_MS && event.timestamp <= MAX_TIME_MS)) {
+      throw new InvalidInputError(`event timestamp must be epoch ms of the years 1 to 9999, got ${event.timestamp}`);
     }
     await this.ready();
     const delta = (event.actions?.stateDelta ?? {}) as Record<string, unknown>;
@@ -528,6 +547,8 @@ export class RedisSessionService extends BaseSessionService {
     let reply: Reply[];
     try {
       const raw = JSON.stringify(encodeEvent(event));
+      // The delta is stored twice, in the event and in the state hashes: both count.
+      this.checkSize('event with its state changes', Buffer.byteLength(raw) + storedBytes(scoped));
       const appKeys = this.cluster ? [keys.appOutbox] : [keys.appState];
       const rest = this.cluster ? [] : [keys.appUpdated, keys.appExpiry];
       const callKeys = [keys.meta, keys.state, keys.events, keys.eventIds, keys.userState, ...appKeys, keys.userUpdated, keys.compactions, ...rest];

@@ -15,6 +15,7 @@ import {
   AlreadyExistsError,
   InvalidInputError,
   LayoutVersionError,
+  PayloadTooLargeError,
   RedisSessionService,
   SessionNotFoundError,
   StaleSessionError,
@@ -191,6 +192,15 @@ for (const [name, url, cluster] of backends) {
         SessionNotFoundError,
       );
       await assert.rejects(service.getSession({ appName: app, userId: ' x', sessionId: 's' }), InvalidInputError);
+      const big = createEvent({ author: 'a', actions: { stateDelta: { 'temp:t': 1, blob: 'x'.repeat(1 << 20) } } });
+      const kept = made[1].events.length;
+      await assert.rejects(service.appendEvent({ session: made[1], event: big }), PayloadTooLargeError);
+      assert.equal('temp:t' in big.actions.stateDelta, true);
+      assert.equal((await service.getSession({ appName: app, userId: 'x', sessionId: made[1].id }))!.events.length, kept);
+      await assert.rejects(
+        service.createSession({ appName: app, userId: 'x', state: { blob: 'é'.repeat(1 << 19) } }),
+        PayloadTooLargeError,
+      );
     });
   });
 }
