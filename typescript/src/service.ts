@@ -18,7 +18,8 @@ import type {
 } from '@google/adk';
 import { createClient, createCluster } from 'redis';
 
-import { decodeEvent, encodeEvent, encodeValue, pyFloat, toMillis, toSeconds } from './codec.js';
+import { AppStep } from './appstep.js';
+import { encodeEvent, pyFloat, toMillis, toSeconds } from './codec.js';
 import {
   AlreadyExistsError,
   CorruptDataError,
@@ -26,24 +27,28 @@ import {
   InvalidInputError,
   LayoutVersionError,
   PayloadTooLargeError,
-  RedisSessionsError,
   SessionNotFoundError,
   StaleSessionError,
 } from './errors.js';
-import { KeySpace, SessionKeys, escape, splitAppMember } from './keys.js';
+import { KeySpace, escape, splitAppMember } from './keys.js';
+import {
+  TEMP,
+  checkId,
+  decodeHash,
+  entries,
+  merged,
+  split,
+  stateArgv,
+  storedBytes,
+  storedEvents,
+} from './replies.js';
 import { Connection, Reply, SCRIPT_NAMES, Script, ScriptName, pairs } from './scripts.js';
 
-const APP = 'app:';
-const USER = 'user:';
-const TEMP = 'temp:';
-const MAX_ID_LENGTH = 1024;
 /** The event times the Python services take (years 1 to 9999), in epoch ms. */
 const MIN_TIME_MS = -62135596800000;
 const MAX_TIME_MS = 253402300799000;
 /** The layout this package reads and writes (docs/layout-spec.md). */
 export const LAYOUT_VERSION = 1;
-/** Seconds a registration of a user for the sweep is trusted (Python's REGISTER_EVERY). */
-const REGISTER_EVERY_MS = 60_000;
 
 export interface RedisSessionServiceOptions {
   /** Key prefix (default `ras`): the same as the Python workers sharing the store. */
@@ -62,90 +67,6 @@ export interface RedisSessionServiceOptions {
 type AnyClient = ReturnType<typeof createClient>;
 type AnyCluster = ReturnType<typeof createCluster>;
 
-/** A state delta split by scope, keys without their prefix, `temp:` keys dropped. */
-function split(delta: Record<string, unknown>): [string[], string[], string[]] {
-  const scopes: [string[], string[], string[]] = [[], [], []];
-  for (const [key, value] of Object.entries(delta)) {
-    if (key.startsWith(TEMP)) continue;
-    if (key.startsWith(APP)) scopes[2].push(key.slice(APP.length), encodeValue(key, value));
-    else if (key.startsWith(USER)) scopes[1].push(key.slice(USER.length), encodeValue(key, value));
-    else scopes[0].push(key, encodeValue(key, value));
-  }
-  return scopes;
-}
-
-/** UTF-8 bytes of the state fields and values a write stores. */
-function storedBytes(scopes: [string[], string[], string[]]): number {
-  return scopes.flat().reduce((n, text) => n + Buffer.byteLength(text), 0);
-}
-
-function stateArgv([session, user, app]: [string[], string[], string[]]): string[] {
-  return [String(session.length / 2), String(user.length / 2), String(app.length / 2), ...session, ...user, ...app];
-}
-
-function decodeHash(key: string, flat: Reply): Record<string, unknown> {
-  const out: Record<string, unknown> = Object.create(null);
-  for (const [field, value] of Object.entries(pairs(flat))) {
-    try {
-      out[field] = JSON.parse(value);
-    } catch (exc) {
-      throw new CorruptDataError(key, `field ${field} is not JSON: ${(exc as Error).message}`);
-    }
-  }
-  return out;
-}
-
-function merged(session: Record<string, unknown>, user: Record<string, unknown>, app: Record<string, unknown>) {
-  const out: Record<string, unknown> = Object.create(null);
-  Object.assign(out, session);
-  for (const [k, v] of Object.entries(user)) out[USER + k] = v;
-  for (const [k, v] of Object.entries(app)) out[APP + k] = v;
-  return out;
-}
-
-function checkId(name: string, value: unknown): string {
-  if (typeof value !== 'string') throw new InvalidInputError(`${name} must be a string, got ${typeof value}`);
-  if (!value || value !== value.trim()) {
-    throw new InvalidInputError(`${name} must be non-empty without surrounding spaces: ${JSON.stringify(value)}`);
-  }
-  if ([...value].length > MAX_ID_LENGTH) throw new InvalidInputError(`${name} is longer than ${MAX_ID_LENGTH} characters`);
-  if (!value.isWellFormed()) throw new InvalidInputError(`${name} has a lone surrogate: ${JSON.stringify(value)}`);
-  return value;
-}
-
-function streamId(id: string): [number, number] {
-  const [ms, seq] = id.split('-');
-  return [Number(ms), Number(seq ?? 0)];
-}
-
-function after(a: string, b: string): boolean {
-  const [am, as] = streamId(a);
-  const [bm, bs] = streamId(b);
-  return am > bm || (am === bm && as > bs);
-}
-
-type Entry = [string, string[]];
-
-function entries(reply: Reply): Entry[] {
-  return ((reply ?? []) as Reply[]).map((e) => {
-    const [id, fields] = e as [string, string[]];
-    return [String(id), (fields ?? []).map(String)];
-  });
-}
-
-/** The stored events of stream entries (XRANGE replies), in the order given. */
-function storedEvents(key: string, list: Reply): Event[] {
-  return entries(list).map(([id, fields]) => {
-    const at = fields.indexOf('event');
-    if (at < 0 || at % 2) throw new CorruptDataError(key, `entry ${id} has no 'event' field`);
-    try {
-      return decodeEvent(JSON.parse(fields[at + 1]) as Record<string, unknown>);
-    } catch (exc) {
-      throw new CorruptDataError(key, `an event is not valid event JSON: ${(exc as Error).message}`);
-    }
-  });
-}
-
 /**
  * ADK-JS's session service on Redis, on one node or a Redis Cluster, sharing the layout
  * (and every session) with the Python package's services.
@@ -156,8 +77,7 @@ export class RedisSessionService extends BaseSessionService {
   private readonly conn: Connection;
   private readonly scripts: Record<ScriptName, Script>;
   private readonly revisions = new WeakMap<Session, number>();
-  private readonly applied = new Map<string, string>();
-  private readonly registered = new Map<string, number>();
+  private readonly step: AppStep;
   private readonly listed = new Set<string>();
   private readonly ttl: number;
   private readonly stalePolicy: 'reject' | 'merge';
@@ -186,6 +106,7 @@ export class RedisSessionService extends BaseSessionService {
       this.conn = { send: (_key, args) => node.sendCommand(args) };
     }
     this.scripts = Object.fromEntries(SCRIPT_NAMES.map((n) => [n, new Script(n)])) as Record<ScriptName, Script>;
+    this.step = new AppStep(this.conn, this.cluster, this.scripts.app_apply, this.scripts.app_pending);
   }
 
   /** A service with its own connection: `redis://...` for one node; with `cluster: true`,
@@ -213,21 +134,6 @@ export class RedisSessionService extends BaseSessionService {
   /** The revision a session object was read or written at (undefined: unknown). */
   revisionOf(session: Session): number | undefined {
     return this.revisions.get(session);
-  }
-
-  private mode(keys: SessionKeys): string {
-    if (!this.cluster) return 'single';
-    const last = this.applied.get(`${keys.appApplied}\0${keys.userMember}`);
-    if (last === undefined) return 'cluster:0-1';
-    const [ms, seq] = streamId(last);
-    return `cluster:${ms}-${seq + 1}`;
-  }
-
-  private learn(keys: SessionKeys, applied: Reply): void {
-    if (!applied) return;
-    const slot = `${keys.appApplied}\0${keys.userMember}`;
-    const known = this.applied.get(slot);
-    if (known === undefined || after(String(applied), known)) this.applied.set(slot, String(applied));
   }
 
   private checkSize(what: string, size: number): void {
@@ -263,54 +169,6 @@ export class RedisSessionService extends BaseSessionService {
     }
   }
 
-  // -- the cluster's app step (Python's sessions/_outbox.py and _sweep.py) ----------------
-
-  /** Apply a user's outbox entries in the app's slot; the app state when `wantState`. */
-  private async apply(keys: SessionKeys, list: Entry[], wantState: boolean): Promise<Reply> {
-    const flat: string[] = [];
-    for (const [id, fields] of list) flat.push(id, String(fields.length / 2), ...fields);
-    const reply = (await this.scripts.app_apply.run(
-      this.conn,
-      [keys.appState, keys.appVersions, keys.appSessions, keys.appApplied, keys.appExpiry],
-      [keys.userMember, wantState ? '1' : '0', String(Date.now()), '0', ...flat],
-    )) as Reply[];
-    this.learn(keys, reply[0]);
-    return reply[1];
-  }
-
-  /** Around a user-slot script that may record app-scope writes: the user registered
-   * for the sweep first, undone when the script is refused before writing. */
-  private async recording<T>(keys: SessionKeys, write: () => Promise<T>): Promise<T> {
-    const slot = `${keys.appPending}\0${keys.userMember}`;
-    const at = this.registered.get(slot);
-    if (!this.cluster || (at !== undefined && Date.now() - at < REGISTER_EVERY_MS)) return write();
-    const started = Date.now();
-    const added = (await this.scripts.app_pending.run(this.conn, [keys.appPending], [
-      'add',
-      keys.userMember,
-      Date.now().toFixed(3),
-    ])) as Reply[];
-    this.registered.set(slot, started);
-    try {
-      return await write();
-    } catch (exc) {
-      if (exc instanceof RedisSessionsError) {
-        this.registered.delete(slot);
-        try {
-          await this.scripts.app_pending.run(this.conn, [keys.appPending], [
-            'undo',
-            keys.userMember,
-            String(added[0]),
-            String(added[1]),
-          ]);
-        } catch {
-          // A registration left with nothing pending: the sweep clears it.
-        }
-      }
-      throw exc;
-    }
-  }
-
   /** The registry of app names: checked before a create, listed after. */
   private async listing(appName: string, write: boolean, firstCreated = 0): Promise<void> {
     if (this.listed.has(appName)) return;
@@ -339,15 +197,15 @@ export class RedisSessionService extends BaseSessionService {
     const created = pyFloat(toSeconds(now));
     const appKeys = this.cluster ? [keys.appOutbox] : [keys.appState, keys.appSessions, keys.appUpdated, keys.appExpiry];
     const callKeys = [keys.meta, keys.state, keys.events, keys.eventIds, keys.userState, keys.userSessions, keys.userUpdated, ...appKeys];
-    const args = [id, appName, userId, created, String(this.ttl), keys.appMember, this.mode(keys), '', String(now), '0', ...stateArgv(scoped)];
+    const args = [id, appName, userId, created, String(this.ttl), keys.appMember, this.step.mode(keys), '', String(now), '0', ...stateArgv(scoped)];
     await this.listing(appName, false);
-    const reply = (await this.recording(keys, () => this.scripts.create_session.run(this.conn, callKeys, args))) as Reply[];
+    const reply = (await this.step.recording(keys, () => this.scripts.create_session.run(this.conn, callKeys, args))) as Reply[];
     await this.listing(appName, true, toSeconds(now));
     let appRaw: Reply = [];
     if (this.cluster) {
       const outbox = entries(reply[0] === 1 ? reply[2] : reply[1]);
-      if (outbox.length) appRaw = await this.apply(keys, outbox, reply[0] === 1);
-      else if (reply[0] === 1) appRaw = await this.readApp(keys, []);
+      if (outbox.length) appRaw = await this.step.apply(keys, outbox, reply[0] === 1);
+      else if (reply[0] === 1) appRaw = await this.step.readApp(keys, []);
     } else if (reply[0] === 1) {
       appRaw = reply[2];
     }
@@ -367,19 +225,6 @@ export class RedisSessionService extends BaseSessionService {
     return session;
   }
 
-  /** The app state hash a reader of this user sees (cluster): this user's app writes
-   * still waiting in its outbox (`outbox`, from the user-slot read) applied first. */
-  private async readApp(keys: SessionKeys, outbox: Entry[]): Promise<Reply> {
-    const [appRaw, applied] = (await Promise.all([
-      this.conn.send(keys.appState, ['HGETALL', keys.appState], true),
-      this.conn.send(keys.appApplied, ['HGET', keys.appApplied, keys.userMember], true),
-    ])) as [Reply, Reply];
-    this.learn(keys, applied);
-    const pending = applied ? outbox.filter(([id]) => after(id, String(applied))) : outbox;
-    if (!pending.length) return appRaw;
-    return this.apply(keys, pending, true);
-  }
-
   async getSession({ appName, userId, sessionId, config }: GetSessionRequest): Promise<Session | undefined> {
     checkId('appName', appName);
     checkId('userId', userId);
@@ -396,7 +241,7 @@ export class RedisSessionService extends BaseSessionService {
     const reply = (await this.scripts.read_session.run(
       this.conn,
       [keys.meta, keys.state, keys.userState, keys.events, this.cluster ? keys.appOutbox : keys.appState, keys.eventIds],
-      [range, start, String(recent ?? 0), this.mode(keys)],
+      [range, start, String(recent ?? 0), this.step.mode(keys)],
     )) as Reply[];
     if (!reply.length) return undefined;
     const [metaRaw, stateRaw, userRaw, shared, eventsRaw, present] = reply;
@@ -412,7 +257,7 @@ export class RedisSessionService extends BaseSessionService {
     if (rev > 0 && !eventIds) missing.push('event ids');
     if (!(stateRaw as Reply[]).length && meta.has_state) missing.push('session state');
     if (missing.length) throw new IncompleteSessionError(appName, userId, sessionId, missing, keys.meta);
-    const appRaw = this.cluster ? await this.readApp(keys, entries(shared)) : shared;
+    const appRaw = this.cluster ? await this.step.readApp(keys, entries(shared)) : shared;
     let list = storedEvents(keys.events, eventsRaw);
     if (range === 'recent') list.reverse();
     if (since) list = list.filter((e) => e.timestamp >= since);
@@ -462,9 +307,9 @@ export class RedisSessionService extends BaseSessionService {
         userStates.set(u, decodeHash(keys.userState, await read(keys.userState, ['HGETALL', keys.userState])));
         if (this.cluster) {
           // This user's app writes still pending are applied first: the state shown has them.
-          const first = this.mode(keys).slice('cluster:'.length);
+          const first = this.step.mode(keys).slice('cluster:'.length);
           const outbox = entries(await read(keys.appOutbox, ['XRANGE', keys.appOutbox, first, '+']));
-          appRaw = await this.readApp(keys, outbox);
+          appRaw = await this.step.readApp(keys, outbox);
         }
       }),
     );
@@ -514,15 +359,15 @@ export class RedisSessionService extends BaseSessionService {
     const keys = this.keys.session(appName, userId, sessionId);
     const appKeys = this.cluster ? [keys.appOutbox] : [keys.appSessions];
     const rest = this.cluster ? [] : [keys.appUpdated, keys.appExpiry];
-    const reply = (await this.recording(keys, () =>
+    const reply = (await this.step.recording(keys, () =>
       this.scripts.delete_session.run(
         this.conn,
         [keys.meta, keys.state, keys.events, keys.eventIds, keys.userSessions, ...appKeys, keys.userUpdated, keys.compactions, ...rest],
-        [sessionId, keys.appMember, this.mode(keys)],
+        [sessionId, keys.appMember, this.step.mode(keys)],
       ),
     )) as Reply[];
     const outbox = entries(reply[1]);
-    if (this.cluster && outbox.length) await this.apply(keys, outbox, false);
+    if (this.cluster && outbox.length) await this.step.apply(keys, outbox, false);
   }
 
   async appendEvent({ session, event }: AppendEventRequest): Promise<Event> {
@@ -561,7 +406,7 @@ export class RedisSessionService extends BaseSessionService {
         String(Math.max(0, Math.floor(event.timestamp))),
         pyFloat(toSeconds(event.timestamp)),
         String(this.ttl),
-        this.mode(keys),
+        this.step.mode(keys),
         session.id,
         keys.appMember,
         '', // compaction: ADK-JS events carry no compaction summary
@@ -574,7 +419,7 @@ export class RedisSessionService extends BaseSessionService {
         ...stateArgv(scoped),
       ];
       const run = () => this.scripts.append_event.run(this.conn, callKeys, args);
-      reply = (await (scoped[2].length ? this.recording(keys, run) : run())) as Reply[];
+      reply = (await (scoped[2].length ? this.step.recording(keys, run) : run())) as Reply[];
       const status = reply[0];
       if (status === -1) throw new SessionNotFoundError(`Session ${session.id} not found.`);
       if (status === -2) throw new StaleSessionError();
@@ -583,7 +428,7 @@ export class RedisSessionService extends BaseSessionService {
         throw new IncompleteSessionError(session.appName, session.userId, session.id, missing, String(reply[1]));
       }
       const outbox = this.cluster ? entries(reply[3]) : [];
-      if (outbox.length) await this.apply(keys, outbox, false);
+      if (outbox.length) await this.step.apply(keys, outbox, false);
     } catch (exc) {
       event.actions.stateDelta = delta;
       throw exc;
