@@ -178,20 +178,27 @@ _DEFAULTS = {
 
 
 def canonical(value: Any, where: str = "") -> Any:
-    """An event's JSON with what either port fills in by default left out and times to the
-    microsecond, so that what one port wrote and the other read back compare."""
+    """An event's JSON with what either port fills in by default left out, so that what one
+    port wrote and the other read back compare (exactly: times to the last bit)."""
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if v is None or (where != "state" and _DEFAULTS.get(k, object()) == v):
                 continue
-            if k == "timestamp" and isinstance(v, int | float):
-                v = round(v, 6)
             out[k] = canonical(v, "state" if k in ("state_delta", "args", "response") else "")
         return out
     if isinstance(value, list):
         return [canonical(v, where) for v in value]
     return value
+
+
+def same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """``a`` and ``b`` (views: state and events) alike; else the first difference, whole."""
+    assert a["state"] == b["state"]
+    assert len(a["events"]) == len(b["events"])
+    for i, (x, y) in enumerate(zip(a["events"], b["events"], strict=True)):
+        shown = "\n".join(json.dumps(e, sort_keys=True) for e in (x, y))
+        assert x == y, f"event {i}:\n{shown}"
 
 
 def python_view(session: Any) -> dict[str, Any]:
@@ -234,7 +241,7 @@ async def test_python_and_node_workers_serve_one_conversation(
     # Node reads Python's events and every scope exactly, and its model is shown them.
     py_before = python_view(await c.read())
     node = await c.node_turn("note node two")
-    assert node_view(node["before"]) == py_before
+    same(node_view(node["before"]), py_before)
     assert [canonical(e) for e in await c.stored()][: len(py_before["events"])] == [
         canonical(e) for e in node["before"]["events"]
     ]
@@ -243,7 +250,7 @@ async def test_python_and_node_workers_serve_one_conversation(
 
     # Python reads Node's events and state exactly: what Node saw after its turn.
     after_node = await c.read()
-    assert python_view(after_node) == node_view(node["after"])
+    same(python_view(after_node), node_view(node["after"]))
     assert [canonical(e) for e in await c.stored()] == node_view(node["after"])["events"]
     assert after_node.state["notes"] == ["python one", "node two"]
     assert after_node.state["last_by"] == "node"
@@ -300,7 +307,7 @@ async def test_python_and_node_workers_serve_one_conversation(
     assert stale["refused"] == "StaleSessionError"
 
     final = await c.read()
-    assert python_view(final) == node_view(stale["after"])
+    same(python_view(final), node_view(stale["after"]))
     assert final.state["notes"] == [
         "python one",
         "node two",

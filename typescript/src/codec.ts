@@ -105,6 +105,10 @@ export function toMillis(seconds: number): number {
   return whole / 1000 === seconds ? whole : ms;
 }
 
+// The stored seconds of an event read, beside the ms it became: written back as they were
+// while the event keeps that time (seconds -> ms -> seconds may move the last bit).
+const STORED_TIME = Symbol('redis-agent-sessions stored time');
+
 /** The canonical stored JSON object of an ADK-JS event. */
 export function encodeEvent(event: Event): Record<string, Json> {
   const out = convert(event, toSnake, '', toSnake) as Record<string, Json>;
@@ -128,7 +132,8 @@ export function encodeEvent(event: Event): Record<string, Json> {
   if (Array.isArray(out.long_running_tool_ids)) {
     out.long_running_tool_ids = [...new Set(out.long_running_tool_ids as string[])].sort();
   }
-  out.timestamp = toSeconds(event.timestamp);
+  const kept = (event as unknown as Record<symbol, [number, number] | undefined>)[STORED_TIME];
+  out.timestamp = kept && kept[1] === event.timestamp ? kept[0] : toSeconds(event.timestamp);
   return out;
 }
 
@@ -144,7 +149,9 @@ export function decodeEvent(stored: Record<string, unknown>): Event {
     if (actions[name] === undefined) actions[name] = {};
   }
   out.actions = actions;
-  out.timestamp = toMillis(Number(stored.timestamp));
+  const seconds = Number(stored.timestamp);
+  out.timestamp = toMillis(seconds);
+  Object.defineProperty(out, STORED_TIME, { value: [seconds, out.timestamp] });
   if (out.invocationId === undefined) out.invocationId = '';
   return out as unknown as Event;
 }

@@ -55,5 +55,10 @@ test('an ADK-JS event stores its time in seconds and reads back the same millise
   assert.equal(json.timestamp, 1795897262.481);
   assert.equal(decodeEvent(JSON.parse(JSON.stringify(json))).timestamp, 1795897262481);
   for (let ms = 1795897262000; ms < 1795897263000; ms++) assert.equal(toMillis(ms / 1000), ms);
+  // A time Python wrote, to the microsecond and past it, is written back to the last bit.
+  for (let us = 0; us < 2000; us++) {
+    const seconds = 1795900005.8235 + us * 1.0000001e-7;
+    assert.equal(encodeEvent(decodeEvent({ id: 'e', timestamp: seconds, actions: {} })).timestamp, seconds);
+  }
   assert.deepEqual(json.actions, { state_delta: {}, artifact_delta: {} });
 });
