@@ -1,6 +1,7 @@
 """The layout's test vectors (``layout/vectors/*.json``, format in its README) run against the
 Python services: each vector's operations, what each must return, and the exact keys and
-values they leave in Redis, on one node and on a cluster.
+values they leave in Redis, on one node and on a cluster: fakeredis (and its slot-checked
+cluster layout), Redis 7 and a Redis Cluster, as the least-privilege ACL user, and Valkey.
 
 The runner is kept generic on purpose: each operation is one service call, each matcher one
 rule of the README, so that a port's runner (TypeScript, Go, ...) can mirror it line by line.
@@ -256,7 +257,9 @@ async def run_vector(vector: dict[str, Any], admin: Any, client: Any, layout: st
     await check_keys(admin, vector["keys"], layout)
 
 
-@pytest.fixture(params=pick("fake", "fake-slots", "real", "cluster", "acl"))
+@pytest.fixture(
+    params=pick("fake", "fake-slots", "real", "cluster", "acl", "valkey", "valkey-cluster")
+)
 async def clients(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Any, Any, str]]:
