@@ -44,6 +44,8 @@ import {
 } from './replies.js';
 import { Connection, Reply, SCRIPT_NAMES, Script, ScriptName, pairs } from './scripts.js';
 
+const compare = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
 /** The event times the Python services take (years 1 to 9999), in epoch ms. */
 const MIN_TIME_MS = -62135596800000;
 const MAX_TIME_MS = 253402300799000;
@@ -335,8 +337,10 @@ export class RedisSessionService extends BaseSessionService {
       });
     });
     // Oldest update first unless asked otherwise, as the Python services list.
-    if (order !== 'desc') all.sort((a, b) => a.lastUpdateTime - b.lastUpdateTime || a.id.localeCompare(b.id));
-    else all.sort((a, b) => b.lastUpdateTime - a.lastUpdateTime || a.id.localeCompare(b.id));
+    // Ties by user id, then session id, as the Python services sort.
+    const tie = (a: Session, b: Session) => compare(a.userId, b.userId) || compare(a.id, b.id);
+    if (order !== 'desc') all.sort((a, b) => a.lastUpdateTime - b.lastUpdateTime || tie(a, b));
+    else all.sort((a, b) => b.lastUpdateTime - a.lastUpdateTime || tie(a, b));
     const totalItems = all.length;
     if (limit === undefined) {
       return { sessions: offset ? all.slice(offset) : all, page: 1, limit: totalItems, totalItems, totalPages: totalItems ? 1 : 0 };

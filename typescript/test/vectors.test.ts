@@ -195,10 +195,16 @@ const files = readdirSync(VECTORS).filter((f) => f.endsWith('.json')).sort();
 
 test('the vectors are there', () => assert.ok(files.length >= 8));
 
-for (const [name, url, cluster] of [
-  ['single node', process.env.REDIS_URL, false],
-  ['cluster', process.env.REDIS_CLUSTER_URL, true],
-] as [string, string | undefined, boolean][]) {
+// Valkey's servers run when their variables are set (scripts/redis-servers.sh sets them).
+const servers: [string, string | undefined, boolean, boolean][] = [
+  ['single node', process.env.REDIS_URL, false, true],
+  ['cluster', process.env.REDIS_CLUSTER_URL, true, true],
+  ['Valkey single node', process.env.REDIS_VALKEY_URL, false, false],
+  ['Valkey cluster', process.env.REDIS_VALKEY_CLUSTER_URL, true, false],
+];
+
+for (const [name, url, cluster, always] of servers) {
+  if (!url && !always) continue;
   describe(`vectors, ${name}`, { skip: url ? false : 'no server URL in env' }, () => {
     let admin: Admin;
     before(async () => {
