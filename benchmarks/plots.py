@@ -11,7 +11,8 @@ Writes ``append-latency.svg`` (``append_event`` p50 against the events already i
 the core service, the ADK drop-in, ADK's ``DatabaseSessionService`` on sqlite) and
 ``read-latency.svg`` (``get_session`` p50: cold, warm through the read cache, with
 ``CompactedReads``, and ADK's store) to ``--out`` (default ``docs/img``), each captioned with
-the command and the environment. Every store gets the same events (``make_adk_event``), in
+the command, the day it ran and the environment, this package's version the one imported
+(the one measured). Every store gets the same events (``make_adk_event``), in
 interleaved, rotated turns; each session grows by at most 10 % while measured. The SQLite
 file goes on tmpfs (``/dev/shm``) by default, as the throwaway Redis keeps no files either.
 """
@@ -288,6 +289,8 @@ async def run(url: str, plan: Plan, where: str | None, sqlite_max: int) -> dict[
             env = await report.server_environment(
                 client,
                 plan=plan.name,
+                # The day the numbers were taken: a chart outlives the version it measured.
+                drawn=time.strftime("%Y-%m-%d", time.gmtime()),
                 google_adk=version("google-adk"),
                 sqlalchemy=version("sqlalchemy"),
                 aiosqlite=version("aiosqlite"),
@@ -357,11 +360,16 @@ def caption(result: dict[str, Any], kind: str, names: dict[str, str], how: str) 
         for name in names
     )
     return (
-        f"Made by: {result['command']} ({how}). "
+        f"Made by: {result['command']} ({how}){_on(env)}. "
         f"{report.environment_lines('', env)[1]}; google-adk {env['google_adk']}, "
         f"SQLAlchemy {env['sqlalchemy']}, aiosqlite {env['aiosqlite']}, SQLite {env['sqlite']} "
         f"(file on {env['sqlite_on']}). p50 in ms per series: {numbers}."
     )
+
+
+def _on(env: dict[str, Any]) -> str:
+    """`` on <day>`` the numbers were taken (results from before it was recorded: none)."""
+    return f" on {env['drawn']}" if env.get("drawn") else ""
 
 
 def capped_note(result: dict[str, Any]) -> list[str]:
@@ -381,7 +389,7 @@ def figures(result: dict[str, Any]) -> dict[str, svg.Chart]:
         + (": neither store waits for a disk." if env["sqlite_fs"] == "tmpfs" else ".")
     )
     foot = (
-        f"Made by {result['command']}. {report.environment_lines('', env)[1]}; "
+        f"Made by {result['command']}{_on(env)}. {report.environment_lines('', env)[1]}; "
         f"google-adk {env['google_adk']}, SQLAlchemy {env['sqlalchemy']}, aiosqlite "
         f"{env['aiosqlite']}, SQLite {env['sqlite']}."
     )

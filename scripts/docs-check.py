@@ -12,7 +12,10 @@ with every request that would leave loopback blocked, and fails if on any page:
   the page and the lines that do not fit are listed); a program's output quoted verbatim
   (a ``text`` block, or the lines of a ``console`` block other than its ``$ `` commands)
   may scroll rather than be misquoted;
-- the page asked for anything outside loopback (fonts, scripts, images from a CDN).
+- the page asked for anything outside loopback (fonts, scripts, images from a CDN);
+- reStructuredText markup shows raw outside code (a Sphinx role such as ``:class:``, a
+  literal-block ``::`` ending a line, a double backtick): a docstring written for Sphinx,
+  which the reference's renderer (mkdocstrings, Google style, Markdown) does not read.
 
 It saves a full-page screenshot of each page (PNG) in the directory given (default
 /tmp/docs-shots) and prints one line per page. Exit status 1 when any page fails.
@@ -30,6 +33,7 @@ import argparse
 import base64
 import contextlib
 import functools
+import html.parser
 import http.server
 import ipaddress
 import json
@@ -118,6 +122,49 @@ PAGE_PROBE = r"""
   };
 })()
 """
+
+
+# Sphinx markup as Markdown leaves it in the text: a role (":class:", ":py:meth:"), "::"
+# ending a paragraph before a literal block, a ``literal`` whose backticks did not pair.
+RAW_MARKUP = re.compile(
+    r"(?<![\w:]):(?:py:)?(?:class|meth|func|attr|mod|exc|data|obj|ref|const|doc):(?!\w)"
+    r"|(?<=\w)::(?=\s|$)|``(?:[^`\n]*``)?"
+)
+
+
+class _Prose(html.parser.HTMLParser):
+    """The text of a page outside code, scripts and styles, one string per block of text."""
+
+    SKIP = frozenset({"code", "pre", "script", "style", "kbd", "samp"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth = 0
+        self.texts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.SKIP:
+            self.depth += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.SKIP and self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self.depth and data.strip():
+            self.texts.append(data)
+
+
+def raw_markup(page_html: str) -> list[str]:
+    """Each piece of the page's prose where reStructuredText markup shows raw, in context."""
+    prose = _Prose()
+    prose.feed(page_html)
+    found = []
+    for text in prose.texts:
+        for match in RAW_MARKUP.finditer(text):
+            around = text[max(0, match.start() - 30) : match.end() + 30]
+            found.append(" ".join(around.split()))
+    return list(dict.fromkeys(found))
 
 
 def is_loopback(url: str) -> bool:
@@ -378,6 +425,7 @@ def check_page(
                 f"picture shown at {scale:.0%} of its size (text too small): {picture['src']}"
             )
     problems += [f"raw diagram source shows: {raw}" for raw in seen["raw"]]
+    problems += [f"raw reStructuredText markup shows: {raw}" for raw in raw_markup(html)]
     for block in seen["overflow"]:
         for line in block["long"]:
             problems.append(

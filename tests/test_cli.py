@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from _cli import Cli, drop
 from redis_agent_sessions import (
@@ -299,6 +301,16 @@ async def test_delete_asks_first_and_purge_deletes_only_old_sessions(cli: Cli) -
     assert [s["id"] for s in remaining] == ["new"]
 
 
+def test_only_a_server_not_there_gets_the_how_to_start_one_hint() -> None:
+    from redis_agent_sessions.cli._context import _nothing_there
+
+    assert _nothing_there(RedisConnectionError("Error 111 connecting to 127.0.0.1:1."))
+    assert _nothing_there(TimeoutError("Timeout connecting to server"))
+    assert _nothing_there(ConnectionRefusedError(111, "Connection refused"))
+    # A server that answers (a wrong password) is there: starting one would not help.
+    assert not _nothing_there(AuthenticationError("invalid username-password pair"))
+
+
 async def test_bad_input_gets_one_clear_line(cli: Cli) -> None:
     made = await seed(cli)
     assert cli.run("ls", "nope").returncode == 1
@@ -311,6 +323,10 @@ async def test_bad_input_gets_one_clear_line(cli: Cli) -> None:
     unreachable = _bare("ls", "--url", "redis://127.0.0.1:1/0")
     assert unreachable.returncode == 2
     assert "cannot reach Redis" in unreachable.stderr
+    # Nothing listens there: the one line says what to do next.
+    assert "docs/tutorial.md#2-have-a-redis" in unreachable.stderr
+    assert "redis-agent-sessions demo --keep-server" in unreachable.stderr
+    assert len(unreachable.stderr.splitlines()) == 1
     for url in ("http://localhost", "redis://localhost:6379/0?key_prefx=x"):
         malformed = _bare("ls", "--url", url)
         assert malformed.returncode == 2

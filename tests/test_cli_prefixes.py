@@ -1,6 +1,7 @@
-"""``ls`` finding nothing under its key prefix names the prefixes that hold sessions: the
-hint itself on fakeredis, a real server and the real cluster, and the command as an operator
-runs it (a subprocess), whose named ``--key-prefix`` then lists the sessions."""
+"""``ls`` and ``stats`` finding nothing under their key prefix name the prefixes that hold
+sessions, and the apps of this prefix whose name is close to the one asked for: the hints
+themselves on fakeredis, a real server and the real cluster, and the commands as an operator
+runs them (a subprocess), whose named ``--key-prefix`` or app then lists the sessions."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from _backends import backend, pick
 from _cli import Cli, drop
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.cli import _prefixes
-from redis_agent_sessions.cli._prefixes import prefixes_hint
+from redis_agent_sessions.cli._prefixes import apps_hint, prefixes_hint
+from redis_agent_sessions.keys import KeySpace
 
 
 @pytest.fixture(params=pick("fake", "real", "cluster"))
@@ -38,6 +40,38 @@ async def _sessions(client: Any, prefix: str, app: str, count: int = 1) -> None:
 async def test_no_hint_on_an_empty_server(client: Any) -> None:
     assert await prefixes_hint(client, "ras", "booking_app") == ""
     assert await prefixes_hint(client, "ras", None) == ""
+
+
+async def test_suggests_the_apps_of_the_prefix_with_a_close_name(client: Any) -> None:
+    keys = KeySpace("ras")
+    assert await apps_hint(client, keys, "tutorial-app") == ""  # no apps at all
+    for app in ("tutorial_app", "booking_app", "Tutorial.App", "weather"):
+        await _sessions(client, "ras", app)
+    await _sessions(client, "other", "tutorial-ap")  # another prefix's: not this one's
+    # The same but for case and separators first; else the closest names.
+    assert await apps_hint(client, keys, "tutorial-app") == (
+        "; did you mean 'tutorial_app' or 'Tutorial.App'?"
+    )
+    assert await apps_hint(client, keys, "tutorail_app") == (
+        "; did you mean 'tutorial_app' or 'Tutorial.App'?"
+    )
+    assert await apps_hint(client, keys, "booking") == "; did you mean 'booking_app'?"
+    assert await apps_hint(client, keys, "something else") == ""
+    assert await apps_hint(client, KeySpace("other"), "tutorial_app") == (
+        "; did you mean 'tutorial-ap'?"
+    )
+
+
+@pytest.mark.fake
+async def test_the_app_suggestion_reads_a_bounded_part_of_the_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with backend("fake", monkeypatch) as client:
+        for app in ("a_first", "tutorial_app"):
+            await _sessions(client, "ras", app)
+        monkeypatch.setattr(_prefixes, "MOST_APPS", 1)
+        assert await apps_hint(client, KeySpace("ras"), "tutorial-app") == ""
+        assert await apps_hint(client, KeySpace("ras"), "a-first") == "; did you mean 'a_first'?"
 
 
 async def test_names_the_prefixes_holding_the_apps_sessions(client: Any) -> None:
@@ -159,3 +193,38 @@ async def test_ls_names_the_key_prefix_to_use_and_it_works_as_printed(cli: Cli, 
         f"redis-agent-sessions: no apps: no session was created under the key prefix "
         f"{cli.prefix!r}; other key prefixes hold sessions: --key-prefix "
     ), apps.stderr
+
+
+async def test_ls_and_stats_suggest_the_app_meant_and_it_works_as_printed(cli: Cli) -> None:
+    app = f"tutorial_app_{uuid.uuid4().hex[:6]}"
+    async with cli.service() as svc:
+        await svc.create_session(app_name=app, user_id="ada", session_id="trip-1")
+    typo = app.replace("_", "-")
+    for command in (["ls", typo], ["ls", typo, "--user", "ada"], ["stats", typo]):
+        wrong = cli.run(*command)
+        assert wrong.returncode == 1, wrong.stderr
+        assert wrong.stderr.rstrip().endswith(f"did you mean {app!r}?"), wrong.stderr
+        named = re.findall(r"did you mean '([^']+)'", wrong.stderr)
+        assert named == [app]
+        right = cli.run(command[0], named[0], *command[2:])
+        assert right.returncode == 0, right.stderr
+        assert "trip-1" in right.stdout or command[0] == "stats"
+
+
+async def test_stats_names_the_key_prefixes_that_hold_sessions(cli: Cli, other: str) -> None:
+    app = f"app-{uuid.uuid4().hex[:8]}"
+    async with cli.service(other) as svc:
+        await svc.create_session(app_name=app, user_id="u", session_id="s1")
+    wrong = cli.run("stats")
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith(
+        f"redis-agent-sessions: no apps: no session was created under the key prefix "
+        f"{cli.prefix!r}; other key prefixes hold sessions: "
+    ), wrong.stderr
+    assert f"--key-prefix {shlex.quote(other)} (" in wrong.stderr
+    one = cli.run("stats", app)
+    assert one.returncode == 1
+    assert f"other key prefixes hold its sessions: --key-prefix {shlex.quote(other)}" in (
+        one.stderr
+    )
+    assert cli.run("stats", app, prefix=other).returncode == 0

@@ -128,6 +128,8 @@ async def test_examples_run(page: Path) -> None:
     text = "".join(source for _, source in blocks)
     if ("google.adk" in text or "GoogleEmbedder" in text) and not installed("google.adk"):
         pytest.skip("needs the [adk] extra (google.adk is not installed)")
+    if "redis_agent_sessions.mcp" in text and not installed("mcp"):
+        pytest.skip("needs the [mcp] extra (mcp is not installed)")
     namespace: dict[str, Any] = {"fake_redis": fake_redis, "__name__": "docs_example"}
     for i, (kind, source) in enumerate(blocks, 1):
         await run(source, namespace, f"{page.name} block {i} ({kind})")

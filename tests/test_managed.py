@@ -172,6 +172,8 @@ RUNS: dict[str, list[tuple[tuple[str, ...], int, str]]] = {
     "facts worker": [((), 2, "name the model: --generator")],
     "facts jobs": [((), 0, "no background generation jobs")],
     "facts dead-letters": [(("booking",), 1, "no dead letters in app 'booking'")],
+    # A server runs until its client goes: over stdio, here at once (stdin is empty).
+    "mcp": [(("--app", "booking"), 0, "app 'booking', read-only, on stdio")],
 }
 
 
@@ -198,7 +200,9 @@ async def test_every_command_works(managed: Managed, command: str, tmp_path: Pat
         setup = run(managed, "export", "booking", "-o", f"{tmp_path}/out.jsonl")
         assert setup.returncode == 0, setup.stderr
     for args, code, expected in RUNS[command]:
-        result = run(managed, *command.split(), *(a.format(tmp=tmp_path) for a in args))
+        argv = (a.format(tmp=tmp_path) for a in args)
+        # mcp's stdio server ends with its input: an empty one, not the suite's stdin.
+        result = run(managed, *command.split(), *argv, stdin="" if command == "mcp" else None)
         assert (result.returncode, command, args) == (code, command, args), result.stderr
         assert expected in result.stdout + result.stderr, (result.stdout, result.stderr)
 
@@ -222,12 +226,18 @@ async def test_without_a_memory_backend_in_the_url_memory_says_what_is_refused(
     assert run(detect, "ping").returncode == 0
 
 
-def run(managed: Managed, *args: str) -> subprocess.CompletedProcess[str]:
+_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def run(managed: Managed, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The command as an operator runs it: every setting in the URL, no other flag (in a
     process of its own, forked from one that imported the CLI: ``_cli.Forkers``)."""
     result = FORKERS.run(
         [*args, "--url", managed.url],
-        env={**os.environ, "PYTHONPATH": str(TESTS)},  # where the reembed test model is
+        stdin=stdin,
+        # where the reembed test model is, before where the suite found the package if it
+        # says (a worktree's src/)
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *_PYTHONPATH])},
     )
     assert "Traceback" not in result.stderr, result.stderr
     if result.returncode:

@@ -1,7 +1,9 @@
 """The tutorial (docs/tutorial.md), run as a reader runs it, against a real Redis.
 
-Each ```` ```python title="NAME" ```` block is written to the file NAME in a new directory;
-each ```` ```bash ```` block runs there in ``bash`` as pasted, with the test's venv
+Each ```` ```python title="NAME" ```` block is written to the file NAME in the reader's
+current directory, which starts as a new one (it stands for the checkout) and which a
+block's ``cd DIR`` changes for the blocks after it; each ```` ```bash ```` block runs there
+in ``bash`` as pasted, with the test's venv
 "activated" (its ``bin`` first on ``PATH``: ``python`` and ``redis-agent-sessions``) and
 ``REDIS_URL`` naming the test's server, whose database the test flushes first. A
 ```` ```text ```` block right after a bash block is what the reader is told it prints, and
@@ -9,7 +11,8 @@ must be what it prints: times (``2026-05-04T09:30:00Z``) stand for any time, a l
 for any lines, and the lines of a ``--scan`` may come in any order. A block after
 ``<!-- tutorial test: not run (why) -->`` is not run (installing, setting ``REDIS_URL``:
 the test's environment does that). The install itself is what
-tests/test_newcomer.py follows from a fresh clone.
+tests/test_newcomer.py follows from a fresh clone. Once the page's clean-up has run, the
+directory and the database are as empty as they started.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ _FENCE = re.compile(
 )
 _NOT_RUN = "<!-- tutorial test: not run"
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+_CD = re.compile(r"(?:^|&&|;)[ \t]*cd[ \t]+([^\s;&|]+)", re.M)
 
 
 @dataclass
@@ -88,7 +92,17 @@ def test_the_page_is_what_this_test_reads() -> None:
     assert ran == scripts
     assert {b.lang for b in found} == {"bash", "python"}
     not_run = [b.body.split()[0] for b in found if b.lang == "bash" and not b.run]
-    assert not_run == ["git", "export"]
+    assert not_run == ["git", "export", "pip"]
+    # The scripts go in a folder of their own, which the clean-up removes.
+    ran_in = [cd for b in found if b.lang == "bash" and b.run for cd in _CD.findall(b.body)]
+    assert ran_in == ["tutorial", ".."]
+
+
+def after_cd(cwd: Path, body: str) -> Path:
+    """The directory a bash block leaves the reader in (its ``cd`` commands, in order)."""
+    for target in _CD.findall(body):
+        cwd = (cwd / target).resolve()
+    return cwd
 
 
 def test_matching_the_printed_output() -> None:
@@ -112,18 +126,20 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         client.flushdb()
     env = {**os.environ, "REDIS_URL": url, "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}"}
     env.pop("COLUMNS", None)
+    cwd = tmp_path
     for block in blocks(PAGE.read_text()):
         if block.lang == "python":
             assert block.title is not None
-            (tmp_path / block.title).write_text(block.body)
+            (cwd / block.title).write_text(block.body)
             continue
         if not block.run:
             continue
         ran = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block.body], cwd=tmp_path, env=env,
+            ["bash", "-euo", "pipefail", "-c", block.body], cwd=cwd, env=env,
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert ran.returncode == 0, f"{block.body}\n{ran.stdout}\n{ran.stderr}"
+        cwd = after_cd(cwd, block.body)
         if "redis-agent-sessions ping" in block.body:
             assert ran.stdout.rstrip().endswith("ready"), ran.stdout  # as the page says
         if block.prints is not None:
@@ -134,3 +150,8 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
             assert matches(block.prints, printed, any_order), (
                 f"{block.body}\nthe page says:\n{block.prints}\nit printed:\n{ran.stdout}"
             )
+    # The clean-up leaves nothing: no script in the checkout, no key in Redis.
+    assert cwd == tmp_path.resolve()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    with Redis.from_url(url) as client:
+        assert client.keys("*") == []

@@ -128,7 +128,7 @@ def _unnamed(info: Any) -> str:
 def memory_probe(topology: Topology, ttl: str | None) -> Probe:
     """The memory check: fails when Redis is full (writes refused) or when its
     ``maxmemory-policy`` may evict the store's keys (``ttl``: what gives sessions a TTL,
-    see :mod:`redis_agent_sessions._redis.pressure`). A server that does not tell (INFO
+    see ``redis_agent_sessions._redis.pressure``). A server that does not tell (INFO
     refused to this user, fakeredis) passes, saying so."""
 
     async def probe() -> str:

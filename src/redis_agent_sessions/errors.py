@@ -1,10 +1,10 @@
-"""Every error this library raises derives from :class:`RedisSessionsError`.
+"""Every error this library raises derives from [`RedisSessionsError`][].
 
 Errors that ADK callers already catch as ``ValueError`` (stale and missing sessions,
 bad input) also derive from ``ValueError`` so existing ``except ValueError`` code keeps
 working. Errors from redis-py itself (connection loss, timeouts) propagate unwrapped, except
 a lost connection that redis-py lets out as a bare ``AttributeError`` or ``TypeError``:
-that one is a :class:`ConnectionLostError`, which is redis-py's ``ConnectionError`` too.
+that one is a [`ConnectionLostError`][], which is redis-py's ``ConnectionError`` too.
 """
 
 from __future__ import annotations

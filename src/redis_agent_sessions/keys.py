@@ -1,6 +1,6 @@
 """The one place where Redis key names are built.
 
-Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag::
+Layout (default prefix ``ras``), with ``{...}`` being the Redis Cluster hash tag:
 
     ras:layout                                   string the layout version the store is in: "1"
     ras:apps                                     zset   app names (escaped) by first session's
@@ -123,7 +123,7 @@ def glob_escape(text: str) -> str:
 
 
 def unescape(part: str) -> str:
-    """Inverse of :func:`escape`."""
+    """Inverse of ``escape``."""
     return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), part)
 
 
@@ -494,6 +494,6 @@ def app_member(user_id: str, session_id: str) -> str:
 
 
 def split_app_member(member: str) -> tuple[str, str]:
-    """Inverse of :func:`app_member`."""
+    """Inverse of ``app_member``."""
     user, _, session = member.partition(":")
     return unescape(user), unescape(session)

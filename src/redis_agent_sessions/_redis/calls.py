@@ -1,6 +1,6 @@
 """The Python side of each Lua script, by name: what a call sends and how its reply reads.
 
-Each script shipped in ``lua/`` has a :class:`Script`: its call object, a NamedTuple whose
+Each script shipped in ``lua/`` has a ``Script``: its call object, a NamedTuple whose
 fields are the script's KEYS and then its ARGV, in the order its header declares them
 (``-- KEYS[n] name: ...``, ``-- ARGV[n] name: ...``; ``-- ARGV[n]... name: ...`` for a last
 field whose items are that position and the ones after it), and the function that reads

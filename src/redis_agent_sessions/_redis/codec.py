@@ -31,7 +31,7 @@ __all__ = [
 _MAX_ID_LENGTH = 1024
 
 MIN_TIME = -62135596800.0
-"""0001-01-01T00:00:00Z: with :data:`MAX_TIME`, the times a ``datetime`` can show. A time
+"""0001-01-01T00:00:00Z: with ``MAX_TIME``, the times a ``datetime`` can show. A time
 outside them would be stored, and then break every listing that shows it."""
 MAX_TIME = 253402300799.0
 """9999-12-31T23:59:59Z. Its milliseconds (a stream id's first part) are exact in the
@@ -92,8 +92,8 @@ def check_id(name: str, value: object) -> str:
 
 
 def check_time(name: str, value: object) -> float:
-    """``value`` (epoch seconds) as a float if it is a number between :data:`MIN_TIME` and
-    :data:`MAX_TIME`, else InvalidInputError."""
+    """``value`` (epoch seconds) as a float if it is a number between ``MIN_TIME`` and
+    ``MAX_TIME``, else InvalidInputError."""
     # Compared, not math.isfinite'd: that raises OverflowError for an int beyond a float's
     # range, and NaN fails the comparison as it should.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -108,7 +108,7 @@ def check_time(name: str, value: object) -> float:
 
 def session_ttl(value: object) -> int | None:
     """A per-session TTL in whole seconds (0 = never expires, at most
-    :data:`~redis_agent_sessions.config.MAX_TTL_SECONDS`), or None for the default.
+    ``MAX_TTL_SECONDS``), or None for the default.
 
     Takes an int, a whole float, a ``timedelta``, or text: ``"3600"`` or the protobuf
     duration ``"3600s"`` that ADK's REST clients send for VertexAiSessionService.

@@ -1,4 +1,4 @@
-"""Background generation's scripts' calls and replies, by name (see :mod:`.calls`; each
+"""Background generation's scripts' calls and replies, by name (see ``.calls``; each
 ``.lua`` header says what every field means). Every one touches the keys of one shard of an
 app's job queue (``keys.JobKeys``) and, for a job, its events list and its user's lease.
 """

@@ -119,12 +119,12 @@ class ClientOwner:
         cluster: bool = False,
         **redis_kwargs: Any,
     ) -> Self:
-        """A service with its own client, closed by :meth:`aclose`.
+        """A service with its own client, closed by ``aclose``.
 
         ``cluster=True`` connects to a Redis Cluster (``RedisCluster.from_url``; the URL
         names any node); otherwise ``Redis.from_url`` (``redis://``, ``rediss://``,
         ``unix://``). The URL's query may carry settings (``?key_prefix=prod&cluster=true``,
-        any :class:`SessionServiceConfig` field) next to redis-py's own parameters.
+        any ``SessionServiceConfig`` field) next to redis-py's own parameters.
         """
         client, settings = open_url(url, config, cluster, **redis_kwargs)
         service = cls(client, config=settings)

@@ -1,4 +1,4 @@
-"""Connections redis-py loses without saying so, raised as :class:`ConnectionLostError`.
+"""Connections redis-py loses without saying so, raised as ``ConnectionLostError``.
 
 redis-py 8.1's asyncio connections let two losses out as bare ``AttributeError`` or
 ``TypeError``, which no retry policy (redis-py's, the cluster client's, a caller's ``except
@@ -104,7 +104,7 @@ def typed_losses(
 
 def type_losses(cls: type, names: tuple[str, ...]) -> None:
     """Wrap the coroutine methods ``names`` that ``cls`` itself defines with
-    :func:`typed_losses`: a subclass's override of a public operation is covered as its base's
+    ``typed_losses``: a subclass's override of a public operation is covered as its base's
     definition is (an override calling the base's ends up wrapped twice, which is harmless)."""
     for name in names:
         method = cls.__dict__.get(name)

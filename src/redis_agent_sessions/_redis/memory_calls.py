@@ -1,10 +1,10 @@
-"""The memory scripts' calls and replies, by name (see :mod:`.calls`; each ``.lua`` header
+"""The memory scripts' calls and replies, by name (see ``.calls``; each ``.lua`` header
 says what every field means).
 
 Several of them name keys by their position in KEYS (a JSON operation's ``k``, a term's
 posting): those keys are the call's ``referenced`` field, which follows its fixed keys, so
-the first of them is KEYS[``Script.keys``] (:func:`first_referenced`). Vectors go the same
-way in ARGV (:func:`first_vector`).
+the first of them is KEYS[``Script.keys``] (``first_referenced``). Vectors go the same
+way in ARGV (``first_vector``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 refuse ``CONFIG GET``): whether it may evict this store's keys, and whether it is full.
 
 Redis evicts single keys, so an evicting policy takes a session's keys one by one: reads
-then report the session as incomplete (:class:`~redis_agent_sessions.errors.
-IncompleteSessionError`), but what was evicted is lost. ``allkeys-*`` may evict any key;
+then report the session as incomplete (``
+IncompleteSessionError``), but what was evicted is lost. ``allkeys-*`` may evict any key;
 ``volatile-*`` only keys with a TTL, which sessions have when the service (``ttl_seconds``)
 or the session (``ttl``) gives one; memory entries and ``user:``/``app:`` state never do.
 Under ``noeviction`` a full Redis refuses writes and keeps serving reads.

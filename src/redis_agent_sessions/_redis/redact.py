@@ -43,7 +43,7 @@ def redact_url(url: str) -> str:
 
 
 def has_secret(url: str) -> bool:
-    """Whether ``url`` holds a password anywhere :func:`redact_url` would hide it."""
+    """Whether ``url`` holds a password anywhere ``redact_url`` would hide it."""
     return redact_url(url) != url
 
 

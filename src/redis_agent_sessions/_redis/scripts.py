@@ -90,7 +90,7 @@ def uses(source: str) -> list[str]:
 
 
 class Registered(Generic[C, R]):
-    """A :class:`Script` registered on one client (redis-py's ``AsyncScript``)."""
+    """A ``Script`` registered on one client (redis-py's ``AsyncScript``)."""
 
     __slots__ = ("lua", "script")
 
@@ -110,7 +110,7 @@ def register(client: Any, script: Script[C, R]) -> Registered[C, R]:
 
 
 async def run(script: Registered[C, R], call: C) -> R:
-    """Run ``script`` with ``call``: its reply, read (refusals raised as :func:`evaluate`
+    """Run ``script`` with ``call``: its reply, read (refusals raised as ``evaluate``
     raises them)."""
     keys, args = script.script.split(call)
     return script.script.reply(call, await evaluate(script.lua, keys, args))

@@ -1,9 +1,11 @@
 """A throwaway local redis-server for the demo: loopback only, no persistence.
 
-Usage::
+Usage:
 
-    with LocalRedis.start() as server:
-        print(server.url)
+```python
+with LocalRedis.start() as server:
+    print(server.url)
+```
 
 The context manager stops exactly the process it started, on success, on error and on
 Ctrl-C alike. The server runs in a temporary directory that is removed afterwards.

@@ -1,4 +1,4 @@
-"""The session scripts' calls and replies, by name (see :mod:`.calls`; each ``.lua`` header
+"""The session scripts' calls and replies, by name (see ``.calls``; each ``.lua`` header
 says what every field means).
 
 A layout argument (``layout``) is ``single`` or ``cluster:<id>`` (``_layout.lua``). Fields

@@ -2,7 +2,7 @@
 
 Two things follow from it, and nothing else in the package asks: the key layout (on a
 cluster every script and transaction stays in one hash slot, so app-scope writes take a
-second step; see :mod:`redis_agent_sessions.sessions._layout`), and how commands that name
+second step; see ``redis_agent_sessions.sessions._layout``), and how commands that name
 no key (``MODULE LIST``, ``FT.*``) are routed. The two can differ: a test client that checks
 slots uses the cluster layout but is one node to route to.
 """
@@ -34,7 +34,7 @@ class Topology:
         """The cluster key layout: every script touches one slot."""
         self._cluster_client = isinstance(client, RedisCluster)
         self.fresh = self._cluster_client
-        """Whether :meth:`ready` has work to do (checked first: it runs before every call)."""
+        """Whether ``ready`` has work to do (checked first: it runs before every call)."""
         self._initializing: asyncio.Lock | None = None
 
     @property
@@ -137,14 +137,14 @@ class Topology:
 
     def node_of(self, key: str) -> str:
         """The name of the primary that holds ``key`` (the client's slot map; after
-        :meth:`ready`); one node's address when there is one node to route to."""
+        ``ready``); one node's address when there is one node to route to."""
         if not self._cluster_client:
             return self.address
         return str(self.client.get_node_from_key(key).name)
 
     async def at_node(self, node: str, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Run commands that name no key on the primary named ``node`` (see
-        :meth:`node_of`); replies in order, errors raised."""
+        ``node_of``); replies in order, errors raised."""
         if not self._cluster_client:
             return await self.at_key("", commands)
         target = self.client.get_node(node_name=node)

@@ -2,7 +2,7 @@
 
 ``redis://host:6379/0?key_prefix=prod&ttl_seconds=86400&cluster=true`` is a redis-py URL
 plus this library's settings. Ours are taken out of the query and validated; the rest must be
-parameters redis-py itself takes for that URL (:mod:`._params`), converted to their types
+parameters redis-py itself takes for that URL (``._params``), converted to their types
 here, so a typo or a bad value fails with an InvalidInputError naming it instead of as a
 TypeError deep inside a connection pool.
 """

@@ -1,19 +1,21 @@
 """Drop-in google-adk services backed by Redis (``pip install redis-agent-sessions[adk]``).
 
-:class:`RedisSessionService` is a ``google.adk.sessions.BaseSessionService``: it takes
+``RedisSessionService`` is a ``google.adk.sessions.BaseSessionService``: it takes
 and returns ADK's own ``Session``/``Event`` objects and raises ADK's own errors, while
 the service is the core's own definition (``sessions/_service.py``) bound to ADK's models
-through an ADK codec. :class:`RedisMemoryService` (from ``_adk_memory``) is a
+through an ADK codec. ``RedisMemoryService`` (from ``_adk_memory``) is a
 ``google.adk.memory.BaseMemoryService`` delegating to the core memory service. Only
 this module and the private modules it imports touch google.adk, so the core works
 without it.
 
-Swap them into a Runner::
+Swap them into a Runner:
 
-    session_service = RedisSessionService.from_url("redis://localhost:6379/0")
-    memory_service = RedisMemoryService.from_url("redis://localhost:6379/0")
-    runner = Runner(agent=agent, app_name="booking_app",
-                    session_service=session_service, memory_service=memory_service)
+```python
+session_service = RedisSessionService.from_url("redis://localhost:6379/0")
+memory_service = RedisMemoryService.from_url("redis://localhost:6379/0")
+runner = Runner(agent=agent, app_name="booking_app",
+                session_service=session_service, memory_service=memory_service)
+```
 """
 
 from __future__ import annotations
@@ -105,11 +107,11 @@ class RedisSessionService(
             this service closes.
         config: key prefix, TTL, stale-writer policy and size limit. Every service
             sharing the data must use the same values; the core
-            :class:`redis_agent_sessions.RedisSessionService` with the same config reads
+            ``redis_agent_sessions.RedisSessionService`` with the same config reads
             and writes the same keys.
         uri: instead of a client, a ``redis://``, ``rediss://`` or ``unix://`` URL whose
             query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``;
-            see :func:`register`); the service then owns and closes its client.
+            see [`register`][]); the service then owns and closes its client.
         agents_dir: accepted and ignored: ADK's service registry passes it to every
             service it builds.
     """
@@ -172,7 +174,7 @@ class RedisSessionService(
     ) -> Session | None:
         """The session with merged state and its events in append order, or None.
 
-        With a :class:`CompactedReads` config, ``events`` holds only what a Runner turn
+        With a [`CompactedReads`][] config, ``events`` holds only what a Runner turn
         with compaction uses (see there).
         """
         if isinstance(config, CompactedReads):
@@ -201,7 +203,7 @@ def register(registry: ServiceRegistry | None = None) -> None:
     Call it from a ``services.py`` in the agents directory (``adk web``, ``adk
     api_server``, ``adk run`` and ``get_fast_api_app`` import that file) to make
     ``--session_service_uri`` and ``--memory_service_uri`` build this module's services.
-    The URI's query carries the settings: any :class:`SessionServiceConfig` field
+    The URI's query carries the settings: any [`SessionServiceConfig`][] field
     (``key_prefix``, ``ttl_seconds``, ``stale_policy``, ``cluster``, ...) and, for
     memory, ``memory_backend`` and semantic recall (``embedder=google:<model>``,
     ``embedder_dimensions``, ``vector_index``, ``min_similarity``); an unknown parameter

@@ -1,6 +1,6 @@
 """The ADK codec: the core engine's reads and writes in ADK's ``Session`` and ``Event``.
 
-Imported only by :mod:`redis_agent_sessions.adk`, after it has checked that google-adk
+Imported only by ``redis_agent_sessions.adk``, after it has checked that google-adk
 is installed.
 """
 
@@ -23,7 +23,7 @@ __all__ = ["AdkCodec"]
 
 
 def _skipped(owner: type, name: str, *unless: str) -> dict[Any, frozenset[str]]:
-    """``owner``'s before-validator ``name`` for :attr:`Hooks.skip_before`, skipped unless
+    """``owner``'s before-validator ``name`` for ``Hooks.skip_before``, skipped unless
     one of ``unless`` is given. These are private to google-genai and google-adk: in a
     version without it, nothing (the plan runs whatever validator there is)."""
     method = getattr(owner, name, None)

@@ -48,11 +48,13 @@ __all__ = ["CompactedReads", "read_compacted", "read_hints"]
 class CompactedReads(GetSessionConfig):
     """Read a session the way a Runner turn with compaction uses it.
 
-    Pass the App's own compaction config, as the Runner's ``get_session_config``::
+    Pass the App's own compaction config, as the Runner's ``get_session_config``:
 
-        run_config = RunConfig(get_session_config=CompactedReads(
-            compaction=app.events_compaction_config))
-        runner.run_async(..., run_config=run_config)
+    ```python
+    run_config = RunConfig(get_session_config=CompactedReads(
+        compaction=app.events_compaction_config))
+    runner.run_async(..., run_config=run_config)
+    ```
 
     ``session.events`` then holds the compaction summaries that count and only the raw
     events a turn can use (the LLM request is the same as with every event read), so a

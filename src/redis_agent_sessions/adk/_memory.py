@@ -1,4 +1,4 @@
-"""The google-adk memory drop-in, re-exported by :mod:`redis_agent_sessions.adk`.
+"""The google-adk memory drop-in, re-exported by ``redis_agent_sessions.adk``.
 
 Only imported through ``adk/__init__.py``, which checks for the ``[adk]`` extra first. The
 API is the core's own definition (``memory/_service.py``); this module only converts ADK's
@@ -47,7 +47,7 @@ class RedisMemoryService(
 
     Takes ADK's ``Session``/``Event``/``MemoryEntry`` and returns ADK's
     ``SearchMemoryResponse`` of ``MemoryEntry`` with ``google.genai`` ``Content``. Semantics
-    are the core :class:`redis_agent_sessions.RedisMemoryService`'s, which reads and writes
+    are the core ``redis_agent_sessions.RedisMemoryService``'s, which reads and writes
     the same keys under the same config: ASCII words match whole words, results rank by
     distinct query words matched then newest first, at most ``limit`` (10) entries, scoped
     to one (app, user).
@@ -60,14 +60,14 @@ class RedisMemoryService(
         backend: ``search`` (RediSearch 2.x), ``plain`` (any Redis), or ``auto``.
         uri: instead of a client, a ``redis://``, ``rediss://`` or ``unix://`` URL whose
             query may carry settings (``?key_prefix=prod&ttl_seconds=86400&cluster=true``,
-            ``&embedder=google:text-embedding-005``; see :func:`register`); the service then
+            ``&embedder=google:text-embedding-005``; see [`register`][]); the service then
             owns and closes its client.
         agents_dir: accepted and ignored: ADK's service registry passes it to every
             service it builds.
         embedder: turns semantic recall on, as on the core service.
         vector_index: the vector index's algorithm, as on the core service.
         min_similarity: the least similarity of a vector hit, as on the core service.
-        generator: learns facts from sessions (see :class:`ModelGenerator`), as on the core
+        generator: learns facts from sessions (see ``ModelGenerator``), as on the core
             service; ``facts`` its settings.
         context_turns: how many turns on each side a turn is also found by, as on the core
             service; 0 finds a turn by its own words only, as InMemoryMemoryService does.

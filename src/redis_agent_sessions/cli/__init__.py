@@ -44,6 +44,7 @@ _COMMANDS = {
     "sweep": ("_sweep", "apply app-scope writes that workers left half done (Redis Cluster)"),
     "ping": ("_ping", "readiness: Redis answers, scripts run, write concern and memory work"),
     "tenant": ("_tenant", "provision (create), probe (check) or remove (drop) one tenant app"),
+    "mcp": ("_mcp", "serve an app's memory and sessions to MCP clients ([mcp] extra)"),
 }
 
 

@@ -20,7 +20,7 @@ from redis_agent_sessions.cli._context import (
 )
 from redis_agent_sessions.cli._follow import follow
 from redis_agent_sessions.cli._options import PAGE_FLAG
-from redis_agent_sessions.cli._prefixes import prefixes_hint
+from redis_agent_sessions.cli._prefixes import apps_hint, prefixes_hint
 from redis_agent_sessions.cli._records import read_record
 from redis_agent_sessions.cli._render import event_lines, short_json
 from redis_agent_sessions.errors import InvalidInputError, SessionNotFoundError
@@ -124,12 +124,14 @@ async def _ls_app(ctx: Context, args: argparse.Namespace) -> int:
 
 
 async def _none_listed(ctx: Context, args: argparse.Namespace) -> str:
-    """Why ``ls APP`` lists nothing, naming the other key prefixes that hold sessions of the
-    app (or of any app) when this prefix holds none of it."""
+    """Why ``ls APP`` lists nothing, naming, when this prefix holds none of the app, its apps
+    with a name close to it and the other key prefixes that hold sessions of the app (or of
+    any app)."""
     prefix = ctx.config.key_prefix
     hint = ""
     if args.user is None or not await ctx.client.zcard(ctx.keys.app_sessions(args.app)):
-        hint = await prefixes_hint(ctx.client, prefix, args.app)
+        hint = await apps_hint(ctx.client, ctx.keys, args.app)
+        hint += await prefixes_hint(ctx.client, prefix, args.app)
     whom = sessions_of_whom(args.app, args.user)
     return f"no sessions for {whom} under the key prefix {prefix!r}{hint}"
 

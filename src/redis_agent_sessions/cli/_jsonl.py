@@ -94,7 +94,7 @@ def loads(line: bytes | bytearray) -> Any:
 
 def dumps(value: Any) -> bytes:
     """``value`` as compact JSON, as orjson writes it; one holding an integer beyond 64 bits
-    (which only :func:`loads` makes) as pydantic writes it, which writes the same bytes
+    (which only ``loads`` makes) as pydantic writes it, which writes the same bytes
     for everything else."""
     try:
         return orjson.dumps(value)

@@ -10,6 +10,10 @@ __all__ = ["PAGE_FLAG", "add"]
 
 PAGE_FLAG = "--page"
 """The flag carrying a page token (the API's ``page_token``), named in its errors."""
+# Positional arguments say what they are in --help, as options do.
+APP = "the app's name (app_name; `ls` lists the apps)"
+USER = "the user's id (user_id)"
+SESSION = "the session's id (session_id)"
 
 
 def add(name: str, parser: argparse.ArgumentParser) -> None:
@@ -35,9 +39,9 @@ def _json(parser: argparse.ArgumentParser) -> None:
 
 
 def _session(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("app", metavar="APP")
-    parser.add_argument("user", metavar="USER")
-    parser.add_argument("session", metavar="SESSION")
+    parser.add_argument("app", metavar="APP", help=APP)
+    parser.add_argument("user", metavar="USER", help=USER)
+    parser.add_argument("session", metavar="SESSION", help=SESSION)
 
 
 def _ls(p: argparse.ArgumentParser) -> None:
@@ -73,16 +77,16 @@ def _tail(p: argparse.ArgumentParser) -> None:
 
 
 def _search(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
-    p.add_argument("user", metavar="USER")
-    p.add_argument("query", metavar="QUERY")
+    p.add_argument("app", metavar="APP", help=APP)
+    p.add_argument("user", metavar="USER", help=USER)
+    p.add_argument("query", metavar="QUERY", help="what to recall, in words (quoted)")
     p.add_argument("--limit", type=_positive, default=10, help="most results (default 10)")
     _json(p)
 
 
 def _facts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
-    p.add_argument("user", metavar="USER")
+    p.add_argument("app", metavar="APP", help=APP)
+    p.add_argument("user", metavar="USER", help=USER)
     what = p.add_mutually_exclusive_group()
     what.add_argument(
         "--history", action="store_true", help="each fact's earlier revisions under it"
@@ -138,7 +142,7 @@ def _facts_jobs(p: argparse.ArgumentParser) -> None:
 
 
 def _facts_letters(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
+    p.add_argument("app", metavar="APP", help=APP)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--retry", metavar="ID", help="queue this dead letter's job again")
     what.add_argument("--drop", metavar="ID", help="forget this dead letter")
@@ -157,7 +161,7 @@ def _stats(p: argparse.ArgumentParser) -> None:
 
 
 def _export(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
+    p.add_argument("app", metavar="APP", help=APP)
     p.add_argument("--user", help="only this user's sessions")
     p.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
 
@@ -205,7 +209,7 @@ def _delete(p: argparse.ArgumentParser) -> None:
 
 
 def _purge(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
+    p.add_argument("app", metavar="APP", help=APP)
     p.add_argument(
         "--older-than",
         required=True,
@@ -222,13 +226,13 @@ def _purge(p: argparse.ArgumentParser) -> None:
 
 
 def _expired(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
+    p.add_argument("app", metavar="APP", help=APP)
     p.add_argument("--dry-run", action="store_true", help="only count them")
     _json(p)
 
 
 def _incomplete(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
+    p.add_argument("app", metavar="APP", help=APP)
     p.add_argument(
         "--delete", action="store_true", help="delete them (default: only list them, exit 1)"
     )
@@ -281,7 +285,7 @@ def _tenant(p: argparse.ArgumentParser) -> None:
         "user's ACL lines; check: probe a tenant's user (its URL) as an attacker would; "
         "drop: remove the app's indexes, keys and registry entry (admin URL)",
     )
-    p.add_argument("app", metavar="APP")
+    p.add_argument("app", metavar="APP", help=APP)
     p.add_argument(
         "--user",
         help="the tenant's Redis user name (default: <key prefix>-<app>, when it "
@@ -328,7 +332,7 @@ def _tenant(p: argparse.ArgumentParser) -> None:
 
 
 def _sweep(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", metavar="APP")
+    p.add_argument("app", metavar="APP", help=APP)
     p.add_argument(
         "--older-than",
         type=duration,
@@ -341,6 +345,37 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--dry-run", action="store_true", help="only count them")
     _json(p)
+
+
+def _mcp(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--app", required=True, help="the app whose memory and sessions to serve")
+    p.add_argument("--user", help="serve only this user's (default: each tool call names its user)")
+    p.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="add the tools that add and delete memory (default: read-only)",
+    )
+    p.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio: a client starts this command (default); http: streamable HTTP at "
+        "http://HOST:PORT/mcp",
+    )
+    p.add_argument(
+        "--host",
+        help="http: address to listen on (default 127.0.0.1); any other than a loopback "
+        "address needs a bearer token",
+    )
+    p.add_argument(
+        "--port", type=_count, help="http: port to listen on (default 8000; 0: any free port)"
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="http: the bearer token clients must send, from the first line of FILE "
+        "(default: $RAS_MCP_TOKEN)",
+    )
 
 
 _ADD = {
@@ -365,6 +400,7 @@ _ADD = {
     "reindex": _reindex,
     "sweep": _sweep,
     "tenant": _tenant,
+    "mcp": _mcp,
 }
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

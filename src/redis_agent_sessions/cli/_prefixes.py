@@ -1,13 +1,18 @@
-"""Which other key prefixes hold sessions: the hint ``ls`` adds when it finds none.
+"""Where the sessions an operator asked for may be: the hints ``ls`` and ``stats`` add when
+they find none. ``apps_hint`` names this prefix's apps whose name is close to the one asked
+for (``tutorial-app`` for ``tutorial_app``), from its apps index (bounded: ``MOST_APPS``).
+``prefixes_hint`` names the other key prefixes that hold sessions.
 
 Every prefix the library wrote sessions under has its ``<prefix>:apps`` sorted set (see
-:mod:`redis_agent_sessions.keys`), so one SCAN for ``*:apps`` of type zset finds them, on
+``redis_agent_sessions.keys``), so one SCAN for ``*:apps`` of type zset finds them, on
 every primary of a cluster. The scan is bounded (an operator's hint must stay quick on a
 large keyspace): it may miss prefixes past its budget, and then says nothing about them.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 import shlex
 from typing import Any
 
@@ -18,7 +23,7 @@ from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.lifecycle import is_cluster_client
 from redis_agent_sessions.keys import KeySpace, unescape
 
-__all__ = ["prefixes_hint"]
+__all__ = ["apps_hint", "prefixes_hint"]
 
 SCAN_COUNT = 1000
 """Keys a SCAN call looks at (a hint to the server)."""
@@ -29,6 +34,37 @@ MOST_PREFIXES = 1000
 NAMED = 5
 """Prefixes a hint names; more are counted."""
 _SUFFIX = ":apps"
+MOST_APPS = 10_000
+"""Apps of the prefix's index a did-you-mean compares with at most (the first created)."""
+SIMILAR = 0.75
+"""How alike (difflib's ratio, 0 to 1) a name must be to be suggested."""
+
+
+def _folded(name: str) -> str:
+    """A name as a typo leaves it alike: case, and ``-``, ``_``, ``.``, space as one."""
+    return re.sub(r"[-_. ]+", "_", name.casefold())
+
+
+async def apps_hint(client: Any, keys: KeySpace, app: str) -> str:
+    """``; did you mean ...?`` naming this prefix's apps whose name is close to ``app``'s
+    (the same but for case or separators first); empty when none is, or when the apps
+    index cannot be read."""
+    try:
+        raw = await client.zrange(keys.apps(), 0, MOST_APPS - 1)
+    except (RedisError, RedisClusterException):
+        return ""
+    names = [n for n in (unescape(text(m)) for m in raw) if n != app]
+    wanted = _folded(app)
+    close = [n for n in names if _folded(n) == wanted]
+    if not close:
+        by_folded: dict[str, list[str]] = {}
+        for name in names:
+            by_folded.setdefault(_folded(name), []).append(name)
+        matches = difflib.get_close_matches(wanted, by_folded, n=3, cutoff=SIMILAR)
+        close = [name for folded in matches for name in by_folded[folded]]
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(repr(n) for n in close[:3])}?"
 
 
 async def prefixes_hint(client: Any, prefix: str, app: str | None) -> str:

@@ -1,5 +1,5 @@
 """Sessions as JSON records, the one shape that ``show --json``, ``export``, ``import`` and
-``migrate`` share::
+``migrate`` share:
 
     {"app_name": ..., "user_id": ..., "id": ..., "create_time": 1.7e9,
      "last_update_time": 1.7e9, "ttl": 3600 (only when the session has its own),
@@ -39,7 +39,7 @@ _FIELDS = {"app_name", "user_id", "id", "create_time", "last_update_time", "ttl"
 
 
 def dump(record: dict[str, Any]) -> bytes:
-    """A record as one line (without its newline), exact as :func:`read_record` read it."""
+    """A record as one line (without its newline), exact as ``read_record`` read it."""
     return dumps(record)
 
 
@@ -55,7 +55,7 @@ async def read_record(
     """One session as a record, read at one instant (``Reads.snapshot``); None when
     there is no such session. ``last`` keeps only the newest N events. With ``exact``,
     integers of the events beyond 64 bits (the API stores them) stay ints, for
-    :func:`dump`; without, orjson reads them as floats."""
+    ``dump``; without, orjson reads them as floats."""
     keys = engine.keys.session(app_name, user_id, session_id)
     found = await engine.reads.snapshot(keys, last, "-")
     if found is None:
@@ -209,7 +209,7 @@ async def import_record(
     spend: bool = False,
 ) -> bool:
     """Write one record as a session; False (nothing written) when the session exists and
-    ``replace`` is not set. Every check comes first (:func:`check`, which ``spend`` is
+    ``replace`` is not set. Every check comes first (``check``, which ``spend`` is
     passed to), so a refused record writes nothing and replaces nothing. A session whose
     import fails part way (the server or the connection failing) is deleted, so an import
     leaves whole sessions only."""

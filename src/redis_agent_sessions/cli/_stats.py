@@ -28,6 +28,7 @@ from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.identity import server_identity
 from redis_agent_sessions._redis.pressure import fullest, problem, read_policies
 from redis_agent_sessions.cli._context import Context, NotFound, first_line
+from redis_agent_sessions.cli._prefixes import apps_hint, prefixes_hint
 from redis_agent_sessions.errors import PermissionDeniedError
 from redis_agent_sessions.keys import glob_escape, split_app_member, unescape
 from redis_agent_sessions.memory import FactJobs
@@ -46,8 +47,10 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
     else:
         members: list[Any] = await ctx.client.zrange(ctx.keys.apps(), 0, -1)
         apps = [unescape(text(m)) for m in members]
+    prefix = ctx.config.key_prefix
     if not apps:
-        raise NotFound("no apps: no session was created under this key prefix")
+        hint = await prefixes_hint(ctx.client, prefix, None)
+        raise NotFound(f"no apps: no session was created under the key prefix {prefix!r}{hint}")
     rows = [await _app(ctx, app, args.sample) for app in apps]
     learned = await _learned(ctx, args.app)
     jobs = FactJobs(ctx.memory())
@@ -56,8 +59,11 @@ async def run(ctx: Context, args: argparse.Namespace) -> int:
         row["background_jobs"], row["background_jobs_unknown"] = await _jobs(jobs, row["app_name"])
     found = ("sessions", "app_state_keys", "app_writes_unapplied_users", "learned_facts")
     if args.app is not None and not any(rows[0][name] for name in (*found, "background_jobs")):
+        hint = await apps_hint(ctx.client, ctx.keys, args.app)
+        hint += await prefixes_hint(ctx.client, prefix, args.app)
         raise NotFound(
             f"no sessions, app state, learned facts or background jobs for app {args.app!r}"
+            f" under the key prefix {prefix!r}{hint}"
         )
     report: dict[str, Any] = {
         "server": await _server(ctx),

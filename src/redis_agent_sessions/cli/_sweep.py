@@ -2,7 +2,7 @@
 and check the sessions its app's expiry index says are due (their index entries go when they
 are gone).
 
-Calls :meth:`sweep_app_writes` until no registered user older than the bound remains (each
+Calls ``sweep_app_writes`` until no registered user older than the bound remains (each
 call examines at most ``--limit`` users and expiry index members), or once with
 ``--dry-run``, which only counts.
 """

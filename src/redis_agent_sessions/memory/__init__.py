@@ -57,7 +57,7 @@ __all__ = [
 
 class RedisMemoryService(MemoryServiceBase[Session, Event, MemoryEntry, SearchMemoryResponse]):
     """Memory entries in Redis, searchable by keyword and meaning, shared by every worker,
-    taking and returning this package's models (see :class:`MemoryServiceBase` for the
+    taking and returning this package's models (see ``MemoryServiceBase`` for the
     arguments)."""
 
     def _session(self, session: Session) -> Session:

@@ -168,7 +168,7 @@ class Analysed:
 
     def encoded_tf(self) -> str:
         """``term:quarters`` pairs (a term is a ``\\w+`` run: never a ``:`` or a space), in
-        the order :func:`analyse` met them: the same for the same text and neighbours (what
+        the order ``analyse`` met them: the same for the same text and neighbours (what
         an entry is found by is compared as written; sorting cost ingestion a tenth)."""
         return " ".join([t + _COUNTS[n] for t, n in self.tf.items()])
 

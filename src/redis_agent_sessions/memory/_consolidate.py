@@ -95,7 +95,7 @@ class FactSettings:
     # -- background generation (memory/_jobs.py) --
     mode: Literal["inline", "background"] = "inline"
     """``inline``: adding a session runs the generator in the call; ``background``: it
-    records a job, run by a :class:`FactWorker` (docs/facts.md)."""
+    records a job, run by a [`FactWorker`][] (docs/facts.md)."""
     trigger_events: int | None = None
     """Background: a session's job waits until it has this many new events (None: none)."""
     trigger_idle_seconds: float | None = None

@@ -1,4 +1,4 @@
-"""What the parts of one memory service share (:class:`Context`): the client, settings and
+"""What the parts of one memory service share (``Context``): the client, settings and
 keys, and the backend, opened on first use: the one recorded in Redis, or when none is,
 this worker's choice, recorded for every later worker."""
 
@@ -88,7 +88,7 @@ class Context:
 
     @property
     def ranker(self) -> IndexRanker | PlainRanker:
-        """The backend's keyword ranking (once :meth:`ready`)."""
+        """The backend's keyword ranking (once ``ready``)."""
         assert self._ranker is not None
         return self._ranker
 

@@ -95,7 +95,7 @@ def iter_turn_docs(
     *,
     reach: int = len(CONTEXT),
 ) -> Iterator[Doc]:
-    """:func:`turn_docs`, each entry analysed when it is asked for (a write analyses the
+    """``turn_docs``, each entry analysed when it is asked for (a write analyses the
     next batch while Redis stores the one before)."""
     own: list[list[str]] = []
 
@@ -137,7 +137,7 @@ def entry_doc(
     app: str, user: str, entry: MemoryEntry, shared: dict[str, Any], max_bytes: int
 ) -> Doc | None:
     """An entry given to ``add_memory`` (its metadata over ``shared``), within the limits
-    (:func:`check_entry`); None when it has no term to be found by."""
+    (``check_entry``); None when it has no term to be found by."""
     if not isinstance(entry, MemoryEntry):
         raise InvalidInputError(f"not a MemoryEntry: {type(entry).__name__}")
     memory_id = str(uuid.uuid4()) if entry.id is None else check_id("memory id", entry.id)
@@ -166,7 +166,7 @@ def event_turns(
     sid: str, events: Sequence[Event], meta: dict[str, Any], max_bytes: int
 ) -> list[Turn]:
     """The turns of events in conversation order (events with no text are none), each
-    within the limits (:func:`check_entry`): their entries are :func:`iter_turn_docs`'."""
+    within the limits (``check_entry``): their entries are ``iter_turn_docs``'."""
     turns: list[Turn] = []
     size = -1  # the metadata's, every event's: checked with the first text
     for event in events:
@@ -204,7 +204,7 @@ def check_entry(
     max_bytes: int,
 ) -> None:
     """PayloadTooLargeError when an entry's content and metadata (``meta_bytes`` of JSON:
-    :func:`meta_size`) and author come to more than ``max_bytes``, InvalidInputError when
+    ``meta_size``) and author come to more than ``max_bytes``, InvalidInputError when
     it has more than ``MAX_ENTRY_TERMS`` terms. Asked before the entry is analysed: stemming
     a megabyte of distinct words takes seconds."""
     if author is not None and not isinstance(author, str):

@@ -45,13 +45,15 @@ EmbedFunction = Callable[
 
 
 class CallableEmbedder:
-    """Any function from a list of texts to a list of vectors, as an :class:`Embedder`.
+    """Any function from a list of texts to a list of vectors, as an [`Embedder`][].
 
-    For sentence-transformers, fastembed, OpenAI and the like::
+    For sentence-transformers, fastembed, OpenAI and the like:
 
-        model = SentenceTransformer("all-MiniLM-L6-v2")
-        embedder = CallableEmbedder(lambda texts: model.encode(texts).tolist(),
-                                    dimensions=384, name="all-MiniLM-L6-v2")
+    ```python
+    model = SentenceTransformer("all-MiniLM-L6-v2")
+    embedder = CallableEmbedder(lambda texts: model.encode(texts).tolist(),
+                                dimensions=384, name="all-MiniLM-L6-v2")
+    ```
 
     Args:
         fn: called with at most ``batch_size`` texts; sync or async. A sync function runs

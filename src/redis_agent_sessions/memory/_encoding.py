@@ -1,5 +1,5 @@
-"""Memory entries encoded for the write scripts: what each is found by (:class:`Doc`), the
-runs a script takes at once (:func:`batches`), and the KEYS of one call."""
+"""Memory entries encoded for the write scripts: what each is found by (``Doc``), the
+runs a script takes at once (``batches``), and the KEYS of one call."""
 
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 Redis hashes, found by the backend the first worker recorded (RediSearch, or postings kept
 by the write scripts).
 
-The parts share one :class:`~._context.Context` (client, settings, the backend opened on
-first use). The path of a write: the service -> :class:`~._writes.Writes` (checks, the
-entries' analysis, vectors; with a generator, :class:`~._consolidate.Consolidator`) ->
-:class:`~._store.MemoryStore` (``memory_put.lua``). Of a search: the service ->
-:class:`~._reads.Reads` -> the backend's ranker (``_ranking``), fused with the nearest
+The parts share one ``Context`` (client, settings, the backend opened on
+first use). The path of a write: the service -> ``Writes`` (checks, the
+entries' analysis, vectors; with a generator, ``Consolidator``) ->
+``MemoryStore`` (``memory_put.lua``). Of a search: the service ->
+``Reads`` -> the backend's ranker (``_ranking``), fused with the nearest
 vectors (``_vectors``) -> the entries read back.
 """
 
@@ -125,7 +125,7 @@ class MemoryEngine:
 
     async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, open the backend (recorded or detected, its index made), and
-        run a search for a user who has no memories: see :mod:`redis_agent_sessions._health`."""
+        run a search for a user who has no memories: see ``redis_agent_sessions._health``."""
 
         async def backend() -> str:
             return f"{await self.backend()} backend"
@@ -170,5 +170,5 @@ class MemoryEngine:
         return store
 
     async def recorded_vectors(self) -> dict[str, Any] | None:
-        """The store's vector record (see :func:`recorded_vectors`)."""
+        """The store's vector record (see ``recorded_vectors``)."""
         return await recorded_vectors(self.ctx.client, self.ctx.keys)

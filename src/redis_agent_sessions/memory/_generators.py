@@ -2,7 +2,7 @@
 
 A generator reads a session's new events (and the user's stored facts most related to them)
 and answers with operations: add a fact, update one (by id), delete one. It is pluggable like
-the embedder: :class:`CallableGenerator` wraps any function, and the ``[adk]`` extra's
+the embedder: ``CallableGenerator`` wraps any function, and the ``[adk]`` extra's
 ``ModelGenerator`` asks any ADK model. Whatever it answers is checked here before anything
 is written: a generator is a model's output, so it is treated as untrusted input.
 """
@@ -122,7 +122,7 @@ class MemoryOperation(BaseModel):
 
 @runtime_checkable
 class MemoryGenerator(Protocol):
-    """Turns new events into operations on a user's facts (see :class:`GenerationRequest`).
+    """Turns new events into operations on a user's facts (see [`GenerationRequest`][]).
 
     It may be called again with the same events when another worker changed a fact it
     touched meanwhile, so it should not keep state between calls."""
@@ -135,7 +135,7 @@ GeneratorFunction = Callable[[GenerationRequest], "Operations | Awaitable[Operat
 
 
 class CallableGenerator:
-    """A generator from a function (sync or async) taking a :class:`GenerationRequest` and
+    """A generator from a function (sync or async) taking a [`GenerationRequest`][] and
     returning operations (or mappings of their fields): for custom rules, or a model this
     library has no adapter for."""
 

@@ -1,4 +1,4 @@
-"""Google's embedding models (Gemini API or Vertex AI) as an :class:`Embedder`.
+"""Google's embedding models (Gemini API or Vertex AI) as an [`Embedder`][].
 
 google-genai is not a core dependency (it comes with google-adk, in the ``[adk]`` extra),
 so it is imported when an embedder is made, never when this module is.
@@ -7,7 +7,7 @@ so it is imported when an embedder is made, never when this module is.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis_agent_sessions.errors import EmbeddingError, InvalidInputError
 from redis_agent_sessions.memory._embedders import check_batch_size, check_dimensions
@@ -47,14 +47,14 @@ class GoogleEmbedder:
         dimensions: asked of the model as ``output_dimensionality`` (the Gemini models
             shorten their vectors on request); None takes the model's own size, known for
             the models in ``KNOWN_DIMENSIONS`` only.
-        client: a ``google.genai.Client``, left open by :meth:`aclose` (its owner closes
+        client: a ``google.genai.Client``, left open by [`aclose`][] (its owner closes
             it). None makes one from the environment (``GOOGLE_API_KEY``, or
             ``GOOGLE_GENAI_USE_VERTEXAI`` with a project and location) on first use.
         batch_size: most texts per request; the Gemini API takes up to 100, Vertex AI up
             to 250, but one only for its Gemini models (sent one by one whatever this is).
-        document_task: the task type for :meth:`embed`; None sends none (the model's
+        document_task: the task type for ``embed``; None sends none (the model's
             default).
-        query_task: the task type for :meth:`embed_query`; None sends none.
+        query_task: the task type for ``embed_query``; None sends none.
     """
 
     def __init__(
@@ -137,7 +137,11 @@ class GoogleEmbedder:
         for start in range(0, len(texts), size):
             batch = list(texts[start : start + size])
             response = await client.aio.models.embed_content(
-                model=self.model, contents=batch, config=config
+                # A cast, not a conversion: google-genai's contents union lists str only
+                # inside invariant lists of wider element types since 2.34.
+                model=self.model,
+                contents=cast("types.ContentListUnion", batch),
+                config=config,
             )
             embeddings = response.embeddings or []
             if len(embeddings) != len(batch):

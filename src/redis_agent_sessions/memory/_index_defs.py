@@ -1,6 +1,6 @@
-"""The search module's indexes, by :class:`IndexLayout`: the shared ones made when the
+"""The search module's indexes, by ``IndexLayout``: the shared ones made when the
 backend opens, a user's (cluster) at their first write, and an app's (``per_app``) only
-checked by workers, because an operator makes them (:meth:`IndexDefinitions.provision`,
+checked by workers, because an operator makes them (``IndexDefinitions.provision``,
 ``redis-agent-sessions tenant create``) with a connection that may create indexes.
 
 Every refusal of a search command is a PermissionDeniedError naming the command and the

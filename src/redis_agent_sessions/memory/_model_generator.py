@@ -69,7 +69,7 @@ class ModelGenerator:
 
     Args:
         model: a model name ADK's registry knows (``"gemini-2.5-flash"``), or a ``BaseLlm``.
-        instructions: replaces :data:`PROMPT`, what to keep and what never to keep.
+        instructions: replaces ``PROMPT``, what to keep and what never to keep.
         name: how telemetry and logs name it (default: the model's name).
     """
 

@@ -120,7 +120,7 @@ def prepare(query: str) -> list[QueryTerm]:
 
 
 def search_terms(query: str) -> list[QueryTerm]:
-    """A search's terms (:func:`prepare`), or InvalidInputError past ``MAX_QUERY_TERMS``
+    """A search's terms (``prepare``), or InvalidInputError past ``MAX_QUERY_TERMS``
     (counted before stemming, which takes seconds on a megabyte of distinct words)."""
     count = term_count(query)
     if count > MAX_QUERY_TERMS:

@@ -179,7 +179,7 @@ class RequestOptions:
 
     @classmethod
     def from_json(cls, raw: str) -> RequestOptions:
-        """What :meth:`to_json` wrote, checked again; InvalidInputError when it is not."""
+        """What ``to_json`` wrote, checked again; InvalidInputError when it is not."""
         if not raw:
             return cls()
         try:

@@ -73,7 +73,7 @@ def escape_term(word: str) -> str:
 
 
 class IndexSearch:
-    """Queries RediSearch through the indexes of an :class:`IndexLayout` (one shared, one
+    """Queries RediSearch through the indexes of an ``IndexLayout`` (one shared, one
     per app, or on a cluster one per (app, user), asked on the shard holding that user's
     entries: the search module indexes each shard apart)."""
 
@@ -103,11 +103,11 @@ class IndexSearch:
         return await self.definitions.run_for(app, user)(commands)
 
     async def prepare(self, *, rebuild: bool = False) -> None:
-        """Before the backend is recorded (see :meth:`IndexDefinitions.prepare`)."""
+        """Before the backend is recorded (see ``IndexDefinitions.prepare``)."""
         await self.definitions.prepare(rebuild=rebuild)
 
     async def ensure_index(self, app: str = "", user: str = "", *, rebuild: bool = False) -> None:
-        """The indexes of (app, user) exist (see :meth:`IndexDefinitions.ensure`)."""
+        """The indexes of (app, user) exist (see ``IndexDefinitions.ensure``)."""
         await self.definitions.ensure(app, user, rebuild=rebuild)
 
     def missing(self, app: str, exc: ResponseError) -> bool:

@@ -57,7 +57,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             records its choice in Redis (``<prefix>:mem:backend``); every later one uses
             the recorded backend, or raises MemoryIndexError when it asks for the other
             one or cannot use it, so workers never split between backends.
-        embedder: turns semantic recall on (see :class:`Embedder`); every worker of a
+        embedder: turns semantic recall on (see [`Embedder`][]); every worker of a
             store must use the same dimension, recorded in ``<prefix>:mem:vectors``.
         vector_index: with the search backend, the vector index's algorithm: ``HNSW``
             (approximate, the default), ``FLAT`` (exact, linear) or ``SVS-VAMANA`` (where
@@ -138,7 +138,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         context_turns: int = DEFAULT_CONTEXT_TURNS,
         **redis_kwargs: Any,
     ) -> Self:
-        """A service with its own client, closed by :meth:`aclose`; the URL's query may
+        """A service with its own client, closed by ``aclose``; the URL's query may
         carry settings, as for the session service's ``from_url``, and the memory's own:
         ``memory_backend``, ``embedder`` (``google:<model>`` or ``import:<module>:<name>``),
         ``embedder_dimensions``, ``vector_index``, ``min_similarity``, ``context_turns``,
@@ -196,7 +196,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         """Whether this service can work now, for an orchestrator's readiness probe: every
         Redis node answers, the memory backend opens (the search module and the index, for
         ``search``) and a search runs with this user's permissions. Never raises for what it
-        finds: the result is falsy, and each :class:`Check` says what failed and why. The
+        finds: the result is falsy, and each [`Check`][] says what failed and why. The
         search is for a user of an app of its own, unless ``app_name`` names one (a Redis
         user limited to one app's keys passes its app)."""
         return await self._memory.check_ready(timeout, probe_app(app_name))
@@ -209,10 +209,10 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
 
         Large sessions go in bounded batches; entries it no longer has are removed only
         after every batch is stored, so a failed call leaves the previous entries in place.
-        Ids removed with :meth:`delete_memory` are not brought back.
+        Ids removed with ``delete_memory`` are not brought back.
 
         ``custom_metadata`` (ours: ADK's method has none) is stored on every entry, as
-        :meth:`add_events_to_memory`'s; with a generator, its keys ``revision_labels``,
+        ``add_events_to_memory``'s; with a generator, its keys ``revision_labels``,
         ``metadata``, ``metadata_merge_strategy`` and ``revision_ttl`` are the generation's
         options, as Memory Bank's (docs/facts.md#revisions-labels-and-metadata).
         """

@@ -189,7 +189,7 @@ class MemoryStore:
         ingest: str | None = None,
         embed: Callable[[list[Doc]], Awaitable[None]] | None = None,
     ) -> list[str]:
-        """:meth:`put` of ``docs`` in batches of at most ``entries`` (with ``ingest``, at
+        """``put`` of ``docs`` in batches of at most ``entries`` (with ``ingest``, at
         least one, the last ``final``): the stale ids of the last. While Redis runs one
         batch, the next is made here (``docs`` may analyse entries as they are asked for)
         and encoded, so the client's work and the script's overlap instead of adding up;

@@ -62,7 +62,7 @@ def entry_grams(words: set[str]) -> set[str]:
     """Non-ASCII characters and character pairs with a non-ASCII member, of non-ASCII words.
 
     Every non-ASCII query word occurring in the entry's text has all its
-    :func:`query_grams` here, so they select a superset of the matches, verified after.
+    ``query_grams`` here, so they select a superset of the matches, verified after.
     """
     grams: set[str] = set()
     for word in words:

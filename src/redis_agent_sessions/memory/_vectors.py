@@ -195,7 +195,7 @@ def fuse(
     """The keyword ranking ((id, score), best first) fused with the vector hits above
     ``min_similarity`` (best first), among the user's ``entries``: ids best first, each with
     how it was found. Each ranking gives an entry ``1 / (FUSION_K + rank)``, the vector one
-    times :func:`vector_weight`; of equal scores the keyword match goes first, and entries
+    times ``vector_weight``; of equal scores the keyword match goes first, and entries
     only the vectors found come after, in their order (with weight 0 they only fill a short
     keyword list)."""
     hits = [hit for hit in vector if hit.similarity > min_similarity]

@@ -54,7 +54,7 @@ _LOST = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class FactWorker:
-    """Runs background generation's jobs until :meth:`stop` (or SIGTERM, from the CLI).
+    """Runs background generation's jobs until [`stop`][] (or SIGTERM, from the CLI).
 
     Args:
         memory: the memory service whose requests it runs (its client, key prefix, fact
@@ -71,7 +71,7 @@ class FactWorker:
         poll_interval: seconds between looks for new jobs while busy (up to 1 s idle).
         sweep_interval: seconds between moves of deferred jobs that are due (triggers,
             retries) into the streams.
-        grace: seconds :meth:`stop` lets running jobs finish; then they are released
+        grace: seconds [`stop`][] lets running jobs finish; then they are released
             (queued again for another worker).
         backlog_interval: seconds between its reads of its apps' queues for the telemetry
             gauges ``facts.jobs.backlog`` and ``facts.jobs.oldest_age`` (telemetry on only).
@@ -139,13 +139,13 @@ class FactWorker:
         await self._task
 
     def stop(self) -> None:
-        """Stop taking jobs; :meth:`run` returns once the running ones finished (or, after
+        """Stop taking jobs; [`run`][] returns once the running ones finished (or, after
         ``grace``, were released). Safe from a signal handler."""
         self._stopping.set()
         self._wake.set()
 
     async def run(self) -> None:
-        """Run jobs until :meth:`stop`."""
+        """Run jobs until [`stop`][]."""
         tasks: set[asyncio.Task[None]] = set()
         beat = asyncio.create_task(self._heartbeat())
         # Its own task: the loop below sleeps while every slot is busy, which is when the
@@ -351,7 +351,7 @@ class FactWorker:
             self._held.pop(job, None)
 
     def _refused(self, exc: PermissionDeniedError) -> None:
-        """The ACL user lacks a command: no job can run; :meth:`run` stops and raises it."""
+        """The ACL user lacks a command: no job can run; [`run`][] stops and raises it."""
         if self._fatal is None:
             self._fatal = exc
         self.stop()

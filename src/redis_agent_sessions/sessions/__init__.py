@@ -10,7 +10,7 @@ __all__ = ["RedisSessionService"]
 
 
 class _Codec(PydanticCodec[Session, Event]):
-    """Maps the engine onto :mod:`redis_agent_sessions.models`."""
+    """Maps the engine onto ``redis_agent_sessions.models``."""
 
     # These models are small enough that pydantic-core builds them faster than a plan can
     # in Python (benchmarks/adk.py: a plan read of 1,000 core events took 1.7x their

@@ -2,7 +2,7 @@
 
 A cached session is never returned as it is: each read takes the current metadata and
 state from Redis, with the events after the cached ones, and the read proves the cache
-still describes the stored session (see :func:`fits`) or is done again in full. What
+still describes the stored session (see ``fits``) or is done again in full. What
 the cache saves is re-reading and re-parsing the history, which dominates reads of long
 conversations.
 

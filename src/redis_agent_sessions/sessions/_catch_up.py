@@ -5,11 +5,11 @@ and retries. The refusal already read, in the same atomic step, what that refres
 read (append_event.lua's catch-up), so the refresh costs no round trip and the retry one,
 as much as the winner's next append: without that, the writer that lost a race needs two
 round trips to the winner's one and keeps losing. When writers of this worker wait their
-turn (:mod:`._turns`), an append's own reply carries the catch-up for the copies at the
+turn (``._turns``), an append's own reply carries the catch-up for the copies at the
 revision it replaced, so theirs need no round trip either.
 
 Each catch-up says that a copy position (session, revision, newest event id) was
-superseded, and what a copy there lacks. It is kept for :data:`SECONDS` only: a refresh
+superseded, and what a copy there lacks. It is kept for ``SECONDS`` only: a refresh
 later than that reads, so no refresh returns a view older than that. Nor one older than
 what this worker has seen since: a refresh whose catch-ups end below the newest revision
 this worker wrote or read of the session reads instead. Keys are positions, not copy

@@ -30,8 +30,8 @@ _EXPIRY_BATCH = 100  # due members of the expiry index a sweep checks per script
 
 class ClusterLayout(Layout):
     """A Redis Cluster: a session's and its user's keys share a slot, the app's keys have
-    their own. App-scope writes go through the user's outbox (:mod:`._outbox`); their
-    users are registered for the sweep first (:mod:`._sweep`)."""
+    their own. App-scope writes go through the user's outbox (``._outbox``); their
+    users are registered for the sweep first (``._sweep``)."""
 
     name = "cluster"
     app_wide_by_update = False

@@ -49,7 +49,7 @@ class Context(Generic[S, E]):
     policy_checked: bool = False
     """Whether the server's maxmemory-policy was looked at (the first operation does)."""
     writable: bool = False
-    """Whether :meth:`ready` for a write has nothing left to do (each of its checks, once
+    """Whether ``ready`` for a write has nothing left to do (each of its checks, once
     passed, stays passed): a write then skips it."""
 
     @property

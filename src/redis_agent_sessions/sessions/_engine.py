@@ -1,13 +1,13 @@
 """The session store, assembled once per service for a pair of session/event model classes.
 
 The core service runs it with this package's models, the google-adk extra with ADK's own;
-models are reached only through a :class:`~._types.ModelCodec`. The topology is decided
-here, once (:func:`choose_layout`), and every part asks the layout it was given.
+models are reached only through a ``ModelCodec``. The topology is decided
+here, once (``choose_layout``), and every part asks the layout it was given.
 
-The path of an append: the service -> :class:`~._writes.Writes` (checks, ``temp:`` split,
-turns) -> :class:`~._runner.ScriptRunner` (``append_event.lua``, write concern) ->
-:meth:`~._layout.Layout.settle` (the cluster's app step). Of a read: the service ->
-:class:`~._reads.Reads` (narrowing, read cache) -> :meth:`~._layout.Layout.snapshot` ->
+The path of an append: the service -> ``Writes`` (checks, ``temp:`` split,
+turns) -> ``ScriptRunner`` (``append_event.lua``, write concern) ->
+``settle`` (the cluster's app step). Of a read: the service ->
+``Reads`` (narrowing, read cache) -> ``snapshot`` ->
 the codec's decode.
 """
 
@@ -121,7 +121,7 @@ class SessionEngine(Generic[S, E]):
 
     async def check_ready(self, timeout: float, app: str = PROBE_ID) -> Readiness:
         """Reach every node, run the scripts (touching nothing), and when writes wait for
-        replicas, that they can: see :mod:`redis_agent_sessions._health`."""
+        replicas, that they can: see ``redis_agent_sessions._health``."""
 
         async def scripts() -> str:
             await self.ctx.ready()
@@ -141,7 +141,7 @@ class SessionEngine(Generic[S, E]):
         return await run_checks(probes, timeout)
 
     async def ready(self) -> None:
-        """Before a read of this engine's client (see :meth:`Context.ready`)."""
+        """Before a read of this engine's client (see ``Context.ready``)."""
         await self.ctx.ready()
 
     async def prune(self, app_name: str, pairs: list[tuple[str, str]]) -> int:
@@ -154,7 +154,7 @@ class SessionEngine(Generic[S, E]):
     async def sweep_app_writes(
         self, *, app_name: str, older_than: float, limit: int, dry_run: bool
     ) -> SweepReport:
-        """App-scope writes that workers left pending, applied (see :mod:`._sweep`)."""
+        """App-scope writes that workers left pending, applied (see ``._sweep``)."""
         check_sweep(app_name, older_than, limit)
         await self.ctx.ready(write=not dry_run)
         return await self.layout.sweep(app_name, older_than, limit, dry_run=dry_run)

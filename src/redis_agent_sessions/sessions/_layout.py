@@ -1,25 +1,25 @@
 """Where the session keys live and how an operation reaches them: the topology seam.
 
-A service picks its layout once, when it is built (:func:`choose_layout`), and every part
+A service picks its layout once, when it is built (``choose_layout``), and every part
 of the engine asks the layout instead of testing the topology:
 
-- :class:`~._single_node.SingleNode`: one node holds every key, so one script writes a
+- ``SingleNode``: one node holds every key, so one script writes a
   session, its user's and its app's keys together, and a read is one transaction.
-- :class:`~._cluster.ClusterLayout`: every script and transaction stays in one hash slot.
+- ``ClusterLayout``: every script and transaction stays in one hash slot.
   A session's keys and its user's share a slot, the app's keys are in another; app-scope
   writes are recorded in the user's outbox and applied to the app's slot as a second,
-  idempotent step (:mod:`._outbox`).
+  idempotent step (``._outbox``).
 
-The scripts learn the layout from one argument, :meth:`Layout.mode`: ``single``, or
+The scripts learn the layout from one argument, ``Layout.mode``: ``single``, or
 ``cluster:<id>`` with the lowest outbox id that may not be applied yet (``_layout.lua``).
 On a cluster, users whose app-scope writes may be pending are registered first, for the
-sweep (:mod:`._sweep`).
+sweep (``._sweep``).
 
 Expired sessions leave their index entries behind (Redis expires keys, not members of a
 sorted set). So each session that expires is also in its app's expiry index
 (``ras:{<app>}:sessions_expiry``, a zset), scored by when to check it, and writes take up to
-:attr:`Layout.expired_per_write` due members there (claiming them for a minute, so that
-concurrent writers take different ones) and hand them to :meth:`Layout.prune`, which drops
+``Layout.expired_per_write`` due members there (claiming them for a minute, so that
+concurrent writers take different ones) and hand them to ``Layout.prune``, which drops
 the index entries of those that are gone and re-schedules the others (one alive past its
 time, most often expiring that instant, a second later): a score is never trusted, so no
 clock needs to agree with another. On one node the write scripts keep the
@@ -79,7 +79,7 @@ class Layout(ABC):
         self.apps = AppListing(topology.client, keys)
 
     async def ready(self) -> None:
-        """Before a client's first command (see :meth:`Topology.ready`)."""
+        """Before a client's first command (see ``Topology.ready``)."""
         await self.topology.ready()
 
     @abstractmethod
@@ -136,7 +136,7 @@ class Layout(ABC):
     async def listing(self, app_name: str) -> None:
         """Before a create: the registry of app names is checked (until this process finds
         the app listed), so that a registry this user may not write or of a foreign type
-        fails the create with nothing written; :meth:`created` lists the app after."""
+        fails the create with nothing written; ``created`` lists the app after."""
         await self.apps.check(app_name)
 
     # -- after a write ----------------------------------------------------------------------
@@ -159,7 +159,7 @@ class Layout(ABC):
     ) -> None:
         """The app step of an append, import, delete or prune: apply the outbox entries its
         script returned (``after``: on a single node, the expiry index's due members the
-        script took), then, with ``cleanup``, check those due (:meth:`drop_expired`)."""
+        script took), then, with ``cleanup``, check those due (``drop_expired``)."""
 
     # -- reads ---------------------------------------------------------------------------
 

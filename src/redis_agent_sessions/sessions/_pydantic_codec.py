@@ -25,7 +25,7 @@ class PydanticCodec(Generic[S, E]):
     ADK's DatabaseSessionService stores) and reads them back.
 
     Subclasses say where a session object keeps the revision it was read at, and may
-    give :class:`Hooks` for their event models' validators (see :mod:`._trusted`).
+    give ``Hooks`` for their event models' validators (see ``._trusted``).
     """
 
     hooks: Hooks = Hooks()

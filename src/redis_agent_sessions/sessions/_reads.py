@@ -139,7 +139,7 @@ class Reads(Generic[S, E]):
         """One session at one instant: merged state, raw metadata and the stream entries
         from ``start`` (all of them, or the newest ``count``, newest first); None when
         there is no session. With ``anchor`` (an event id, or '' for none) it also reads
-        what a copy needs to check it is up to date: see :class:`Snapshot`."""
+        what a copy needs to check it is up to date: see ``Snapshot``."""
         reply, app_raw = await self._ctx.layout.snapshot(keys, count, start, anchor)
         if not reply:
             return None

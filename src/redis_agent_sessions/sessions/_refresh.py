@@ -16,7 +16,7 @@ __all__ = ["Refresher"]
 
 
 class Refresher(Generic[S, E]):
-    """``refresh``: from a catch-up this worker holds (:mod:`._catch_up`), from a read of
+    """``refresh``: from a catch-up this worker holds (``._catch_up``), from a read of
     the events after the copy's newest one, or, for a copy it cannot vouch for, whole."""
 
     def __init__(self, ctx: Context[S, E], reads: Reads[S, E]) -> None:

@@ -187,13 +187,15 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         or one whose newest event was rewritten, or a session deleted and created again)
         is read whole instead, its ``events`` list refilled.
 
-        The retry for StaleSessionError::
+        The retry for StaleSessionError:
 
-            try:
-                await service.append_event(session, event)
-            except StaleSessionError:
-                await service.refresh(session)  # now holds what the other writer added
-                await service.append_event(session, event)
+        ```python
+        try:
+            await service.append_event(session, event)
+        except StaleSessionError:
+            await service.refresh(session)  # now holds what the other writer added
+            await service.append_event(session, event)
+        ```
 
         Raises:
             SessionNotFoundError: the session does not exist (any more); ``session`` is
@@ -270,7 +272,7 @@ class SessionServiceBase(ClientOwner, Generic[S, E, C, L]):
         Redis node answers, the scripts run with this user's permissions (on a session
         that does not exist: nothing is written), and under a ``replicas``/``aof`` write
         concern, that the replicas confirm in time. Never raises for what it finds: the
-        result is falsy, and each :class:`Check` says what failed and why. ``timeout``
+        result is falsy, and each ``Check`` says what failed and why. ``timeout``
         bounds the whole probe (seconds). The probe's session is in an app of its own,
         unless ``app_name`` names one: a Redis user limited to one app's keys (see
         docs/security.md, "Tenants") passes its app."""

@@ -1,6 +1,6 @@
 """App-scope writes a dead worker left half done on a cluster: the registry, and the sweep.
 
-On a cluster an app-scope write takes two steps (:mod:`._outbox`): a user-slot script records
+On a cluster an app-scope write takes two steps (``._outbox``): a user-slot script records
 it in the user's outbox, then ``app_apply.lua`` applies it in the app's slot. A worker dying
 between them leaves the write visible to that user only, until the user operates again. To
 find such users without scanning the keyspace, a worker registers the user in the app's
@@ -9,17 +9,17 @@ registration) *before* a user-slot script that records app-scope writes, and the
 applies what registered users left pending, then takes them off the registry.
 
 Registering costs a round trip, so each engine remembers whom it registered and trusts that
-for :data:`REGISTER_EVERY` seconds: only the first app-scope write of a user per minute and
+for ``REGISTER_EVERY`` seconds: only the first app-scope write of a user per minute and
 worker pays it. A registration whose operation was refused before writing (stale copy,
 missing session, ACL, foreign type) is undone, so a refused write still leaves the database
 as it was.
 
 Why the sweep cannot miss a write: it only examines users whose latest registration is more
-than ``older_than`` (at least twice :data:`REGISTER_EVERY`) old, and takes one off only if
+than ``older_than`` (at least twice ``REGISTER_EVERY``) old, and takes one off only if
 its score is still the one it read after applying every entry it found. A write it did not
 find was recorded after the sweep read that user's outbox; the worker that recorded it had
 either registered afresh (the score changed: the user stays) or trusted a registration it
-made less than :data:`REGISTER_EVERY` before, which would be younger than the bound. So a
+made less than ``REGISTER_EVERY`` before, which would be younger than the bound. So a
 miss needs a user-slot script landing more than ``older_than - REGISTER_EVERY`` (at least a
 minute) after its worker's check, or worker clocks that far apart (scores are workers'
 ``time.time()``; registrations never lower a score, so a fast clock only delays a sweep).
@@ -68,7 +68,7 @@ _UNREGISTERED: AbstractAsyncContextManager[None] = contextlib.nullcontext()
 
 @dataclass(frozen=True, slots=True)
 class SweepReport:
-    """What one :meth:`sweep_app_writes` call found and did."""
+    """What one ``sweep_app_writes`` call found and did."""
 
     users_examined: int = 0
     """Registered users, registered longer ago than ``older_than``, that it looked at."""

@@ -14,7 +14,7 @@ just ended queues behind the waiters instead of sending its next append at once,
 would leave the next waiter's copy stale again and cost it a refused round trip: under
 contention this worker's writers of a session go one at a time, one round trip each.
 
-A lost writer keeps its place for at most :data:`GRACE` seconds after its refusal or
+A lost writer keeps its place for at most ``GRACE`` seconds after its refusal or
 after its last read of the session, so one that retries later, or not at all, holds
 nobody up for long. Only the writer at the head of the line
 is woken when it moves. Writers in other processes are not affected.
@@ -58,14 +58,14 @@ class Turns:
     def __init__(self) -> None:
         self._line: dict[str, dict[Writer, float]] = {}
         """Per session key, the writers in line, in order, each with the time its place
-        lapses (:data:`_HELD` while its writer waits or its append runs)."""
+        lapses (``_HELD`` while its writer waits or its append runs)."""
         self._wakers: dict[str, dict[Writer, asyncio.Future[None]]] = {}
-        """Per session key, the futures the writers waiting in :meth:`take` sleep on."""
+        """Per session key, the futures the writers waiting in ``take`` sleep on."""
 
     async def take(self, key: str, writer: Writer) -> Writer | None:
         """Wait in line while writers of session ``key`` are in line, until ``writer`` is
         the first or none is left. Returns ``writer``'s place when it takes a turn in line:
-        pass it to :meth:`taken` once the append is done."""
+        pass it to ``taken`` once the append is done."""
         queued: Writer | None = None
         try:
             while (line := self._line.get(key)) is not None:
@@ -114,7 +114,7 @@ class Turns:
                     self._moved(key)
 
     def in_line(self, key: str) -> bool:
-        """Whether any writer of session ``key`` is in line (else :meth:`take` would
+        """Whether any writer of session ``key`` is in line (else ``take`` would
         return None at once)."""
         return key in self._line
 
@@ -125,7 +125,7 @@ class Turns:
 
     def reading(self, key: str, task: object, *, done: bool) -> None:
         """The task ``task`` starts (or is ``done`` with) a read of session ``key``: if it
-        lost a race there, its place is held while it reads and for :data:`GRACE` after."""
+        lost a race there, its place is held while it reads and for ``GRACE`` after."""
         line = self._line.get(key)
         if line is None:
             return

@@ -1,5 +1,5 @@
 """The types every part of the session engine shares: what a read found, and what the
-engine needs to know of a pair of session/event model classes (:class:`ModelCodec`)."""
+engine needs to know of a pair of session/event model classes (``ModelCodec``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Writing sessions: create, append (with its checks, the ``temp:`` split, turns and
 catch-ups, and the caller's copy updated), the import path, and delete. Each is one script
-in the session's slot, then the layout's app step (:meth:`Layout.settle`); a script that may
-record app-scope writes runs inside :meth:`Layout.recording` (the cluster's registration of
+in the session's slot, then the layout's app step (``Layout.settle``); a script that may
+record app-scope writes runs inside ``Layout.recording`` (the cluster's registration of
 the user, for the sweep)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ _SCOPES = ("session", "user", "app")
 
 
 class Exported(NamedTuple):
-    """An imported event as :meth:`Writes.append_exported` stores it: its JSON exactly as
+    """An imported event as ``Writes.append_exported`` stores it: its JSON exactly as
     given, and what the append script takes from its model (no model is kept: an import
     holds every event of a session at once)."""
 
@@ -64,10 +64,10 @@ class Writes(Generic[S, E]):
 
     catch_up_events = 100
     """A stale append's refusal carries what the copy lacks when it is at most this many
-    events behind (single-node layout), for the refresh that follows (:mod:`._catch_up`)."""
+    events behind (single-node layout), for the refresh that follows (``._catch_up``)."""
 
     exported_batch_bytes = 8 << 20
-    """Most bytes of event JSON :meth:`append_exported` sends in one pipeline (but at least
+    """Most bytes of event JSON ``append_exported`` sends in one pipeline (but at least
     one event): a large session is packed and sent a part at a time instead of held twice
     more while the whole is (the client copies each command's arguments into one buffer,
     and asyncio's transport joins the buffers of a write)."""
@@ -88,7 +88,7 @@ class Writes(Generic[S, E]):
         ttl: object = None,
         create_time: float | None = None,
     ) -> tuple[str, int | None, ScopedDelta, list[list[bytes | str]], float | None]:
-        """Everything :meth:`create_session` refuses, checked without a round trip (an
+        """Everything ``create_session`` refuses, checked without a round trip (an
         import checks a record whole before it deletes the session it replaces): the
         session id, its own TTL, the state by scope and encoded, and the create time."""
         own_ttl = session_ttl(ttl)
@@ -322,9 +322,9 @@ class Writes(Generic[S, E]):
         cleanup: bool = True,
         schema: str = "",
     ) -> AppendEvent:
-        """append_event.lua's call (``state_fields``: :func:`state_argv`); with ``cleanup``,
+        """append_event.lua's call (``state_fields``: ``state_argv``); with ``cleanup``,
         the script takes members of the app's expiry index due for a check (single node:
-        :meth:`Layout.settle` checks them). ``schema`` is the fingerprint of the models that
+        ``Layout.settle`` checks them). ``schema`` is the fingerprint of the models that
         encoded ``raw_event`` ('' when it is not their own encoding, as for imported JSON:
         readers then validate it)."""
         layout = self._ctx.layout
@@ -375,10 +375,10 @@ class Writes(Generic[S, E]):
         """Store a new session's imported events exactly as exported (each event's JSON as
         given), in order, without applying their state deltas: an import writes each
         scope's state whole, as it was when exported. A pipeline of the append script per
-        :attr:`exported_batch_bytes` of events (one round trip for most sessions), each
+        ``exported_batch_bytes`` of events (one round trip for most sessions), each
         call checking the revision the one before it made, so a gap stops the rest.
         ``update_time`` is the session's last_update_time after the last. The caller
-        checked the events (:meth:`check_exported`) before writing anything."""
+        checked the events (``check_exported``) before writing anything."""
         if not events:
             return
         shortfalls: list[str] = []
@@ -416,7 +416,7 @@ class Writes(Generic[S, E]):
 
     def check_exported(self, event: E, raw: bytes, where: str = "event") -> Exported:
         """An imported event (its model, and its JSON as it will be stored) checked as
-        :meth:`append_event` checks an event, with the event alone counted against the size
+        ``append_event`` checks an event, with the event alone counted against the size
         limit (an import applies no state delta); ``where`` names it in the errors."""
         if event.partial:
             raise InvalidInputError(f"{where} is partial: partial events are never stored")
@@ -476,7 +476,7 @@ class Writes(Generic[S, E]):
 
 
 def _writer(session: Any, event: Any) -> Writer:
-    """Who takes or owes a turn on a session (:mod:`._turns`)."""
+    """Who takes or owes a turn on a session (``._turns``)."""
     return Ref(session), event.id, asyncio.current_task()
 
 

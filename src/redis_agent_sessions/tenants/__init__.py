@@ -1,8 +1,8 @@
 """Tenants: apps that share one Redis, each with a Redis user limited to its own keys
 (docs/security.md#tenants). An operator, with an admin connection, provisions an app
-(:func:`provision_tenant`: its search indexes, its registry entry, the user's ACL rules),
-checks a tenant's user as an attacker would (:func:`check_tenant`) and removes an app
-(:func:`drop_tenant`); ``redis-agent-sessions tenant`` runs the same steps."""
+(``provision_tenant``: its search indexes, its registry entry, the user's ACL rules),
+checks a tenant's user as an attacker would (``check_tenant``) and removes an app
+(``drop_tenant``); ``redis-agent-sessions tenant`` runs the same steps."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ACL rules of Redis users, as docs/security.md shows them (a test holds the page to
 these lists): a worker's, and a tenant's (one app's keys, and no command that can reach
-another app's, see :func:`tenant_acl_rules`)."""
+another app's, see ``tenant_acl_rules``)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def tenant_acl_rules(
     alters, drops or aliases an index (creating one can name any key prefix, and the search
     module checks key patterns against the index name only: an operator makes the app's
     indexes, ``redis-agent-sessions tenant create``), and the app's key rules
-    (:meth:`KeySpace.app_acl_keys`), no channels."""
+    (``KeySpace.app_acl_keys``), no channels."""
     rules = ["resetchannels", "-@all", *WORKER_COMMANDS]
     rules += SEARCH_READ_COMMANDS if search else ()
     rules += (*FACTS_COMMANDS, *BACKGROUND_COMMANDS) if facts else ()

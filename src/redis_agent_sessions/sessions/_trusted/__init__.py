@@ -1,7 +1,7 @@
 """Trusted decode: stored events rebuilt without re-validating them.
 
 Every event was validated on its way in, by the same model classes; validating it again on
-every read is most of a read. A :class:`Plan` is built once per model class from pydantic's
+every read is most of a read. A ``Plan`` is built once per model class from pydantic's
 own core schema (the schema its validator was compiled from) and rebuilds a model from the
 parsed JSON by setting what validation would set: ``__dict__`` (defaults and default
 factories included, in field order), the fields set, the extras and the private
@@ -11,8 +11,8 @@ the way pydantic converts them. Leaf types whose conversion is pydantic's own bu
 
 A plan never guesses. Any value it cannot vouch for (a type it does not know, a value of
 another JSON type than the field's, a key it does not expect, a validator it may not skip)
-raises :class:`Untrusted`, and the caller validates that event as before; so does an event
-written under another :attr:`Plan.fingerprint` (other model versions), or with none.
+raises ``Untrusted``, and the caller validates that event as before; so does an event
+written under another ``Plan.fingerprint`` (other model versions), or with none.
 """
 
 from __future__ import annotations

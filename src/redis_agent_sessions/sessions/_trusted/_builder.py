@@ -33,7 +33,7 @@ from redis_agent_sessions.sessions._trusted._models import FieldPlan, model_buil
 
 
 class _Builder:
-    """Walks one core schema: :meth:`convert` (through the ``_<schema type>`` method) returns
+    """Walks one core schema: ``convert`` (through the ``_<schema type>`` method) returns
     a converter and a description of it (the descriptions make the fingerprint)."""
 
     def __init__(self, schema: Mapping[str, Any], hooks: Hooks) -> None:
