@@ -163,6 +163,23 @@ async def test_every_tool_over_stdio_answers_as_the_library(store: Store) -> Non
             m.model_dump(mode="json", exclude_none=True) for m in expected.memories
         ]
         assert found["memories"][0]["content"]["parts"][0]["text"].startswith("Which scarf")
+        # The filters reach the library's search as they are: an ISO time (UTC when it has
+        # no offset) or epoch seconds.
+        within = {"author": ["agent"], "session_ids": [store.session_ids[0]], "kind": "event"}
+        filtered = answer(
+            await client.call_tool(
+                "search_memory",
+                {"user_id": USER, "query": "scarf blue table", "since": "2023-11-14T22:13:20"}
+                | within,
+            )
+        )
+        expected = await store.memory.search_memory(
+            app_name=APP, user_id=USER, query="scarf blue table", since=1_700_000_000, **within
+        )
+        assert filtered["memories"] == [
+            m.model_dump(mode="json", exclude_none=True) for m in expected.memories
+        ]
+        assert [m["author"] for m in filtered["memories"]] == ["agent"]
 
         facts = answer(await client.call_tool("list_facts", {"user_id": LEARNER}))
         expected_facts = await store.memory.list_facts(app_name=APP, user_id=LEARNER)
@@ -261,8 +278,23 @@ async def test_bad_calls_get_one_line_naming_the_argument(store: Store) -> None:
         unknown = error(
             await client.call_tool("search_memory", {"user_id": USER, "query": "x", "topic": "t"})
         )
-        assert unknown == (
-            "search_memory: unknown argument 'topic' (it takes user_id, query, limit)"
+        assert unknown.startswith(
+            "search_memory: unknown argument 'topic' (it takes user_id, query, limit, author,"
+        )
+        backwards = error(
+            await client.call_tool(
+                "search_memory", {"user_id": USER, "query": "x", "since": 20, "until": 10}
+            )
+        )
+        assert backwards.startswith("search_memory: ")
+        assert "since" in backwards
+        not_a_time = error(
+            await client.call_tool(
+                "search_memory", {"user_id": USER, "query": "x", "since": "last week"}
+            )
+        )
+        assert not_a_time == (
+            "search_memory: since: not an ISO 8601 time or epoch seconds: 'last week'"
         )
         bad_id = error(await client.call_tool("list_facts", {"user_id": ""}))
         assert "user_id" in bad_id

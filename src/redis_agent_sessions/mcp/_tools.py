@@ -12,7 +12,7 @@ import datetime as dt
 import functools
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
@@ -79,6 +79,18 @@ def _line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def _instant(name: str, value: str | float | None) -> dt.datetime | float | None:
+    """A time as a client sends it: epoch seconds, or an ISO 8601 string (an offset-less
+    one taken as UTC: a server's local time means nothing to a remote client)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ToolError(f"{name}: not an ISO 8601 time or epoch seconds: {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+
 def _utc(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).isoformat()
 
@@ -107,16 +119,47 @@ class Tools:
         user_id: User,
         query: Annotated[str, Field(description="words to look for in what was said")],
         limit: Annotated[int, Field(ge=1, le=100, description="most entries returned")] = 10,
+        author: Annotated[
+            list[str] | None, Field(description="only entries by one of these authors")
+        ] = None,
+        session_ids: Annotated[
+            list[str] | None, Field(description="only entries from one of these sessions")
+        ] = None,
+        since: Annotated[
+            str | float | None,
+            Field(description="only entries at or after this time: ISO 8601 or epoch seconds"),
+        ] = None,
+        until: Annotated[
+            str | float | None,
+            Field(description="only entries at or before this time: ISO 8601 or epoch seconds"),
+        ] = None,
+        topics: Annotated[
+            list[str] | None, Field(description="only learned facts on one of these topics")
+        ] = None,
+        kind: Annotated[
+            Literal["fact", "event"] | None,
+            Field(description="'fact': learned facts only; 'event': everything else"),
+        ] = None,
+        metadata: Annotated[
+            dict[str, str | int | bool] | None,
+            Field(description="custom_metadata fields (declared indexable) and their values"),
+        ] = None,
+        recency_half_life: Annotated[
+            float | None,
+            Field(gt=0, description="seconds: newer entries weigh more, halved per half-life"),
+        ] = None,
     ) -> dict[str, Any]:
         """Search the user's memory (past conversations and added memories), best match
-        first: entries with their id, author, time and text."""
-        # Filters (topics, times, ...) join as optional arguments once search_memory takes
-        # them: the answer's shape stays.
+        first: entries with their id, author, time and text. The filters apply inside the
+        search: the best matches among the entries within every filter given."""
         if not await self._memory_chosen():
             return {"memories": []}
         found = await self.memory.search_memory(
-            app_name=self.app, user_id=user_id, query=query, limit=limit
-        )
+            app_name=self.app, user_id=user_id, query=query, limit=limit, author=author,
+            session_ids=session_ids, since=_instant("since", since),
+            until=_instant("until", until), topics=topics, kind=kind, metadata=metadata,
+            recency_half_life=recency_half_life,
+        )  # fmt: skip
         return {"memories": [_entry(m) for m in found.memories]}
 
     @_answers
