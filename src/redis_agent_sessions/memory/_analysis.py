@@ -201,7 +201,7 @@ def analyse_counted(
     context: Iterable[tuple[int, Mapping[str, int], int]],
     author: str | None,
 ) -> Analysed:
-    """:func:`analyse` of terms already counted (each term with how often it is said, in
+    """`analyse` of terms already counted (each term with how often it is said, in
     the order met: a ``Counter``), and their lengths: an ingestion counts each turn's terms
     once, not once more for each turn it is the context of (that was half its analysis)."""
     around: dict[str, int] = {}

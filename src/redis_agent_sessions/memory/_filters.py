@@ -1,5 +1,5 @@
-"""Search filters: what a search may be limited to (:class:`MemoryFilter`), checked and
-turned into what both backends match inside the search (:class:`Compiled`), and the filter
+"""Search filters: what a search may be limited to (`MemoryFilter`), checked and
+turned into what both backends match inside the search (`Compiled`), and the filter
 tokens each entry is written with.
 
 An entry's tokens (``entry_tokens``) are short hex digests of its kind, author, session,

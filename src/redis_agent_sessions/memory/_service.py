@@ -306,7 +306,7 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
         in-memory service.
 
         The rest are ours too (docs/memory.md#filters): ``filters`` (a
-        :class:`MemoryFilter`, or a mapping of its fields) and the same fields as
+        [`MemoryFilter`][], or a mapping of its fields) and the same fields as
         keywords, ``author`` to ``metadata``, limit the search to the entries within every
         one given, inside the search (the best ``limit`` of those, not of all);
         ``recency_half_life`` (seconds or a timedelta) halves an entry's score for each
