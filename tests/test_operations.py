@@ -111,6 +111,9 @@ def _library_commands() -> dict[str, set[str]]:
 async def test_appends_survive_a_script_cache_flush(
     service: RedisSessionService, redis_client: Any
 ) -> None:
+    # From no script anywhere: an earlier test may have left a cluster's nodes with different
+    # scripts (one node flushed), and the first append loads its script only where missing.
+    await redis_client.script_flush()
     s = await service.create_session(app_name=APP, user_id=USER)
     await service.append_event(s, Event(actions=EventActions(state_delta={"n": 1})))
     sha = service._engine.ctx.runner.append.sha

@@ -36,8 +36,9 @@ local function write_counts(key, deltas)
     local set, gone = {}, {}
     for i, term in ipairs(slice) do
       local count = tonumber(now[i] or '0')
-      -- Not a count (written by something else): HINCRBY's own error, as before.
-      if not count then redis.call('HINCRBY', key, term, deltas[term]) end
+      -- Not a count (written by something else): the error HINCRBY gave here before, raised
+      -- without running it (only learned facts' ACL line grants HINCRBY).
+      if not count then return error('ERR hash value is not an integer') end
       count = count + deltas[term]
       if count > 0 then
         set[#set + 1] = term
@@ -65,8 +66,8 @@ local function set_filter(spec)
   if spec == nil or spec == '' then FILTER = nil return end
   local parts = {}
   for part in string.gmatch(spec .. '\t', '([^\t]*)\t') do parts[#parts + 1] = part end
-  FILTER = {since = tonumber(parts[1]), till = tonumber(parts[2]), now = tonumber(parts[3]),
-    half = tonumber(parts[4]), clauses = {}}
+  FILTER = {since = tonumber(parts[1]), till = tonumber(parts[2]),
+    now = tonumber(parts[3]), half = tonumber(parts[4]), clauses = {}}
   for i = 5, #parts do
     local clause = {}
     for token in string.gmatch(parts[i], '%S+') do clause[#clause + 1] = ' ' .. token .. ' ' end
