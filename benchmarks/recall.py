@@ -300,8 +300,11 @@ def text(result: dict[str, Any]) -> str:
         f"{len(data['conversations'])} conversations, {data['sessions']} sessions, "
         f"{data['turns']:,} turns; {data['questions']} questions ({by_cat}); "
         f"{data['skipped_no_evidence']} more of categories 1-4 name no evidence (left out)",
-        *([f"--scale: one user, {data['scale']:,} entries, the turns above among them"]
-          if data.get("scale") else []),
+        *(
+            [f"--scale: one user, {data['scale']:,} entries, the turns above among them"]
+            if data.get("scale")
+            else []
+        ),
         f"evidence ids: {data['evidence_ids']}, not found among the turns: "
         f"{data['evidence_not_found']}"
         + "".join(f" [{m['conversation']}: {m['evidence']!r}]" for m in data["missing_evidence"]),

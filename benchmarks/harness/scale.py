@@ -110,7 +110,9 @@ def exact_bm25(store: Conversation, limit: int = 10) -> list[list[frozenset[str]
             posting = postings.get(term, [])
             weight = times * analysis.idf(n, len(posting))
             for at, tf in posting:
-                scores[at] += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[at] / average))
+                scores[at] += (
+                    weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[at] / average))
+                )
         # Entries were read oldest first: a larger position is newer.
         best = sorted(scores.items(), key=lambda s: (-s[1], -s[0]))[:limit]
         found.append([frozenset({store.dia_ids.get(ids[at], "?")}) for at, _ in best])

@@ -27,7 +27,7 @@ from redis_agent_sessions.memory._models import Backend
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker
 from redis_agent_sessions.memory._record import check_vectors
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
-from redis_agent_sessions.memory._store import MemoryStore
+from redis_agent_sessions.memory._store import CAPPED, PLAIN, MemoryStore
 from redis_agent_sessions.memory._vectors import Semantic
 
 __all__ = ["DEFAULT_CONTEXT_TURNS", "Context", "check_context_turns"]
@@ -165,7 +165,9 @@ class Context:
                 raise MemoryIndexError(f"could not record the memory backend in {key!r}")
             if _backend_name(key, again) != chosen:  # another worker recorded first
                 return await self._open_backend()
-        return MemoryStore(self.client, self.keys, postings=chosen == "plain"), search
+        return MemoryStore(
+            self.client, self.keys, postings=PLAIN if chosen == "plain" else CAPPED
+        ), search
 
     async def facts(self) -> FactStore:
         """The learned facts' store (on the backend's entries)."""

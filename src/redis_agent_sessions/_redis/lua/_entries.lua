@@ -6,24 +6,33 @@
 -- write_entries(K, todo, opt): stores each op of todo as memory_put.lua describes it, with
 --   op.old = its stored fields (HMGET own tf dl au grams vkey), op.same = whether they
 --   are found by what op is, op.stale = stored and not same; the user's counts and postings
---   follow, each term and posting written once. opt = {postings = plain backend's postings
---   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
---   ids out of (or nil)}.
+--   follow, each term and posting written once. opt = {postings = postings kept, texts =
+--   the plain backend's grams and texts kept too, cap = each term's posting kept to its
+--   best CAPPED (the search backend's), k1, b, session = set to record ids in (or nil),
+--   undelete = deleted set to take ids out of (or nil)}. A user's first entries written
+--   with capped postings mark the stats hash (tp = 1): every entry of theirs is in them.
+--   The plain backend's postings are all kept (its substring step reads gram postings
+--   whole, and a write keeps every posting exact).
 -- entry_sig(op): what the entry of op (memory_put.lua's) is found by: own|tf|dl|au|grams,
 --   as memory/_store.py's Doc.sig spells it.
 -- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
 --   with op.cur = its stored fields (HMGET own tf dl au grams), op.drop = delete it,
---   op.missing = it was not stored; returns how many were deleted. opt = {postings,
+--   op.missing = it was not stored; returns how many were deleted. opt = {postings, texts,
 --   tombstone = deleted set to remember ids in (or nil)}.
 local function entry_sig(op)
   return op.own .. '|' .. op.tf .. '|' .. op.dl .. '|' .. op.au .. '|' .. op.gr
 end
+
+-- The search backend's postings keep only each term's best this many: memory_rank.lua never
+-- reads more than its read budget (memory/_ranking.py's READ_BUDGET) of them in all.
+local CAPPED = 1500
 
 local function write_entries(K, todo, opt)
   local postings = opt.postings
   local deltas, adds = {}, {}
   local stats = redis.call('HMGET', K.stats, 'n', 'len')
   local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
+  if opt.cap and n <= 0 and #todo > 0 then redis.call('HSET', K.stats, 'tp', 1) end
   for _, op in ipairs(todo) do
     local cur = op.old
     if not op.same then
@@ -46,8 +55,10 @@ local function write_entries(K, todo, opt)
           add[#add + 1] = math.floor(POSTING_SCALE * tf * (opt.k1 + 1) / (tf + norm) + 0.5)
           add[#add + 1] = op.id
         end
-        for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
-        if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
+        if opt.texts then
+          for _, i in ipairs(op.g) do redis.call('ZADD', KEYS[i], op.ts, op.id) end
+          if op.t ~= '' then redis.call('HSET', K.texts, op.id, op.t) else redis.call('HDEL', K.texts, op.id) end
+        end
       end
     end
     local ctx = {op.ts, op.dl, op.au, op.nb, op.own, op.tf}
@@ -78,6 +89,15 @@ local function write_entries(K, todo, opt)
   end
   for i, add in pairs(adds) do
     for at = 1, #add, 2000 do redis.call('ZADD', KEYS[i], unpack(add, at, math.min(at + 1999, #add))) end
+    if opt.cap then
+      -- ZRANGE and ZREM, not ZREMRANGEBYRANK: the commands a worker's ACL already grants.
+      local over = redis.call('ZCARD', KEYS[i]) - CAPPED
+      while over > 0 do
+        local low = redis.call('ZRANGE', KEYS[i], 0, math.min(over, 2000) - 1)
+        redis.call('ZREM', KEYS[i], unpack(low))
+        over = over - #low
+      end
+    end
   end
   write_counts(K.df, deltas)
   if #todo > 0 then redis.call('HSET', K.stats, 'n', n, 'len', total) end
@@ -98,8 +118,8 @@ local function drop_entries(K, todo, opt)
     if op.drop then
       if opt.postings then
         for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
-        redis.call('HDEL', K.texts, op.id)
       end
+      if opt.texts then redis.call('HDEL', K.texts, op.id) end
       redis.call('HDEL', K.ctx, op.id)
       n = n + redis.call('DEL', KEYS[op.k])
       if opt.tombstone then redis.call('SADD', opt.tombstone, op.id) end
@@ -108,7 +128,7 @@ local function drop_entries(K, todo, opt)
   end
   write_counts(K.df, deltas)
   if counted_any and entries <= 0 then
-    redis.call('HDEL', K.stats, 'n', 'len')  -- the learned facts' counts stay
+    redis.call('HDEL', K.stats, 'n', 'len', 'tp')  -- the learned facts' counts stay
   elseif counted_any then
     redis.call('HSET', K.stats, 'n', entries, 'len', total)
   end
