@@ -188,7 +188,7 @@ class PlainRanker:
 
 
 _KNOWN_USERS = 100_000
-"""Most users an :class:`IndexRanker` remembers as having postings (then it forgets them all)."""
+"""Most users an `IndexRanker` remembers as having postings (then it forgets them all)."""
 
 
 class IndexRanker:
