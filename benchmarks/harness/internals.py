@@ -17,7 +17,9 @@ the names ``split_state_delta`` / ``encode_fields`` as ``_writes`` imported them
 ``ScriptRunner.run``; ``_redis.scripts.evaluate`` / ``execute`` / ``lua_source``;
 ``_redis.session_calls.APPEND_EVENT`` / ``state_argv``;
 ``_redis.prebuilt._pack``; ``_cache.ReadCache`` / ``Cached``; ``_types.StoredSession``; the
-learned facts' ``memory._consolidate.EVENTS_PER_STEP`` (events one generation reads).
+learned facts' ``memory._consolidate.EVENTS_PER_STEP`` (events one generation reads); the
+keyword analyser ``memory._analysis`` as ``analysis`` (``text_terms``, ``query_terms``,
+``idf``, ``K1``, ``B``: the exact BM25 reference of ``recall --scale``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from redis_agent_sessions._redis import prebuilt as _prebuilt
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis import session_calls as _session_calls
 from redis_agent_sessions.keys import KeySpace
+from redis_agent_sessions.memory import _analysis as analysis
 from redis_agent_sessions.memory._consolidate import EVENTS_PER_STEP as FACT_EVENTS_PER_STEP
 from redis_agent_sessions.sessions import _listing as _listing_module
 from redis_agent_sessions.sessions import _writes as _writes_module
@@ -46,6 +49,7 @@ __all__ = [
     "APPEND_OK_REPLY",
     "FACT_EVENTS_PER_STEP",
     "Point",
+    "analysis",
     "append_call_work",
     "append_lua_calls",
     "append_lua_source",

@@ -1,9 +1,11 @@
 """RedisMemoryService: keyword recall over past sessions (ADK's memory API), and with an
 embedder, recall by meaning fused with it.
 
-Two backends answer the same contract. With the RediSearch module (2.x) an index over
-the entry hashes does the matching; without it (plain Redis, fakeredis) the entries'
-words are kept in per-user postings maintained by the write scripts. Either way a query
+Two backends answer the same contract. Both keep the entries' words in per-user postings
+maintained by the write scripts (with the RediSearch module, 2.x, each term's best only)
+and rank a query over them; with the module, an index over the entry hashes also serves
+vectors and words inside longer runs (plain Redis, fakeredis: postings of their grams,
+and an exact scan of the newest vectors). Either way a query
 touches only one (app, user)'s entries and treats its text as data, never as syntax.
 """
 

@@ -27,7 +27,7 @@ from redis_agent_sessions.memory._models import Backend
 from redis_agent_sessions.memory._ranking import IndexRanker, PlainRanker
 from redis_agent_sessions.memory._record import check_vectors
 from redis_agent_sessions.memory._search import IndexSearch, PlainSearch, has_search_module
-from redis_agent_sessions.memory._store import MemoryStore
+from redis_agent_sessions.memory._store import CAPPED, PLAIN, MemoryStore
 from redis_agent_sessions.memory._vectors import Semantic
 
 __all__ = ["DEFAULT_CONTEXT_TURNS", "Context", "check_context_turns"]
@@ -168,7 +168,7 @@ class Context:
         store = MemoryStore(
             self.client,
             self.keys,
-            postings=chosen == "plain",
+            postings=PLAIN if chosen == "plain" else CAPPED,
             indexed=self.config.indexed_metadata,
         )
         return store, search

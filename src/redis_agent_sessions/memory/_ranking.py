@@ -14,13 +14,21 @@ query's words, then scores those and the turns around them (``EXPAND``):
   first and only as far as an entry not yet met could still reach the results on its own
   words; at most ``READ_BUDGET`` postings per query, so a word in most entries never costs a
   whole list. The best ``EXPAND`` met are scored with their neighbours. One round trip.
-- **RediSearch**: the module proposes the entries it ranks best for all the terms, and for
-  each term alone (its own BM25 over the terms said), a term in more than
-  ``COMMON_WINDOW`` of the user's entries only among their newest that many. Three round
-  trips (the counts, the candidates, the scores).
+- **RediSearch**: the write scripts keep each term's best ``READ_BUDGET`` postings too (all
+  that the plain backend's step may read), and a query of ASCII words is ranked by
+  ``memory_rank.lua`` over them, as on plain Redis. The module's own BM25 could not stand
+  in: asked for the best 50 of 100,000 entries, it scores every entry holding any query
+  word (50-90 ms on 2 busy CPUs), and its top 50 held under half of an exact BM25's top 10
+  (``python -m benchmarks.recall --scale 100000``). A query with a non-ASCII word (found
+  inside longer runs through the module's grams), or of a user whose entries were written
+  before the postings were (no ``tp`` in their stats hash), has the module propose
+  candidates: the entries it ranks best for all the terms and for each term alone, a term
+  in more than ``COMMON_WINDOW`` of the user's entries only among their newest that many;
+  three round trips (the counts, the candidates, the scores).
 
 An entry whose words and neighbours neither step proposes is missed where the other backend
-may find it: tests/test_memory.py bounds how often the two differ.
+may find it: tests/test_memory.py bounds how often the two differ, and
+tests/test_memory_candidates.py checks both against a brute force past every bound.
 
 A non-ASCII query word also matches inside longer runs (CJK is written without spaces): the
 newest ``SUBSTRING_CAP`` entries holding all its character grams are checked against their
@@ -195,8 +203,14 @@ class PlainRanker:
         )
 
 
+_KNOWN_USERS = 100_000
+"""Most users an `IndexRanker` remembers as having postings (then it forgets them all)."""
+
+
 class IndexRanker:
-    """Asks the search module for candidates and scores them exactly (see the module's doc)."""
+    """Ranks ASCII queries over the postings the search backend keeps (``memory_rank.lua``,
+    one round trip), others by asking the module for candidates and scoring them exactly (see
+    the module's doc)."""
 
     def __init__(self, topology: Topology, keys: KeySpace, index: Any, missing: Any) -> None:
         self._topology = topology
@@ -207,6 +221,9 @@ class IndexRanker:
         """(app, ResponseError) -> whether a missing index means nothing to find (a user's,
         made at their first write); raises when it is an error (an app's, provisioned)."""
         self._script = _scripts.register(topology.client, MEMORY_RESCORE)
+        self._postings = PlainRanker(topology.client, keys)
+        self._posted: set[tuple[str, str]] = set()
+        """Users whose stats hash says every entry is in the postings (``tp``): it stays so."""
 
     async def rank(
         self,
@@ -216,16 +233,25 @@ class IndexRanker:
         limit: int,
         where: Compiled = NO_FILTER,
     ) -> Ranked:
+        ascii_only = not any(t.grams for t in terms)
+        if ascii_only and (app, user) in self._posted:
+            return await self._postings.rank(app, user, terms, limit, where)
         k = self._keys
         entries = k.memory_entries(app, user)
         # First the counts: a term in many of the user's entries is asked about only among
         # the newest COMMON_WINDOW (the module would score every entry that has it).
         stats, df_raw, edge = await self._topology.at_key(entries, [
-            ("HMGET", k.memory_stats(app, user), "n", "len"),
+            ("HMGET", k.memory_stats(app, user), "n", "len", "tp"),
             ("HMGET", k.memory_df(app, user), *[x for t in terms for x in (t.term, "@" + t.term)]),
             _edge(entries, where),
         ])  # fmt: skip
         n, length = int(stats[0] or 0), int(stats[1] or 0)
+        if stats[2]:
+            if len(self._posted) >= _KNOWN_USERS:
+                self._posted.clear()
+            self._posted.add((app, user))
+            if ascii_only:
+                return await self._postings.rank(app, user, terms, limit, where)
         ranked = Ranked([], n)
         if n <= 0 or limit <= 0:
             return ranked

@@ -21,7 +21,7 @@ from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._embedders import Vectorizer
 from redis_agent_sessions.memory._engine import MemoryEngine
 from redis_agent_sessions.memory._reindex import owners
-from redis_agent_sessions.memory._store import MemoryStore
+from redis_agent_sessions.memory._store import NONE, MemoryStore
 from redis_agent_sessions.models import Content
 
 __all__ = ["ReembedReport", "reembed"]
@@ -73,7 +73,7 @@ async def reembed(
     report.per_user = await owners(client, keys, app, user)
     report.users = len(report.per_user)
     total = sum(n for _, _, n in report.per_user)
-    reader = MemoryStore(client, keys, postings=False)
+    reader = MemoryStore(client, keys, postings=NONE)
     for a, u, _ in report.per_user:
         writer = None if dry_run else await engine.adopt_vectors(a, u)
         start = 0

@@ -43,10 +43,12 @@ from redis_agent_sessions.memory._encoding import (
 )
 from redis_agent_sessions.memory._filters import entry_tokens
 
-__all__ = ["MemoryStore", "StoredEntry"]
+__all__ = ["CAPPED", "NONE", "PLAIN", "MemoryStore", "StoredEntry"]
 
 _STALE_BATCH = 500
 _INGEST_TTL = 3600
+NONE, PLAIN, CAPPED = 0, 1, 2
+"""The postings a store keeps (the write scripts' ``postings`` argument)."""
 _ATTEMPTS = 8
 _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
 _SIG_FIELDS = ("own", "tf", "dl", "au", "grams")
@@ -97,14 +99,17 @@ def doc_tokens(doc: Doc, indexed: Sequence[str]) -> list[str]:
 
 
 class MemoryStore:
-    """Writes, deletes and reads entry hashes (and postings when ``postings``)."""
+    """Writes, deletes and reads entry hashes, and postings: ``postings`` is ``PLAIN`` (its
+    terms', grams' and texts), ``CAPPED`` (the search backend's: each term's best only, what
+    ``memory_rank.lua`` may read of them) or ``NONE``."""
 
     def __init__(
-        self, client: Any, keys: KeySpace, *, postings: bool, indexed: Sequence[str] = ()
+        self, client: Any, keys: KeySpace, *, postings: int, indexed: Sequence[str] = ()
     ) -> None:
         self._redis = client
         self.keys = keys
         self.postings = postings
+        self.plain = postings == PLAIN
         self.indexed = tuple(indexed)
         """The ``custom_metadata`` fields entries are written with filter tokens of."""
         self._put_script = _scripts.register(client, MEMORY_PUT)
@@ -121,7 +126,7 @@ class MemoryStore:
         return [[ks.posting(base, t), tf[t]] for t in doc.analysed.own]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
-        if not self.postings:
+        if not self.plain:
             return []
         return [self.keys.memory_gram(app, user, g) for g in grams]
 
@@ -148,7 +153,7 @@ class MemoryStore:
         """How the write scripts receive an entry (memory_put.lua's ops); ``v``, the ARGV
         index of its vector, is the caller's to set."""
         fields = [v for item in doc.fields.items() for v in item]
-        if not self.postings:
+        if not self.plain:
             # What the search module indexes (the owners' tags, the terms) and the substring
             # check reads: the plain backend has postings and its texts hash instead.
             fields += ["app", owner_tag(app), "user", owner_tag(user), "lower", doc.lower]

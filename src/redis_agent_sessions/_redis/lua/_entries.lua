@@ -6,15 +6,19 @@
 -- write_entries(K, todo, opt): stores each op of todo as memory_put.lua describes it, with
 --   op.old = its stored fields (HMGET own tf dl au grams vkey), op.same = whether they
 --   are found by what op is, op.stale = stored and not same; the user's counts and postings
---   follow, each term and posting written once. opt = {postings = plain backend's postings
---   kept, k1, b, session = set to record ids in (or nil), undelete = deleted set to take
---   ids out of (or nil)}.
+--   follow, each term and posting written once. opt = {postings = postings kept, texts =
+--   the plain backend's grams and texts kept too, cap = each term's posting kept to its
+--   best CAPPED (the search backend's), k1, b, session = set to record ids in (or nil),
+--   undelete = deleted set to take ids out of (or nil)}. A user's first entries written
+--   with capped postings mark the stats hash (tp = 1): every entry of theirs is in them.
+--   The plain backend's postings are all kept (its substring step reads gram postings
+--   whole, and a write keeps every posting exact).
 -- write_sliced(command, key, values): command on key with values, 1,000 at a time.
 -- entry_sig(op): what the entry of op (memory_put.lua's) is found by: own|tf|dl|au|grams,
 --   as memory/_store.py's Doc.sig spells it.
 -- drop_entries(K, todo, opt): deletes each op of todo as memory_delete.lua describes it,
 --   with op.cur = its stored fields (HMGET own tf dl au grams), op.drop = delete it,
---   op.missing = it was not stored; returns how many were deleted. opt = {postings,
+--   op.missing = it was not stored; returns how many were deleted. opt = {postings, texts,
 --   tombstone = deleted set to remember ids in (or nil)}.
 local function entry_sig(op)
   return op.own .. '|' .. op.tf .. '|' .. op.dl .. '|' .. op.au .. '|' .. op.gr
@@ -27,6 +31,10 @@ local function write_sliced(command, key, values)
   end
 end
 
+-- The search backend's postings keep only each term's best this many: memory_rank.lua never
+-- reads more than its read budget (memory/_ranking.py's READ_BUDGET) of them in all.
+local CAPPED = 1500
+
 local function write_entries(K, todo, opt)
   local postings = opt.postings
   -- What each entry adds to the user's keys is gathered and written once per key (a posting
@@ -36,6 +44,7 @@ local function write_entries(K, todo, opt)
   local texts, text_of, ctxs, by_time, ids = {}, {}, {}, {}, {}
   local stats = redis.call('HMGET', K.stats, 'n', 'len')
   local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
+  if opt.cap and n <= 0 and #todo > 0 then redis.call('HSET', K.stats, 'tp', 1) end
   for _, op in ipairs(todo) do
     local cur = op.old
     if not op.same then
@@ -58,14 +67,16 @@ local function write_entries(K, todo, opt)
           add[#add + 1] = math.floor(POSTING_SCALE * tf * (opt.k1 + 1) / (tf + norm) + 0.5)
           add[#add + 1] = op.id
         end
-        for _, i in ipairs(op.g) do
-          local add = grams[i]
-          if not add then add = {}; grams[i] = add end
-          add[#add + 1] = op.ts
-          add[#add + 1] = op.id
+        if opt.texts then
+          for _, i in ipairs(op.g) do
+            local add = grams[i]
+            if not add then add = {}; grams[i] = add end
+            add[#add + 1] = op.ts
+            add[#add + 1] = op.id
+          end
+          if text_of[op.id] == nil then texts[#texts + 1] = op.id end
+          text_of[op.id] = op.t
         end
-        if text_of[op.id] == nil then texts[#texts + 1] = op.id end
-        text_of[op.id] = op.t
       end
     end
     -- Its filter tokens last (_memory.lua's passes): no term holds a space or a ':'. And
@@ -99,7 +110,18 @@ local function write_entries(K, todo, opt)
     by_time[#by_time + 1] = op.id
     ids[#ids + 1] = op.id
   end
-  for i, add in pairs(adds) do write_sliced('ZADD', KEYS[i], add) end
+  for i, add in pairs(adds) do
+    write_sliced('ZADD', KEYS[i], add)
+    if opt.cap then
+      -- ZRANGE and ZREM, not ZREMRANGEBYRANK: the commands a worker's ACL already grants.
+      local over = redis.call('ZCARD', KEYS[i]) - CAPPED
+      while over > 0 do
+        local low = redis.call('ZRANGE', KEYS[i], 0, math.min(over, 1000) - 1)
+        redis.call('ZREM', KEYS[i], unpack(low))
+        over = over - #low
+      end
+    end
+  end
   for i, add in pairs(grams) do write_sliced('ZADD', KEYS[i], add) end
   local said, unsaid = {}, {}
   for _, id in ipairs(texts) do
@@ -135,8 +157,8 @@ local function drop_entries(K, todo, opt)
     if op.drop then
       if opt.postings then
         for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
-        redis.call('HDEL', K.texts, op.id)
       end
+      if opt.texts then redis.call('HDEL', K.texts, op.id) end
       redis.call('HDEL', K.ctx, op.id, ' ' .. op.id)
       n = n + redis.call('DEL', KEYS[op.k])
       if opt.tombstone then redis.call('SADD', opt.tombstone, op.id) end
@@ -145,7 +167,7 @@ local function drop_entries(K, todo, opt)
   end
   write_counts(K.df, deltas)
   if counted_any and entries <= 0 then
-    redis.call('HDEL', K.stats, 'n', 'len')  -- the learned facts' counts stay
+    redis.call('HDEL', K.stats, 'n', 'len', 'tp')  -- the learned facts' counts stay
   elseif counted_any then
     redis.call('HSET', K.stats, 'n', entries, 'len', total)
   end

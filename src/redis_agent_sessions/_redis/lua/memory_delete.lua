@@ -10,7 +10,8 @@
 -- KEYS[8]... referenced: entry hashes, session sets and posting zsets, referenced by index
 --   below
 -- ARGV[1] tombstone: '1' to remember deleted ids (they are then never re-ingested)
--- ARGV[2] postings: '1' when the plain backend's postings are kept
+-- ARGV[2] postings: '1' the plain backend's postings (and texts), '2' the search backend's
+--   (its terms'), '0' none
 -- ARGV[3] spare_ingesting: '1' to spare ids in KEYS[4] (a concurrent ingestion wants them)
 -- ARGV[4] entries_json: JSON list: {id, k = entry key index, s = session set index (0 =
 --   none), x = the sig read before (own|tf|dl|au|grams; absent = entry was missing),
@@ -20,7 +21,7 @@
 --         {-4, command, key} when the ACL user may not run a command it needs (nothing
 --         written),
 --         else {1, entries deleted}
-local postings, spare = ARGV[2] == '1', ARGV[3] == '1'
+local postings, texts, spare = ARGV[2] ~= '0', ARGV[2] == '1', ARGV[3] == '1'
 local ops = cjson.decode(ARGV[4])
 local refused = denied('ZREM', KEYS[1], 'HMGET', KEYS[5], 'HSET', KEYS[5], 'HDEL', KEYS[5],
   'HMGET', KEYS[6], 'HSET', KEYS[6], 'HDEL', KEYS[6])
@@ -33,7 +34,7 @@ for _, op in ipairs(ops) do
 end
 refused = refused
   or denied('HDEL', KEYS[7])
-  or (postings and denied('HDEL', KEYS[3]))
+  or (texts and denied('HDEL', KEYS[3]))
   or (ARGV[1] == '1' and denied('SADD', KEYS[2]))
   or (spare and denied('SISMEMBER', KEYS[4]))
 if refused then return refused end
@@ -51,5 +52,5 @@ for _, op in ipairs(ops) do
   end
 end
 local n = drop_entries({entries = KEYS[1], texts = KEYS[3], stats = KEYS[5], df = KEYS[6], ctx = KEYS[7]},
-  todo, {postings = postings, tombstone = ARGV[1] == '1' and KEYS[2] or nil})
+  todo, {postings = postings, texts = texts, tombstone = ARGV[1] == '1' and KEYS[2] or nil})
 return {1, n}

@@ -13,7 +13,8 @@
 -- KEYS[10] records: the fact records hash (id -> what memory_related.lua returns of it)
 -- KEYS[11]... referenced: entry hashes, history lists and posting zsets, referenced by index
 --   below
--- ARGV[1] postings: '1' when the plain backend's postings are kept
+-- ARGV[1] postings: '1' the plain backend's postings (terms, grams, texts), '2' the search
+--   backend's (each term's best), '0' none
 -- ARGV[2] k1: BM25 k1
 -- ARGV[3] b: BM25 b
 -- ARGV[4] seen_mark: the watermark the generator read ('' = none yet; '*' = do not check
@@ -39,7 +40,7 @@
 --         written),
 --         else {1, facts written, facts deleted}; KEYS[3] counts the user's generations
 --         (a watermark moved) and facts added, updated, deleted and expired
-local postings = ARGV[1] == '1'
+local postings, texts, capped = ARGV[1] ~= '0', ARGV[1] == '1', ARGV[1] == '2'
 local now, keep = tonumber(ARGV[7]), tonumber(ARGV[6])
 local ops = cjson.decode(ARGV[8])
 local read = cjson.decode(ARGV[9])
@@ -48,8 +49,9 @@ local refused = denied('HMGET', KEYS[3], 'HSET', KEYS[3], 'HDEL', KEYS[3], 'HINC
   'ZADD', KEYS[6], 'ZREM', KEYS[6], 'ZADD', KEYS[7], 'ZREM', KEYS[7], 'GET', KEYS[8],
   'HSET', KEYS[10], 'HDEL', KEYS[10])
   or (ARGV[5] ~= '' and denied('SET', KEYS[8]))
-  or (postings and (denied('HSET', KEYS[2], 'HDEL', KEYS[2])
-    or denied_each('ZADD', KEYS, 11) or denied_each('ZREM', KEYS, 11)))
+  or (texts and denied('HSET', KEYS[2], 'HDEL', KEYS[2]))
+  or (postings and (denied_each('ZADD', KEYS, 11) or denied_each('ZREM', KEYS, 11)))
+  or (capped and (denied_each('ZCARD', KEYS, 11) or denied_each('ZRANGE', KEYS, 11)))
   or (#read > 0 and denied('SISMEMBER', KEYS[9], 'SADD', KEYS[9]))
 for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', KEYS[op.k], 'HGET', KEYS[op.k], 'DEL', KEYS[op.k],
@@ -129,8 +131,9 @@ local function push_revision(key, was, was_at)
 end
 
 local K = {entries = KEYS[1], texts = KEYS[2], stats = KEYS[3], df = KEYS[4], ctx = KEYS[5]}
-write_entries(K, puts, {postings = postings, k1 = tonumber(ARGV[2]), b = tonumber(ARGV[3])})
-drop_entries(K, drops, {postings = postings})
+write_entries(K, puts, {postings = postings, texts = texts, cap = capped, k1 = tonumber(ARGV[2]),
+  b = tonumber(ARGV[3])})
+drop_entries(K, drops, {postings = postings, texts = texts})
 for _, op in ipairs(puts) do
   redis.call('ZADD', KEYS[6], op.ts, op.id)
   redis.call('HSET', KEYS[10], op.id, op.rec)

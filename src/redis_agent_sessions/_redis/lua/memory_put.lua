@@ -12,7 +12,8 @@
 -- KEYS[9]... referenced: entry hashes and posting zsets, referenced by index below
 -- ARGV[1] mode: 'replace' (overwrite), 'keep' (skip ids already stored) or 'explicit'
 --   (overwrite, and a deleted id comes back)
--- ARGV[2] postings: '1' when the plain backend's postings are kept
+-- ARGV[2] postings: '1' the plain backend's postings (terms, grams, texts), '2' the search
+--   backend's (each term's best, _entries.lua's CAPPED), '0' none
 -- ARGV[3] record_session: '1' to record ids in KEYS[3]
 -- ARGV[4] ingestion_ttl: ttl seconds of KEYS[4] (0 = no ingestion set)
 -- ARGV[5] final: '1' on the last batch of an ingestion: report the session's stale ids
@@ -46,7 +47,7 @@
 -- posting's score (BM25's saturated, length-normalised frequency against the average
 -- length when it is written, in units of _memory.lua's POSTING_SCALE) only orders what a
 -- search reads first.
-local mode, postings = ARGV[1], ARGV[2] == '1'
+local mode, postings, texts, capped = ARGV[1], ARGV[2] ~= '0', ARGV[2] == '1', ARGV[2] == '2'
 local ops = cjson.decode(ARGV[7])
 local k1, b = tonumber(ARGV[8]), tonumber(ARGV[9])
 local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 'HSET', KEYS[6],
@@ -56,7 +57,7 @@ local refused = denied('SISMEMBER', KEYS[2], 'ZADD', KEYS[1], 'HMGET', KEYS[6], 
 -- this user's too: ZREM is asked for the batch's).
 local ingest = tonumber(ARGV[4]) > 0
 -- Each key once per command: a batch names the same few thousand postings again and again.
-local asked = {ZADD = {}, ZREM = {}}
+local asked = {ZADD = {}, ZREM = {}, ZCARD = {}, ZRANGE = {}}
 local function ask(command, i)
   if asked[command][i] then return nil end
   asked[command][i] = true
@@ -69,6 +70,7 @@ for _, op in ipairs(ops) do
   if postings and not refused then
     for _, p in ipairs(op.p) do
       refused = refused or ask('ZADD', p[1]) or (ingest and ask('ZREM', p[1]))
+        or (capped and (ask('ZCARD', p[1]) or ask('ZRANGE', p[1]) or ask('ZREM', p[1])))
     end
     for _, i in ipairs(op.g) do refused = refused or ask('ZADD', i) or (ingest and ask('ZREM', i)) end
     for _, i in ipairs(op.o) do refused = refused or ask('ZREM', i) end
@@ -76,7 +78,7 @@ for _, op in ipairs(ops) do
 end
 refused = refused
   or denied('HSET', KEYS[8])
-  or (postings and denied('HSET', KEYS[5], 'HDEL', KEYS[5]))
+  or (texts and denied('HSET', KEYS[5], 'HDEL', KEYS[5]))
   or (ARGV[3] == '1' and denied('SADD', KEYS[3]))
   or (mode == 'explicit' and denied('SREM', KEYS[2]))
   or (ingest and denied('SADD', KEYS[4], 'EXPIRE', KEYS[4], 'SDIFF', KEYS[4], 'DEL', KEYS[4],
@@ -108,7 +110,8 @@ if #unembedded > 1 then return unembedded end
 -- written once per term and once per posting.
 local K = {entries = KEYS[1], texts = KEYS[5], stats = KEYS[6], df = KEYS[7], ctx = KEYS[8]}
 local session, undelete = ARGV[3] == '1' and KEYS[3] or nil, mode == 'explicit' and KEYS[2] or nil
-write_entries(K, todo, {postings = postings, k1 = k1, b = b, session = session, undelete = undelete})
+write_entries(K, todo, {postings = postings, texts = texts, cap = capped, k1 = k1, b = b,
+  session = session, undelete = undelete})
 local reply = {1, #todo}
 if ingest then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 if ARGV[5] == '1' then
