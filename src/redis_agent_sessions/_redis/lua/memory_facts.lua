@@ -131,8 +131,8 @@ local function push_revision(key, was, was_at)
 end
 
 local K = {entries = KEYS[1], texts = KEYS[2], stats = KEYS[3], df = KEYS[4], ctx = KEYS[5]}
-write_entries(K, puts, {postings = postings, texts = texts, cap = capped, k1 = tonumber(ARGV[2]),
-  b = tonumber(ARGV[3])})
+local bm25 = {k1 = tonumber(ARGV[2]), b = tonumber(ARGV[3])}
+write_entries(K, puts, {postings = postings, texts = texts, cap = capped, k1 = bm25.k1, b = bm25.b})
 drop_entries(K, drops, {postings = postings, texts = texts})
 for _, op in ipairs(puts) do
   redis.call('ZADD', KEYS[6], op.ts, op.id)
