@@ -374,10 +374,10 @@ def test_documented_key_examples_name_what_the_demo_writes() -> None:
     page = (Path(__file__).parent.parent / "docs" / "redis-layout.md").read_text()
     table = page.split("\n## Keys\n", 1)[1].split("\n\n## ", 1)[0]
     examples = re.findall(r"`redis-cli \w+ '([^']+)'", table)
-    assert len(examples) == 17, examples
+    assert len(examples) == 18, examples
     session = KeySpace().session(APP, "user1", CONVERSATIONS["user1"].session_id)
     expected = {
-        KeySpace().apps(),
+        KeySpace().layout(), KeySpace().apps(),
         session.app_state, session.app_sessions, session.user_state, session.user_sessions,
         session.app_updated, session.user_updated,
         session.meta, session.state, session.events, session.event_ids, session.compactions,
