@@ -30,10 +30,11 @@ if command -v npm >/dev/null && command -v node >/dev/null; then
     (cd typescript && npm ci --no-audit --no-fund --loglevel=error)
     echo "$lock" > typescript/node_modules/.ras-lock
   fi
-  # tsc takes seconds even with nothing to do: skipped when no source is newer than its
-  # last build.
-  if [ ! -f typescript/dist/.tsbuildinfo ] || [ -n "$(find typescript/src typescript/test \
+  # tsc takes seconds even with nothing to do: skipped when no source (the Python package's
+  # Lua scripts among them: the build copies them) is newer than its last build.
+  if [ ! -f typescript/dist/.tsbuildinfo ] || [ ! -d typescript/lua ] || [ -n "$(find typescript/src typescript/test \
       typescript/worker typescript/bench typescript/tsconfig.json typescript/node_modules/.ras-lock \
+      typescript/scripts src/redis_agent_sessions/_redis/lua \
       -newer typescript/dist/.tsbuildinfo -print -quit)" ]; then
     (cd typescript && npm run --silent build && touch dist/.tsbuildinfo)
   fi

@@ -1,6 +1,7 @@
 // Copies the Lua scripts this package runs, and the libraries their `-- uses:` lines
-// name, from the Python package (the one source), byte for byte. The test suites fail
-// when the copy differs.
+// name, from the Python package (the one source in the repository), byte for byte, into
+// lua/ (not tracked), which the package ships. `npm run build` runs it first; the test
+// suites fail when a build is older than the Python package's files.
 import { copyFileSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -4,8 +4,8 @@
  * script's `-- uses:` line names, in that order, then the script itself.
  *
  * The `.lua` files are a byte-for-byte copy of `src/redis_agent_sessions/_redis/lua/`,
- * shipped in this package's `lua/` folder (`npm run sync-lua` refreshes it); a test in
- * each suite fails when the copy differs from the Python package's files.
+ * made by the build (`scripts/sync-lua.mjs`) into this package's `lua/` folder, which it
+ * ships; a test in each suite fails when the copy differs from the Python package's files.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';

@@ -32,12 +32,12 @@ test('the lua copy is the Python package\'s, byte for byte', () => {
     needed.add(`${name}.lua`);
     for (const lib of uses(readFileSync(join(PYTHON_LUA, `${name}.lua`), 'utf-8'))) needed.add(`${lib}.lua`);
   }
-  assert.deepEqual(copied.sort(), [...needed].sort(), 'run `npm run sync-lua`');
+  assert.deepEqual(copied.sort(), [...needed].sort(), 'run `npm run build`');
   for (const file of copied) {
     assert.equal(
       readFileSync(join(luaDir(), file), 'utf-8'),
       readFileSync(join(PYTHON_LUA, file), 'utf-8'),
-      `${file} differs from the Python package's: run \`npm run sync-lua\``,
+      `${file} differs from the Python package's: run \`npm run build\``,
     );
   }
 });
