@@ -202,7 +202,7 @@ class Tools:
             page_size=limit,
             page_token=page_token,
             # a cluster keeps no app-wide by-update index (it would span every user's slot)
-            order_by="updated" if user_id is not None or not self._cluster else "created",
+            order_by="updated" if user_id is not None or self._by_update else "created",
         )
         return {
             "sessions": [
@@ -218,8 +218,10 @@ class Tools:
         }
 
     @property
-    def _cluster(self) -> bool:
-        return self.sessions._engine.layout.name == "cluster"
+    def _by_update(self) -> bool:
+        """Whether the layout the service chose lists an app's sessions by update (the
+        listing's own test, not another guess at cluster or not)."""
+        return self.sessions._engine.layout.app_wide_by_update
 
     @_answers
     async def recent_events(
