@@ -199,6 +199,10 @@ async def test_writers_of_one_worker_take_turns(
     # Fairness is under test, not expiry (test_a_lost_writer_that_never_retries_...): a
     # refresh slowed past 10 ms by a loaded runner must not cost the writer its place.
     monkeypatch.setattr(_turns, "GRACE", 1.0)
+    # Nor when a catch-up lapses (test_a_late_refresh_reads): a waiting writer stalled past
+    # 0.1 s on a loaded runner found its catch-up gone, sent its append, and the server
+    # refused it, once 12 refusals against the bound of 8 below.
+    monkeypatch.setattr(_catch_up, "SECONDS", 60.0)
     with refusals(service) as refused:
         s, copies, tries = await _race(service, WRITERS)
     stored = await fresh(service, s.id)
