@@ -25,6 +25,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from _cli import FORKERS
 from _servers import skip_without
@@ -52,6 +53,7 @@ class Store:
     """A real Redis under a key prefix of its own, seeded through the library."""
 
     url: str
+    cluster: bool
     prefix: str
     sessions: RedisSessionService
     memory: RedisMemoryService
@@ -70,6 +72,7 @@ class Store:
             self.prefix,
             "--app",
             APP,
+            *(["--cluster"] if self.cluster else []),
             *args,
         ]
 
@@ -83,10 +86,13 @@ def _learn(request: GenerationRequest) -> list[MemoryOperation]:
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    url = skip_without("REDIS_URL")
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """On Redis 7; a test parametrized indirectly with "REDIS_CLUSTER_URL" gets the cluster."""
+    variable = getattr(request, "param", "REDIS_URL")
+    url = skip_without(variable)
+    cluster = variable == "REDIS_CLUSTER_URL"
     prefix = f"mcp-{uuid.uuid4().hex[:8]}"
-    client = Redis.from_url(url)
+    client: Any = RedisCluster.from_url(url) if cluster else Redis.from_url(url)
     config = SessionServiceConfig(key_prefix=prefix)
     sessions = RedisSessionService(client, config=config)
     memory = RedisMemoryService(client, config=config)
@@ -119,7 +125,7 @@ async def store() -> AsyncIterator[Store]:
         )
     [fact] = await memory.list_facts(app_name=APP, user_id=LEARNER)
     try:
-        yield Store(url, prefix, sessions, memory, ids, fact.id)
+        yield Store(url, cluster, prefix, sessions, memory, ids, fact.id)
     finally:
         keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
         if keys:
@@ -149,6 +155,13 @@ def stdio(store: Store, *args: str) -> Client:
     return Client(StdioServerParameters(command=command, args=argv, env=dict(os.environ)))
 
 
+# A cluster keeps no app-wide by-update index (each user's keys are in a slot of their own):
+# list_sessions without a user takes the listing's other path there.
+@pytest.mark.parametrize(
+    "store",
+    ["REDIS_URL", pytest.param("REDIS_CLUSTER_URL", marks=pytest.mark.cluster)],
+    indirect=True,
+)
 async def test_every_tool_over_stdio_answers_as_the_library(store: Store) -> None:
     async with stdio(store, "--allow-writes") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -403,6 +416,7 @@ async def test_a_write_the_acl_refuses_says_why(store: Store) -> None:
     host_port = store.url.split("://", 1)[1].split("/", 1)[0]
     reader = Store(
         f"redis://{name}:pw@{host_port}/0",
+        False,
         store.prefix,
         store.sessions,
         store.memory,
