@@ -441,7 +441,9 @@ local function rank_postings(K, A, o)
     consider(s)
   end
 
-  local read = 0
+  local read, seen = 0, #order
+  -- The limit-th best first score so far (none yet: nothing is above it).
+  local cut = #best == limit and best[limit] or -math.huge
   while read < budget do
     local bound, pick, gain = 0, nil, -1
     for _, t in ipairs(terms) do
@@ -451,7 +453,7 @@ local function rank_postings(K, A, o)
         if g > gain then pick, gain = t, g end
       end
     end
-    if pick == nil or (#best == limit and best[limit] > bound) then break end
+    if pick == nil or cut > bound then break end
     -- Under a filter most of a posting is read anyway: fewer, larger chunks.
     local chunk = math.min(screening and 256 or 64, budget - read)
     -- The chunk's ids without their weights, which cost Redis 7 more to format than the
@@ -481,26 +483,46 @@ local function rank_postings(K, A, o)
     local weight = pick.qtf * pick.idf
     if FILTER and FILTER.active then screen(ids) end
     -- The inner loop of a search (a thousand postings and more): no call, no division,
-    -- one table lookup per posting where it can.
+    -- one table lookup per posting where it can (scores, not also candidates: a posting
+    -- read is past the substring step, the only reader of candidates).
     local top, step, floor = weight * hi, weight * (hi - lo) / span, weight * lo
     local sub, lost = pick.sub, weight * sub_weight
-    for r = 1, got do
-      local id = ids[r]
-      if not outside[id] then
-        local s = top - step * (r - 1)
-        -- A word the entry says is not also counted as found inside its text.
-        if sub and sub[id] then s = s - lost end
+    if sub or screening then
+      for r = 1, got do
+        local id = ids[r]
+        if not outside[id] then
+          local s, least = top - step * (r - 1), floor
+          -- A word the entry says is not also counted as found inside its text.
+          if sub and sub[id] then s, least = s - lost, least - lost end
+          local had = scores[id]
+          if had then
+            scores[id] = had + s
+          else
+            seen = seen + 1
+            order[seen] = id
+            scores[id] = s
+            -- A lower bound: the limit-th best never overstates.
+            if least > cut then
+              consider(least)
+              if #best == limit then cut = best[limit] end
+            end
+          end
+        end
+      end
+    else
+      for r = 1, got do
+        local id = ids[r]
         local had = scores[id]
         if had then
-          scores[id] = had + s
+          scores[id] = had + top - step * (r - 1)
         else
-          candidates[id] = true
-          order[#order + 1] = id
-          scores[id] = s
-          -- A lower bound: the limit-th best never overstates.
-          local least = floor
-          if sub and sub[id] then least = least - lost end
-          if #best < limit or least > best[limit] then consider(least) end
+          seen = seen + 1
+          order[seen] = id
+          scores[id] = top - step * (r - 1)
+          if floor > cut then
+            consider(floor)
+            if #best == limit then cut = best[limit] end
+          end
         end
       end
     end
