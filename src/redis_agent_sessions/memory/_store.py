@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from redis.exceptions import NoPermissionError
 
+from redis_agent_sessions._redis import prebuilt
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.memory_calls import (
@@ -144,9 +145,14 @@ class MemoryStore:
         return await self._read(app, user, ids, *fields)
 
     async def _read(self, app: str, user: str, ids: Sequence[str], *fields: str) -> list[Any]:
+        commands = [("HMGET", self.keys.memory_entry(app, user, i), *fields) for i in ids]
+        # Packed by hiredis where script calls are (a search reads its results so).
+        replies = await prebuilt.pipelined(self._redis, commands)
+        if replies is not None:
+            return replies
         pipe = self._redis.pipeline(transaction=False)
-        for memory_id in ids:
-            pipe.hmget(self.keys.memory_entry(app, user, memory_id), *fields)
+        for command in commands:
+            pipe.execute_command(*command)
         return list(await pipe.execute())
 
     def entry_op(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> dict[str, Any]:
