@@ -529,20 +529,16 @@ local function rank_postings(K, A, o)
   end
 
   -- The best candidates on their own words (equal: larger id first), scored with their context.
-  local met = {}
-  for _, id in ipairs(order) do
-    if scores[id] > 0 then met[#met + 1] = id end
-  end
   -- A few hundred are scored whole (a small store is ranked exactly); of more, the best
   -- wanted (equal scores: larger id first): the wanted-th best score found with a heap of
-  -- numbers, then those above it and the largest ids of those at it. Sorting every one met
-  -- cost a search at 100,000 entries more than reading the postings; keeping the best
-  -- ids in order as they came, a tenth of the script.
-  local chosen = met
-  if #met > 4 * wanted then
-    local heap, size = {}, 0  -- the best scores so far, the least on top
-    for _, id in ipairs(met) do
-      local s = scores[id]
+  -- numbers as the entries met are counted, then those above it and the largest ids of
+  -- those at it. Sorting every one met cost a search at 100,000 entries more than reading
+  -- the postings; keeping the best ids in order as they came, a tenth of the script.
+  local heap, size, count = {}, 0, 0  -- the best scores so far, the least on top
+  for _, id in ipairs(order) do
+    local s = scores[id]
+    if s > 0 then
+      count = count + 1
       if size < wanted then
         size = size + 1
         local i = size
@@ -566,14 +562,19 @@ local function rank_postings(K, A, o)
         heap[i] = s
       end
     end
-    local cut, at = heap[1], {}
-    chosen = {}
-    for _, id in ipairs(met) do
-      local s = scores[id]
-      if s > cut then chosen[#chosen + 1] = id elseif s == cut then at[#at + 1] = id end
-    end
-    table.sort(at, function(x, y) return x > y end)
-    for i = 1, wanted - #chosen do chosen[#chosen + 1] = at[i] end
   end
+  local whole = count <= 4 * wanted
+  local cut, chosen, at, k = whole and 0 or heap[1], {}, {}, 0
+  for _, id in ipairs(order) do
+    local s = scores[id]
+    if s > cut then
+      k = k + 1
+      chosen[k] = id
+    elseif s == cut and not whole then
+      at[#at + 1] = id
+    end
+  end
+  table.sort(at, function(x, y) return x > y end)
+  for i = 1, wanted - k do chosen[k + i] = at[i] end
   return n, read, best_entries(K.ctx, terms, {len / n, k1, b, sub_weight}, chosen, expand, limit)
 end
