@@ -117,14 +117,15 @@ class MemoryStore:
         self._delete = _scripts.register(client, MEMORY_DELETE)
         self._vectors = _scripts.register(client, MEMORY_VECTOR)
 
-    def _postings(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> list[list[int]]:
-        """The postings a doc is added to, its own terms': [key index, quarter weight]."""
+    def _postings(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> list[int]:
+        """The postings a doc is added to, its own terms': key index, quarter weight, ...
+        (flat: a pair each cost the write script's JSON decode a table per posting)."""
         if not self.postings:
             return []
         # Thousands of keys per batch: the user's part of the name is built once.
         base = self.keys.memory_term(app, user, "")
         tf = doc.analysed.tf
-        return [[ks.posting(base, t), tf[t]] for t in doc.analysed.own]
+        return [x for t in doc.analysed.own for x in (ks.posting(base, t), tf[t])]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.plain:

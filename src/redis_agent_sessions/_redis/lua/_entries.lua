@@ -60,10 +60,11 @@ local function write_entries(K, todo, opt)
       if postings then
         -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
         local norm = opt.k1 * (1 - opt.b + opt.b * op.dl * n / total)
-        for _, p in ipairs(op.p) do
-          local tf = p[2] / 4
-          local add = adds[p[1]]
-          if not add then add = {}; adds[p[1]] = add end
+        local p = op.p
+        for j = 1, #p, 2 do
+          local tf = p[j + 1] / 4
+          local add = adds[p[j]]
+          if not add then add = {}; adds[p[j]] = add end
           add[#add + 1] = math.floor(POSTING_SCALE * tf * (opt.k1 + 1) / (tf + norm) + 0.5)
           add[#add + 1] = op.id
         end

@@ -25,7 +25,7 @@
 --    here: _entries.lua's entry_sig), x = the stored sig the posting indexes in o belong
 --    to, c = [its terms with the context, then its author terms] (counted in KEYS[7]:
 --    a list decodes faster than the script splits tf),
---    p = [[posting key index, quarter weight], ...] of its own terms (plain),
+--    p = [posting key index, quarter weight, ...] of its own terms (flat),
 --    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, own, tf, fx),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none), fx = its filter tokens, space-separated, for its
@@ -68,9 +68,11 @@ for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', key, 'DEL', key, 'HSET', key)
     or (op.vk and op.v == 0 and denied('HGET', key))
   if postings and not refused then
-    for _, p in ipairs(op.p) do
-      refused = refused or ask('ZADD', p[1]) or (ingest and ask('ZREM', p[1]))
-        or (capped and (ask('ZCARD', p[1]) or ask('ZRANGE', p[1]) or ask('ZREM', p[1])))
+    local p = op.p
+    for j = 1, #p, 2 do
+      local i = p[j]
+      refused = refused or ask('ZADD', i) or (ingest and ask('ZREM', i))
+        or (capped and (ask('ZCARD', i) or ask('ZRANGE', i) or ask('ZREM', i)))
     end
     for _, i in ipairs(op.g) do refused = refused or ask('ZADD', i) or (ingest and ask('ZREM', i)) end
     for _, i in ipairs(op.o) do refused = refused or ask('ZREM', i) end
