@@ -12,6 +12,7 @@ with them, compare-and-set style.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -270,8 +271,10 @@ class MemoryStore:
         ks = ScriptKeys(first_referenced(MEMORY_PUT))
         ops = []
         vectors: list[bytes] = []
+        counts: Counter[str] = Counter()
         for i, doc in enumerate(docs):
             op = self.entry_op(ks, app, user, doc)
+            counts.update(op.pop("c"))
             if doc.vkey is not None and doc.vec is not None:
                 op["v"] = first_vector(MEMORY_PUT) + len(vectors)
                 vectors.append(doc.vec)
@@ -297,6 +300,7 @@ class MemoryStore:
             final=int(final),
             stale_limit=_STALE_BATCH,
             entries_json=orjson.dumps(ops),
+            counts_json=orjson.dumps([x for item in counts.items() for x in item]),
             k1=K1,
             b=B,
             vectors=vectors,
