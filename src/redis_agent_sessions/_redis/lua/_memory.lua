@@ -456,28 +456,46 @@ local function rank_postings(K, A, o)
     if pick == nil or cut > bound then break end
     -- Under a filter most of a posting is read anyway: fewer, larger chunks.
     local chunk = math.min(screening and 256 or 64, budget - read)
-    -- The chunk's ids without their weights, which cost Redis 7 more to format than the
-    -- ids to read (WITHSCORES: 0.6 against 0.2 us a posting): a posting's weight is taken
-    -- between the chunk's first (the term's next) and the one after it (or its last), by
-    -- its place. Weights fall slowly along a posting (a 64-chunk spans ~2% of it) and
-    -- only choose which entries are scored exactly (best_entries); the early stop below
-    -- compares with the chunk's lower end, which no posting in it is under.
-    local ids = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk - 1)
-    local got = #ids
-    local hi, lo, span = pick.next, 0, got
-    local edge = got == chunk
-      and redis.call('ZREVRANGE', pick.posting, pick.i + chunk, pick.i + chunk, 'WITHSCORES') or {}
-    if edge[2] then
-      lo = tonumber(edge[2]) / POSTING_SCALE
-      pick.next = lo
+    local ids, weights, hi, lo, span = {}, nil, pick.next, 0, 1
+    if screening then
+      -- Under a filter most postings read are screened out (their briefs read too): their
+      -- weights cost little beside, and keep the early stop as tight as it can be. One
+      -- more than the chunk: its weight is the term's next (a call per chunk, not two).
+      local rows = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk, 'WITHSCORES')
+      weights = {}
+      for r = 1, math.min(#rows / 2, chunk) do
+        ids[r], weights[r] = rows[2 * r - 1], tonumber(rows[2 * r])
+      end
+      if #rows > 2 * chunk then
+        pick.next = tonumber(rows[#rows]) / POSTING_SCALE
+      else
+        pick.done = true
+      end
     else
-      pick.done = true
-      span = math.max(got - 1, 1)
-      if got > 0 then
-        edge = redis.call('ZREVRANGE', pick.posting, pick.i + got - 1, pick.i + got - 1, 'WITHSCORES')
-        lo = edge[2] and tonumber(edge[2]) / POSTING_SCALE or 0
+      -- The chunk's ids without their weights, which cost Redis 7 more to format than the
+      -- ids to read (WITHSCORES: 0.6 against 0.2 us a posting): a posting's weight is
+      -- taken between the chunk's first (the term's next) and the one after it (or its
+      -- last), by its place. Weights fall slowly along a posting (a 64-chunk spans ~2% of
+      -- it) and only choose which entries are scored exactly (best_entries); the early
+      -- stop below compares with the chunk's lower end, which no posting in it is under.
+      ids = redis.call('ZREVRANGE', pick.posting, pick.i, pick.i + chunk - 1)
+      span = #ids
+      local edge = span == chunk
+        and redis.call('ZREVRANGE', pick.posting, pick.i + chunk, pick.i + chunk, 'WITHSCORES') or {}
+      if edge[2] then
+        lo = tonumber(edge[2]) / POSTING_SCALE
+        pick.next = lo
+      else
+        pick.done = true
+        span = math.max(span - 1, 1)
+        if #ids > 0 then
+          local at = pick.i + #ids - 1
+          edge = redis.call('ZREVRANGE', pick.posting, at, at, 'WITHSCORES')
+          lo = edge[2] and tonumber(edge[2]) / POSTING_SCALE or 0
+        end
       end
     end
+    local got = #ids
     pick.i = pick.i + chunk
     read = read + got
     local weight = pick.qtf * pick.idf
@@ -492,6 +510,10 @@ local function rank_postings(K, A, o)
         local id = ids[r]
         if not outside[id] then
           local s, least = top - step * (r - 1), floor
+          if weights then  -- read: as exact as before the chunks were taken by place
+            s = weight * weights[r] / POSTING_SCALE
+            least = s
+          end
           -- A word the entry says is not also counted as found inside its text.
           if sub and sub[id] then s, least = s - lost, least - lost end
           local had = scores[id]
