@@ -13,7 +13,7 @@ from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, DataError, NoScriptError
+from redis.exceptions import ConnectionError, DataError, NoScriptError, ResponseError
 
 from _backends import backend
 from _servers import skip_without
@@ -235,3 +235,42 @@ async def test_a_script_lost_in_a_failover_is_run_again() -> None:
     with pytest.raises(NoScriptError):
         await prebuilt.by_redis_py(script, ["k"], ["a"])
     assert script.calls == 3
+
+
+@pytest.mark.real
+async def test_pipelined_reads_match_redis_py_s_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads packed by hiredis reply as redis-py's pipeline does; an error reply is raised
+    once every reply is read, and the connection reads the next command in step."""
+    if prebuilt._pack is None:
+        pytest.skip("without hiredis redis-py runs every pipeline")
+    async with backend("real", monkeypatch):
+        client = Redis.from_url(skip_without("REDIS_URL"), max_connections=1)
+        try:
+            await client.hset("h1", mapping={"a": "1", "b": "2"})
+            await client.set("s", "x")
+            reads = [("HMGET", "h1", "a", "b", "c"), ("HMGET", "gone", "a")]
+            pipe = client.pipeline(transaction=False)
+            for command in reads:
+                pipe.execute_command(*command)
+            assert await prebuilt.pipelined(client, reads) == await pipe.execute()
+            with pytest.raises(ResponseError, match="WRONGTYPE"):
+                await prebuilt.pipelined(client, [("HMGET", "s", "a"), *reads])
+            assert await prebuilt.pipelined(client, reads[:1]) == [[b"1", b"2", None]]
+        finally:
+            await client.aclose()
+
+
+class Overriding(fakeredis.FakeAsyncRedis):
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        return await super().execute_command(*args, **options)
+
+
+async def test_pipelined_leaves_other_clients_to_redis_py() -> None:
+    """None (the caller's own pipeline runs): a client overriding execute_command, one of
+    a single connection, and nothing to send."""
+    for client in (Overriding(), fakeredis.FakeAsyncRedis(single_connection_client=True)):
+        try:
+            assert await prebuilt.pipelined(client, [("HMGET", "h", "a")]) is None
+        finally:
+            await client.aclose()
+    assert await prebuilt.pipelined(Redis(), []) is None

@@ -75,6 +75,7 @@ class MemoryPut(NamedTuple):
     entries_json: bytes
     k1: float
     b: float
+    counts_json: bytes  # the batch's terms counted: [term, entries, ...] (see the header)
     vectors: Sequence[bytes]
 
 

@@ -12,6 +12,7 @@ with them, compare-and-set style.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import orjson
 from redis.exceptions import NoPermissionError
 
+from redis_agent_sessions._redis import prebuilt
 from redis_agent_sessions._redis import scripts as _scripts
 from redis_agent_sessions._redis.codec import text
 from redis_agent_sessions._redis.memory_calls import (
@@ -116,14 +118,15 @@ class MemoryStore:
         self._delete = _scripts.register(client, MEMORY_DELETE)
         self._vectors = _scripts.register(client, MEMORY_VECTOR)
 
-    def _postings(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> list[list[int]]:
-        """The postings a doc is added to, its own terms': [key index, quarter weight]."""
+    def _postings(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> list[int]:
+        """The postings a doc is added to, its own terms': key index, quarter weight, ...
+        (flat: a pair each cost the write script's JSON decode a table per posting)."""
         if not self.postings:
             return []
         # Thousands of keys per batch: the user's part of the name is built once.
         base = self.keys.memory_term(app, user, "")
         tf = doc.analysed.tf
-        return [[ks.posting(base, t), tf[t]] for t in doc.analysed.own]
+        return [x for t in doc.analysed.own for x in (ks.posting(base, t), tf[t])]
 
     def _gram_keys(self, app: str, user: str, grams: Sequence[str]) -> list[str]:
         if not self.plain:
@@ -144,9 +147,14 @@ class MemoryStore:
         return await self._read(app, user, ids, *fields)
 
     async def _read(self, app: str, user: str, ids: Sequence[str], *fields: str) -> list[Any]:
+        commands = [("HMGET", self.keys.memory_entry(app, user, i), *fields) for i in ids]
+        # Packed by hiredis where script calls are (a search reads its results so).
+        replies = await prebuilt.pipelined(self._redis, commands)
+        if replies is not None:
+            return replies
         pipe = self._redis.pipeline(transaction=False)
-        for memory_id in ids:
-            pipe.hmget(self.keys.memory_entry(app, user, memory_id), *fields)
+        for command in commands:
+            pipe.execute_command(*command)
         return list(await pipe.execute())
 
     def entry_op(self, ks: ScriptKeys, app: str, user: str, doc: Doc) -> dict[str, Any]:
@@ -263,8 +271,10 @@ class MemoryStore:
         ks = ScriptKeys(first_referenced(MEMORY_PUT))
         ops = []
         vectors: list[bytes] = []
+        counts: Counter[str] = Counter()
         for i, doc in enumerate(docs):
             op = self.entry_op(ks, app, user, doc)
+            counts.update(op.pop("c"))
             if doc.vkey is not None and doc.vec is not None:
                 op["v"] = first_vector(MEMORY_PUT) + len(vectors)
                 vectors.append(doc.vec)
@@ -290,6 +300,7 @@ class MemoryStore:
             final=int(final),
             stale_limit=_STALE_BATCH,
             entries_json=orjson.dumps(ops),
+            counts_json=orjson.dumps([x for item in counts.items() for x in item]),
             k1=K1,
             b=B,
             vectors=vectors,

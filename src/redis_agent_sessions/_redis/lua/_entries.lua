@@ -9,7 +9,10 @@
 --   follow, each term and posting written once. opt = {postings = postings kept, texts =
 --   the plain backend's grams and texts kept too, cap = each term's posting kept to its
 --   best CAPPED (the search backend's), k1, b, session = set to record ids in (or nil),
---   undelete = deleted set to take ids out of (or nil)}. A user's first entries written
+--   undelete = deleted set to take ids out of (or nil), counted = the batch's terms
+--   counted ([term, n, ...]: memory_put.lua's counts; nil: each op's c list, [its terms
+--   with the context, then its author terms]), skipped = ops counted there but not in
+--   todo}. A user's first entries written
 --   with capped postings mark the stats hash (tp = 1): every entry of theirs is in them.
 --   The plain backend's postings are all kept (its substring step reads gram postings
 --   whole, and a write keeps every posting exact).
@@ -41,12 +44,18 @@ local function write_entries(K, todo, opt)
   -- once per posting key) after the entries: per entry, they were half its commands. An id
   -- met twice keeps its last text, as when each was written in turn.
   local deltas, adds, grams = {}, {}, {}
+  local counted = opt.counted
+  if counted then
+    for j = 1, #counted, 2 do deltas[counted[j]] = counted[j + 1] end
+    for _, op in ipairs(opt.skipped) do count_terms(deltas, op.tf, op.au, -1) end
+  end
   local texts, text_of, ctxs, by_time, ids = {}, {}, {}, {}, {}
   local stats = redis.call('HMGET', K.stats, 'n', 'len')
   local n, total = tonumber(stats[1] or '0'), tonumber(stats[2] or '0')
   if opt.cap and n <= 0 and #todo > 0 then redis.call('HSET', K.stats, 'tp', 1) end
   for _, op in ipairs(todo) do
     local cur = op.old
+    if op.same and counted then count_terms(deltas, op.tf, op.au, -1) end
     if not op.same then
       if op.stale then  -- the entry's old terms leave the statistics
         n, total = n - 1, total - tonumber(cur[3])
@@ -56,14 +65,17 @@ local function write_entries(K, todo, opt)
         for _, i in ipairs(op.o) do redis.call('ZREM', KEYS[i], op.id) end
       end
       n, total = n + 1, total + op.dl
-      for _, term in ipairs(op.c) do deltas[term] = (deltas[term] or 0) + 1 end
+      if not counted then
+        for _, term in ipairs(op.c) do deltas[term] = (deltas[term] or 0) + 1 end
+      end
       if postings then
         -- tf / (tf + k1 (1 - b + b dl / avgdl)), in quarters: dl / avgdl = dl4 n / total4.
         local norm = opt.k1 * (1 - opt.b + opt.b * op.dl * n / total)
-        for _, p in ipairs(op.p) do
-          local tf = p[2] / 4
-          local add = adds[p[1]]
-          if not add then add = {}; adds[p[1]] = add end
+        local p = op.p
+        for j = 1, #p, 2 do
+          local tf = p[j + 1] / 4
+          local add = adds[p[j]]
+          if not add then add = {}; adds[p[j]] = add end
           add[#add + 1] = math.floor(POSTING_SCALE * tf * (opt.k1 + 1) / (tf + norm) + 0.5)
           add[#add + 1] = op.id
         end

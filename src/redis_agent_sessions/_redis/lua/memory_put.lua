@@ -23,9 +23,8 @@
 --    (term:count ...), tf (term:quarters ..., with the context), dl = quarter length with
 --    the context, au (author terms), gr (its grams field); sig = own|tf|dl|au|grams (built
 --    here: _entries.lua's entry_sig), x = the stored sig the posting indexes in o belong
---    to, c = [its terms with the context, then its author terms] (counted in KEYS[7]:
---    a list decodes faster than the script splits tf),
---    p = [[posting key index, quarter weight], ...] of its own terms (plain),
+--    to,
+--    p = [posting key index, quarter weight, ...] of its own terms (flat),
 --    nb = its neighbours' ids (JSON) for its field of KEYS[8] (ts, dl, au, nb, own, tf, fx),
 --    g = [gram posting key indexes] (plain), o = [old posting key indexes] (plain),
 --    t = text for KEYS[5] ('' = none), fx = its filter tokens, space-separated, for its
@@ -35,7 +34,12 @@
 --    vector fields as they are (no vk)}
 -- ARGV[8] k1: BM25 k1
 -- ARGV[9] b: BM25 b
--- ARGV[10]... vectors: vector bytes (binary, so outside the JSON)
+-- ARGV[10] counts_json: JSON list [term, n, ...]: each term of the entries' tf and au and
+--   how many of them have it, what the batch adds to KEYS[7] when every entry is written
+--   (an entry skipped or stored the same has its terms taken back out: _entries.lua).
+--   Counted by the client once per batch: per entry, their JSON lists were a third of the
+--   batch's bytes and each term an update here.
+-- ARGV[11]... vectors: vector bytes (binary, so outside the JSON)
 -- returns {0} when an entry's stored sig differs from x (nothing written: read and retry),
 --         {2, ids...} when entries sent without a vector no longer have one stored under
 --         their vk (nothing written: embed those and retry),
@@ -68,9 +72,11 @@ for _, op in ipairs(ops) do
   refused = refused or denied('HMGET', key, 'DEL', key, 'HSET', key)
     or (op.vk and op.v == 0 and denied('HGET', key))
   if postings and not refused then
-    for _, p in ipairs(op.p) do
-      refused = refused or ask('ZADD', p[1]) or (ingest and ask('ZREM', p[1]))
-        or (capped and (ask('ZCARD', p[1]) or ask('ZRANGE', p[1]) or ask('ZREM', p[1])))
+    local p = op.p
+    for j = 1, #p, 2 do
+      local i = p[j]
+      refused = refused or ask('ZADD', i) or (ingest and ask('ZREM', i))
+        or (capped and (ask('ZCARD', i) or ask('ZRANGE', i) or ask('ZREM', i)))
     end
     for _, i in ipairs(op.g) do refused = refused or ask('ZADD', i) or (ingest and ask('ZREM', i)) end
     for _, i in ipairs(op.o) do refused = refused or ask('ZREM', i) end
@@ -85,7 +91,8 @@ refused = refused
     'SISMEMBER', KEYS[4], 'SDIFF', KEYS[3], 'SREM', KEYS[3], 'ZREM', KEYS[1]))
 if refused then return refused end
 
-local todo, unembedded, ingested = {}, {2}, {}
+local counted = cjson.decode(ARGV[10])
+local todo, unembedded, ingested, skipped = {}, {2}, {}, {}
 for _, op in ipairs(ops) do
   local key = KEYS[op.k]
   op.sig = entry_sig(op)
@@ -100,6 +107,8 @@ for _, op in ipairs(ops) do
     op.old = cur
     if op.vk and op.v == 0 and cur[6] ~= op.vk then unembedded[#unembedded + 1] = op.id end
     todo[#todo + 1] = op
+  else
+    skipped[#skipped + 1] = op
   end
   ingested[#ingested + 1] = op.id
 end
@@ -111,7 +120,7 @@ if #unembedded > 1 then return unembedded end
 local K = {entries = KEYS[1], texts = KEYS[5], stats = KEYS[6], df = KEYS[7], ctx = KEYS[8]}
 local session, undelete = ARGV[3] == '1' and KEYS[3] or nil, mode == 'explicit' and KEYS[2] or nil
 write_entries(K, todo, {postings = postings, texts = texts, cap = capped, k1 = k1, b = b,
-  session = session, undelete = undelete})
+  session = session, undelete = undelete, counted = counted, skipped = skipped})
 local reply = {1, #todo}
 if ingest then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 if ARGV[5] == '1' then
