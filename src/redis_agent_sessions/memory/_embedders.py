@@ -164,7 +164,7 @@ class Vectorizer:
         out = []
         for group in groups:
             parts = [struct.unpack(self._format, made[t]) for t in group]
-            total = [math.fsum(xs) for xs in zip(*parts, strict=True)]
+            total = list(map(sum, zip(*parts, strict=True)))
             # Opposite vectors cancel out: the turn's own (the first) stands alone then.
             cancelled = math.fsum(x * x for x in total) < _CANCELLED
             out.append(made[group[0]] if cancelled else self.pack(total))

@@ -17,7 +17,13 @@ from redis_agent_sessions.memory._models import SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import search_terms
 from redis_agent_sessions.memory._search import IndexSearch
 from redis_agent_sessions.memory._store import MemoryStore
-from redis_agent_sessions.memory._vectors import FUSION_DEPTH, Hit, fuse, similarities
+from redis_agent_sessions.memory._vectors import (
+    FUSION_DEPTH,
+    RESCORED,
+    Hit,
+    fuse,
+    similarities,
+)
 
 __all__ = ["Reads"]
 
@@ -80,9 +86,10 @@ class Reads:
             )
             if where:
                 hits = await _within(store, app, user, hits, where)
-            # The keyword matches the vectors did not return are rescored by theirs too.
+            # The best keyword matches the vectors did not return are rescored by theirs too.
             returned = {h.id for h in hits}
-            others = [i for i, _ in ranked.hits if i not in returned]
+            best = ranked.hits[: max(RESCORED, 2 * limit)]
+            others = [i for i, _ in best if i not in returned]
             if others:
                 rows = await store.read(app, user, others, "vec")
                 near = similarities(

@@ -20,6 +20,7 @@ from redis_agent_sessions.memory._embedders import Vectorizer
 
 __all__ = [
     "FUSION_DEPTH",
+    "RESCORED",
     "RETRIEVAL_KEY",
     "Hit",
     "Semantic",
@@ -39,6 +40,10 @@ VectorIndex = Literal["HNSW", "FLAT", "SVS-VAMANA"]
 
 FUSION_DEPTH = 50
 """How many of each ranking are fused, whatever the limit."""
+RESCORED = 20
+"""Fewest of the keyword ranking's best whose similarity is read when the vectors did not
+return them (2 per result asked): further down, a similarity seldom lifts a match into
+the results (none on LoCoMo's dev questions), and each costs a vector read."""
 AGREEMENT = 20
 """The top of each ranking compared to decide whether the vectors count (``vector_weight``)."""
 VECTOR_WEIGHT = 0.5
