@@ -673,3 +673,26 @@ def test_fusion_rescores_keyword_matches_by_their_similarity() -> None:
     # min_similarity: a similarity at or below it counts nothing.
     below = dict(fuse(keyword, hits, {"k0": 0.0}, 0.95, 10, 1_000))
     assert list(below)[:3] == ["k0", "k1", "k2"]
+
+
+async def test_reembed_gives_turns_embedded_alone_their_neighbours(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Turns stored by an earlier version, each embedded by its text alone: ``reembed``
+    makes their vectors as the writes now do, and then a write finds nothing to embed."""
+    from redis_agent_sessions.memory import _docs
+
+    async with open_backend("fake", monkeypatch) as client:
+        s1 = session("s1", event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2"))
+        with monkeypatch.context() as old:
+            old.setattr(_docs, "vector_texts", lambda turn, before, after: (turn[1],))
+            await RedisMemoryService(client, embedder=SynonymEmbedder()).add_session_to_memory(s1)
+        memory = RedisMemoryService(client, embedder=SynonymEmbedder())
+        assert await found(memory, "automobile") == [(SKODA, ["vector"])]
+        done = await memory.reembed()
+        assert (done.entries, done.current, done.embedded) == (2, 0, 2)
+        assert await found(memory, "automobile") == [(SKODA, ["vector"]), (BLUE, ["vector"])]
+        assert (await memory.reembed()).current == 2
+        counting = SynonymEmbedder()
+        await RedisMemoryService(client, embedder=counting).add_session_to_memory(s1)
+        assert counting.calls == []
