@@ -46,7 +46,7 @@ class ReembedReport:
     users: int = 0
     entries: int = 0
     current: int = 0
-    """Entries that already had a vector of this model for their text."""
+    """Entries that already had a vector of this model for what they are embedded from."""
     embedded: int = 0
     skipped: int = 0
     """Entries that changed or went while being re-embedded (the next run does them)."""
