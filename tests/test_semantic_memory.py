@@ -26,7 +26,7 @@ from redis_agent_sessions import (
     SessionServiceConfig,
 )
 from redis_agent_sessions._redis.topology import Topology
-from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
+from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY, vector_texts
 from test_memory import APP, USER, event, memory_client, session
 
 __all__ = ["memory_client"]  # the fixture, shared with the contract suite
@@ -34,6 +34,18 @@ __all__ = ["memory_client"]  # the fixture, shared with the contract suite
 SKODA = "I bought a Skoda last spring"
 BLUE = "My favourite colour is blue"
 PUPPY = "I walk my puppy every morning"
+HUE = "blue is my least liked hue"
+
+
+def unit(vector: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector]
+
+
+def mixed(texts: Sequence[str]) -> list[float]:
+    """What a turn's stored vector is: the sum of its texts' unit vectors, at unit length."""
+    parts = [unit(SynonymEmbedder().vector(t)) for t in texts]
+    return unit([sum(xs) for xs in zip(*parts, strict=True)])
 
 
 def kind_of(request: pytest.FixtureRequest) -> str:
@@ -108,9 +120,10 @@ async def test_found_by_both_paths_ranks_first(worker: Any, request: pytest.Fixt
     assert how["keyword_rank"] == 1
     assert how["vector_rank"] == 1
     assert 0 < how["similarity"] <= 1
-    # Three entries: the two rankings share all three by chance, so the vectors weigh 0.
+    # Three entries: the two rankings share all three by chance, so the vectors weigh 0,
+    # and the score is the keyword score over the best one's.
     assert how["vector_weight"] == 0
-    assert how["score"] == pytest.approx(1 / 21, abs=1e-6)
+    assert how["score"] == 1
     texts = [m.content.text for m in result.memories]
     assert set(texts) == {
         "my sedan needs new tyres",
@@ -173,20 +186,19 @@ async def test_reingestion_and_deletes_leave_no_orphan_vectors(
     first = session("s1", event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2"))
     await memory.add_session_to_memory(first)
     # The session changes: e1 is gone, e2's text changed, e3 is new.
-    await memory.add_session_to_memory(
-        session("s1", event("blue is my least liked hue", ts=2, id="e2"), event(PUPPY, ts=3))
-    )
+    await memory.add_session_to_memory(session("s1", event(HUE, ts=2, id="e2"), event(PUPPY, ts=3)))
     assert await found(memory, "automobile") == []
-    assert [t for t, _ in await found(memory, "colour")] == ["blue is my least liked hue"]
+    # The turn after it is found too, by its pair with it, below it.
+    assert [t for t, _ in await found(memory, "colour")] == [HUE, PUPPY]
     entries = await entry_keys(memory_client)
     assert len(entries) == 2
-    embedder = SynonymEmbedder()
+    said = {HUE: ("user", HUE), PUPPY: ("user", PUPPY)}
+    around = {HUE: (None, said[PUPPY]), PUPPY: (said[HUE], None)}
     for fields in entries.values():
         stored = memory._memory.ctx.vectorizer.unpack(fields[b"vec"])  # type: ignore[union-attr]
         text = orjson.loads(fields[b"content"])["parts"][0]["text"]
-        want = embedder.vector(text)
-        norm = math.sqrt(sum(x * x for x in want))
-        assert stored == pytest.approx([x / norm for x in want], abs=1e-6)
+        want = mixed(vector_texts(said[text], *around[text]))
+        assert stored == pytest.approx(want, abs=1e-6)
         assert fields[b"vmodel"] == b"synonyms-v1"
     await memory.delete_memory(app_name=APP, user_id=USER, memory_id="e2")
     assert await found(memory, "hue") == []
@@ -204,10 +216,15 @@ async def test_only_new_text_is_embedded(worker: Any, request: pytest.FixtureReq
     memory = service(worker, request, embedder=embedder)
     events = [event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2")]
     await memory.add_session_to_memory(session("s1", *events))
-    assert embedder.calls == [[SKODA, BLUE]]
-    # ADK adds the whole session again after each turn: only the new event is embedded.
+    # A turn is embedded as "author: text" and as the pair it makes with each neighbour,
+    # each distinct text once.
+    skoda, blue, puppy = (f"user: {t}" for t in (SKODA, BLUE, PUPPY))
+    assert embedder.calls == [[skoda, f"{skoda} {blue}", blue]]
+    # ADK adds the whole session again after each turn: only the new event is embedded,
+    # and the turn before it, which makes a new pair with it.
     await memory.add_session_to_memory(session("s1", *events, event(PUPPY, ts=3, id="e3")))
-    assert embedder.calls[1:] == [[PUPPY]]
+    assert embedder.calls[1:] == [[blue, f"{skoda} {blue}", f"{blue} {puppy}", puppy]]
+    # Events without a session have no neighbours: their text alone.
     await memory.add_events_to_memory(
         app_name=APP, user_id=USER, events=[events[0], event("glad", ts=4, id="e4")]
     )
@@ -215,7 +232,12 @@ async def test_only_new_text_is_embedded(worker: Any, request: pytest.FixtureReq
     # Another model: every entry needs a vector of its own.
     other = SynonymEmbedder(name="synonyms-v2")
     await service(worker, request, embedder=other).add_session_to_memory(session("s1", *events))
-    assert other.calls == [[SKODA, BLUE]]
+    assert other.calls == [[skoda, f"{skoda} {blue}", blue]]
+    # context_turns=0: each turn by its own words, and its own text alone.
+    alone = SynonymEmbedder(name="synonyms-v3")
+    own = service(worker, request, embedder=alone, context_turns=0)
+    await own.add_session_to_memory(session("s1", *events))
+    assert alone.calls == [[SKODA, BLUE]]
 
 
 async def test_vector_lost_in_a_race_is_made_again(
@@ -224,7 +246,8 @@ async def test_vector_lost_in_a_race_is_made_again(
     """Between reading which entries have a current vector and writing, another worker may
     rewrite one: the write script notices, and the missing vector is embedded then."""
     embedder = SynonymEmbedder()
-    memory = service(worker, request, embedder=embedder)
+    # Own words only: a turn's vector is of its text alone, whatever its neighbours.
+    memory = service(worker, request, embedder=embedder, context_turns=0)
     await memory.add_session_to_memory(session("s1", event(SKODA, ts=1, id="e1")))
     store, _ = await memory._memory.ctx.ready(APP, USER)
     real = store.vector_keys
@@ -345,8 +368,9 @@ async def test_callable_embedder(worker: Any, request: pytest.FixtureRequest, ki
     await memory.add_session_to_memory(
         session("s1", event(SKODA, ts=1), event(BLUE, ts=2), event(PUPPY, ts=3))
     )
-    assert batches == [2, 1]
-    assert await found(memory, "automobile") == [(SKODA, ["vector"])]
+    # Five texts: each turn as "author: text", and the two pairs of neighbours.
+    assert batches == [2, 2, 1]
+    assert await found(memory, "automobile") == [(SKODA, ["vector"]), (BLUE, ["vector"])]
     with pytest.raises(InvalidInputError):
         CallableEmbedder(fn, dimensions=512, batch_size=0)
 
@@ -397,9 +421,9 @@ async def test_reembed_turns_semantic_on_then_rolls_out_another_model(
     worker: Any, memory_client: Any, request: pytest.FixtureRequest
 ) -> None:
     keyword = service(worker, request, embedder=None)
-    await keyword.add_session_to_memory(
-        session("s1", event(SKODA, ts=1), event(BLUE, ts=2), event(PUPPY, ts=3))
-    )
+    s1 = session("s1", event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2"),
+                 event(PUPPY, ts=3, id="e3"))  # fmt: skip
+    await keyword.add_session_to_memory(s1)
     await keyword.add_session_to_memory(session("s2", event("glad", ts=1), user="someone"))
     memory = service(worker, request)
     assert await found(memory, "automobile") == []  # no vectors yet
@@ -411,7 +435,11 @@ async def test_reembed_turns_semantic_on_then_rolls_out_another_model(
     assert not any(b"vec" in f for f in (await entry_keys(memory_client)).values())
     done = await memory.reembed(app_name=APP, user_id=USER)
     assert (done.users, done.entries, done.embedded, done.skipped) == (1, 3, 3, 0)
-    assert await found(memory, "automobile") == [(SKODA, ["vector"])]
+    # The turn, then the one after it, by their pair (as the writes embed them).
+    assert await found(memory, "automobile") == [(SKODA, ["vector"]), (BLUE, ["vector"])]
+    counting = SynonymEmbedder()
+    await service(worker, request, embedder=counting).add_session_to_memory(s1)
+    assert counting.calls == []
     again = await memory.reembed()
     assert (again.entries, again.current, again.embedded) == (4, 3, 1)
     # Another model of another dimension: refused until the store is re-embedded with it.
@@ -421,7 +449,7 @@ async def test_reembed_turns_semantic_on_then_rolls_out_another_model(
     rolled = await service(memory_client, request, embedder=v2).reembed()
     assert rolled.recorded == {"dimensions": 512, "model": "synonyms-v1"}
     assert (rolled.entries, rolled.embedded) == (4, 4)
-    assert await found(service(worker, request, embedder=v2), "hue") == [(BLUE, ["vector"])]
+    assert (await found(service(worker, request, embedder=v2), "hue"))[0] == (BLUE, ["vector"])
     with pytest.raises(MemoryIndexError):
         await found(service(worker, request), "automobile")
 
@@ -510,16 +538,16 @@ async def test_a_corrupt_vector_record_is_named(
 
 
 def test_vector_weight_counts_agreement_beyond_chance() -> None:
-    from redis_agent_sessions.memory._vectors import vector_weight
+    from redis_agent_sessions.memory._vectors import VECTOR_WEIGHT, vector_weight
 
     keyword = [f"k{i}" for i in range(20)]
     unrelated = [f"v{i}" for i in range(20)]
     assert vector_weight(keyword, unrelated, 10_000) == 0
     # One shared entry is what chance and the margin allow: still 0.
     assert vector_weight(keyword, [*keyword[:1], *unrelated[1:]], 10_000) == 0
+    # Past chance the similarities count in full: a weight, not a degree of agreement.
     half = vector_weight(keyword, [*keyword[:10], *unrelated[10:]], 10_000)
-    full = vector_weight(keyword, keyword, 10_000)
-    assert 0 < half < full
+    assert half == vector_weight(keyword, keyword, 10_000) == VECTOR_WEIGHT
     # In a store of 20 entries any two top-20 lists share everything: chance, weight 0.
     assert vector_weight(keyword, keyword, 20) == 0
     # In a small store chance overlap varies more: more agreement is needed.
@@ -536,7 +564,7 @@ class RandomEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         import random
 
-        return [[random.Random(t).gauss(0, 1) for _ in range(16)] for t in texts]
+        return [[rng.gauss(0, 1) for _ in range(16)] for rng in map(random.Random, texts)]
 
 
 async def test_a_useless_embedder_leaves_the_keyword_ranking_as_it_is(
@@ -573,5 +601,98 @@ async def test_a_useless_embedder_leaves_the_keyword_ranking_as_it_is(
             same += ours == plain
             # Even where chance agreement gives the vectors some weight, the best stay.
             assert set(plain[:3]) <= set(ours), query
-        # Two unrelated rankings agree beyond chance only rarely: the order is kept.
-        assert same >= 38
+        # Two unrelated rankings agree beyond chance (one standard deviation) only for a
+        # few queries: the order is kept for the others.
+        assert same >= 32
+
+
+def test_a_turn_is_embedded_with_the_pairs_it_makes() -> None:
+    a, b, c = ("ann", "Did you get a car?"), ("bob", "Yes, last spring."), (None, "Nice")
+    assert vector_texts(b, a, c) == (
+        "bob: Yes, last spring.",
+        "ann: Did you get a car? bob: Yes, last spring.",
+        "bob: Yes, last spring. Nice",
+    )
+    assert vector_texts(a, None, b) == (
+        "ann: Did you get a car?",
+        "ann: Did you get a car? bob: Yes, last spring.",
+    )
+    # Alone (no session, context_turns=0, a fact): the text as it is, as before.
+    assert vector_texts(a, None, None) == ("Did you get a car?",)
+
+
+async def test_mixed_vectors_sum_each_distinct_text_once() -> None:
+    from redis_agent_sessions.memory._embedders import Vectorizer
+
+    embedder = SynonymEmbedder()
+    vectorizer = Vectorizer(embedder)
+    made = await vectorizer.mixed([("car", "car dog"), ("dog", "car dog"), ("hue",)])
+    assert embedder.calls == [["car", "car dog", "dog", "hue"]]
+    assert vectorizer.unpack(made[0]) == pytest.approx(mixed(["car", "car dog"]), abs=1e-6)
+    assert vectorizer.unpack(made[2]) == pytest.approx(unit(embedder.vector("hue")), abs=1e-6)
+    # The key names every text, in order: another neighbour is another vector.
+    assert (
+        vectorizer.key("car")
+        != vectorizer.key("car", "car dog")
+        != vectorizer.key("car dog", "car")
+    )
+
+
+async def test_opposite_vectors_leave_the_turn_its_own() -> None:
+    from redis_agent_sessions.memory._embedders import Vectorizer
+
+    class Opposite:
+        name, dimensions = "opposite", 2
+
+        async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return [[1.0, 0.0] if t == "up" else [-1.0, 0.0] for t in texts]
+
+    vectorizer = Vectorizer(Opposite())
+    [made] = await vectorizer.mixed([("up", "down")])
+    assert vectorizer.unpack(made) == (1.0, 0.0)
+
+
+def test_fusion_rescores_keyword_matches_by_their_similarity() -> None:
+    from redis_agent_sessions.memory._vectors import VECTOR_WEIGHT, Hit, fuse
+
+    keyword = [(f"k{i}", 10.0 - i * 0.1) for i in range(20)]
+    # The vectors agree with the keywords on most of their top 20: they count.
+    hits = [Hit(f"k{i}", 0.9 - i * 0.01, 0.0) for i in range(1, 15)] + [Hit("v", 0.95, 0.0)]
+    fused = dict(fuse(keyword, hits, {"k0": 0.0}, 0.0, 30, 1_000))
+    order = list(fused)
+    # k1 (0.99 of the best keyword score, similarity 0.89) passes k0 (1.0, not similar);
+    # v, found by the vectors only, scores 0.5 x 0.95 and stays below the keyword matches.
+    assert order[:2] == ["k1", "k2"]
+    assert fused["k1"]["score"] == pytest.approx(0.99 + VECTOR_WEIGHT * 0.89, abs=1e-6)
+    assert fused["k0"]["score"] == pytest.approx(1.0, abs=1e-6)
+    assert fused["k0"]["similarity"] == 0.0
+    assert fused["k0"]["vector_rank"] is None
+    assert order[-1] == "v"
+    # A keyword match the vectors did not return, without a vector: its keyword score alone.
+    assert dict(fuse(keyword[:1], [], {}, 0.0, 10, 1_000))["k0"]["score"] == 1.0
+    # min_similarity: a similarity at or below it counts nothing.
+    below = dict(fuse(keyword, hits, {"k0": 0.0}, 0.95, 10, 1_000))
+    assert list(below)[:3] == ["k0", "k1", "k2"]
+
+
+async def test_reembed_gives_turns_embedded_alone_their_neighbours(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Turns stored by an earlier version, each embedded by its text alone: ``reembed``
+    makes their vectors as the writes now do, and then a write finds nothing to embed."""
+    from redis_agent_sessions.memory import _docs
+
+    async with open_backend("fake", monkeypatch) as client:
+        s1 = session("s1", event(SKODA, ts=1, id="e1"), event(BLUE, ts=2, id="e2"))
+        with monkeypatch.context() as old:
+            old.setattr(_docs, "vector_texts", lambda turn, before, after: (turn[1],))
+            await RedisMemoryService(client, embedder=SynonymEmbedder()).add_session_to_memory(s1)
+        memory = RedisMemoryService(client, embedder=SynonymEmbedder())
+        assert await found(memory, "automobile") == [(SKODA, ["vector"])]
+        done = await memory.reembed()
+        assert (done.entries, done.current, done.embedded) == (2, 0, 2)
+        assert await found(memory, "automobile") == [(SKODA, ["vector"]), (BLUE, ["vector"])]
+        assert (await memory.reembed()).current == 2
+        counting = SynonymEmbedder()
+        await RedisMemoryService(client, embedder=counting).add_session_to_memory(s1)
+        assert counting.calls == []

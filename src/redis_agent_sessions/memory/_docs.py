@@ -37,7 +37,7 @@ from redis_agent_sessions.memory._encoding import (
 from redis_agent_sessions.memory._models import MemoryEntry, SearchMemoryResponse
 from redis_agent_sessions.memory._store import StoredEntry
 from redis_agent_sessions.memory._text import query_words, term_count
-from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY
+from redis_agent_sessions.memory._vectors import RETRIEVAL_KEY, vector_texts
 from redis_agent_sessions.models import Content, Event
 
 __all__ = [
@@ -133,6 +133,12 @@ def iter_turn_docs(
             analysis=analysis_id() if alone else analysis,
         )
         if doc is not None:
+            before, after = (
+                next(((t.author, t.text) for d, j in near if d == 1 and (t := turns[j])
+                      and j == i + step), None)
+                for step in (-1, 1)
+            )  # fmt: skip
+            doc.vtexts = vector_texts((turn.author, turn.text), before, after)
             seen.add(turn.id)
             yield doc
 

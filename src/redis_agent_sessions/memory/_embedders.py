@@ -19,6 +19,9 @@ from redis_agent_sessions.errors import EmbeddingError, InvalidInputError, Redis
 
 __all__ = ["CallableEmbedder", "Embedder", "Vectorizer"]
 
+_CANCELLED = 1e-6
+"""Squared length under which a sum of unit vectors is taken for nothing (FLOAT32 noise)."""
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -138,16 +141,34 @@ class Vectorizer:
         self.name = name if isinstance(name, str) and name else type(embedder).__qualname__
         self._format = f"<{self.dimensions}f"
 
-    def key(self, text: str) -> str:
-        """What a stored vector was made from: this model and dimension, and the text.
-        An entry whose key matches needs no new vector."""
-        data = f"{self.name}\0{self.dimensions}\0{text}".encode("utf-8", "surrogatepass")
+    def key(self, *texts: str) -> str:
+        """What a stored vector was made from: this model and dimension, and the texts
+        (one, or those ``mixed`` sums). An entry whose key matches needs no new vector."""
+        joined = "\0".join(texts)
+        data = f"{self.name}\0{self.dimensions}\0{joined}".encode("utf-8", "surrogatepass")
         return hashlib.blake2b(data, digest_size=12).hexdigest()
 
     async def documents(self, texts: Sequence[str]) -> list[bytes]:
         if not texts:
             return []
         return self._packed(texts, await self._call(self.embedder.embed, texts))
+
+    async def mixed(self, groups: Sequence[Sequence[str]]) -> list[bytes]:
+        """One vector per group of texts: the sum of their unit vectors, at unit length.
+        Each distinct text is embedded once, in one call (two turns share the text of the
+        pair they make)."""
+        unique = list(dict.fromkeys(t for group in groups for t in group))
+        made = dict(zip(unique, await self.documents(unique), strict=True))
+        if all(len(group) == 1 for group in groups):
+            return [made[group[0]] for group in groups]
+        out = []
+        for group in groups:
+            parts = [struct.unpack(self._format, made[t]) for t in group]
+            total = list(map(sum, zip(*parts, strict=True)))
+            # Opposite vectors cancel out: the turn's own (the first) stands alone then.
+            cancelled = math.fsum(x * x for x in total) < _CANCELLED
+            out.append(made[group[0]] if cancelled else self.pack(total))
+        return out
 
     async def query(self, text: str) -> bytes:
         fn = getattr(self.embedder, "embed_query", None)

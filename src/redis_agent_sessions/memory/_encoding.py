@@ -69,7 +69,7 @@ class Doc:
     text: str
     """Lowercased text when a substring search may need it (non-ASCII words), else ''."""
     raw: str = ""
-    """The text as given: what an embedder embeds."""
+    """The text as given: what an embedder embeds, unless ``vtexts`` says otherwise."""
     lower: str = ""
     """The text lowercased: the search backend's substring check reads it from the hash."""
     own: str = ""
@@ -88,6 +88,14 @@ class Doc:
     """The vector to store; None with a ``vkey`` keeps the one stored under that key."""
     keep_vector: bool = False
     """Without a ``vkey``: keep the stored vector as it is (reindexing)."""
+    vtexts: tuple[str, ...] = ()
+    """A turn with neighbours: the texts whose vectors are summed into its own
+    (``_vectors.vector_texts``); empty: ``raw`` alone."""
+
+    @property
+    def embedded(self) -> tuple[str, ...]:
+        """The texts its vector is made from."""
+        return self.vtexts or (self.raw,)
 
     @property
     def sig(self) -> str:

@@ -17,7 +17,13 @@ from redis_agent_sessions.memory._models import SearchMemoryResponse
 from redis_agent_sessions.memory._ranking import search_terms
 from redis_agent_sessions.memory._search import IndexSearch
 from redis_agent_sessions.memory._store import MemoryStore
-from redis_agent_sessions.memory._vectors import FUSION_DEPTH, Hit, fuse
+from redis_agent_sessions.memory._vectors import (
+    FUSION_DEPTH,
+    RESCORED,
+    Hit,
+    fuse,
+    similarities,
+)
 
 __all__ = ["Reads"]
 
@@ -68,6 +74,7 @@ class Reads:
         hybrid = ctx.semantic is not None and vectors
         depth = max(limit, FUSION_DEPTH) if hybrid else limit
         hits: list[Hit] = []
+        near: dict[str, float] = {}
         if not hybrid:
             ranked = await ranker.rank(app, user, terms, depth, refine)
         else:
@@ -79,10 +86,21 @@ class Reads:
             )
             if where:
                 hits = await _within(store, app, user, hits, where)
+            # The best keyword matches the vectors did not return are rescored by theirs too.
+            returned = {h.id for h in hits}
+            best = ranked.hits[: max(RESCORED, 2 * limit)]
+            others = [i for i, _ in best if i not in returned]
+            if others:
+                rows = await store.read(app, user, others, "vec")
+                near = similarities(
+                    ctx.vectorizer, vector, [(i, r[0]) for i, r in zip(others, rows, strict=True)]
+                )
         ids = [memory_id for memory_id, _ in ranked.hits]
         if hybrid:
             assert ctx.semantic is not None
-            fused = fuse(ranked.hits, hits, ctx.semantic.min_similarity, limit, ranked.entries)
+            fused = fuse(
+                ranked.hits, hits, near, ctx.semantic.min_similarity, limit, ranked.entries
+            )
             ids, found = [memory_id for memory_id, _ in fused], dict(fused)
         elif explain:
             found = {

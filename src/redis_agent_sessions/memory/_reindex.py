@@ -13,7 +13,7 @@ the entry is found by (``memory_put.lua``), so workers may write meanwhile; vect
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,7 +31,7 @@ from redis_agent_sessions.memory._filters import entry_tokens
 from redis_agent_sessions.memory._store import MemoryStore
 from redis_agent_sessions.models import Content
 
-__all__ = ["ReindexReport", "owners", "refresh_around", "reindex", "session_of"]
+__all__ = ["ReindexReport", "owners", "refresh_around", "reindex", "session_of", "session_turns"]
 
 _PAGE = 500
 _FIELDS = ("id", "session", "author", "ts", "timestamp", "content", "meta", "an", "fx", "kind")
@@ -169,7 +169,8 @@ def _docs(
     return docs
 
 
-async def _session_turns(ctx: MemoryContext, app: str, user: str, sid: str) -> list[_Stored]:
+async def session_turns(ctx: MemoryContext, app: str, user: str, sid: str) -> list[_Stored]:
+    """The stored entries of a session, in order (time, then id)."""
     client, keys = ctx.client, ctx.keys
     ids = sorted(text(m) for m in await client.smembers(keys.memory_session(app, user, sid)))
     turns = await _load(client, ctx, app, user, ids)
@@ -188,13 +189,19 @@ async def session_of(ctx: MemoryContext, app: str, user: str, memory_id: str) ->
     [(sid,)] = await store.read(app, user, [memory_id], "session")
     if sid is None or text(sid) in ("", UNKNOWN_SESSION_ID):
         return []
-    return await _session_turns(ctx, app, user, text(sid))
+    return await session_turns(ctx, app, user, text(sid))
 
 
 async def refresh_around(
-    ctx: MemoryContext, app: str, user: str, turns: list[_Stored], memory_id: str
+    ctx: MemoryContext,
+    app: str,
+    user: str,
+    turns: list[_Stored],
+    memory_id: str,
+    embed: Callable[[MemoryStore, list[Doc]], Awaitable[None]] | None = None,
 ) -> None:
-    """Index again the turns (of ``session_of``) up to two away from the deleted one."""
+    """Index again the turns (of ``session_of``) up to two away from the deleted one;
+    ``embed`` gives them vectors (a turn's is made with its neighbours')."""
     at = next((i for i, t in enumerate(turns) if t.id == memory_id), None)
     if at is None:
         return
@@ -202,7 +209,10 @@ async def refresh_around(
     rest = [t for t in turns if t.id != memory_id]
     if todo:
         store, _ = await ctx.ready_for(app, user)
-        await _write(store, app, user, rest[0].session, _docs(ctx, app, user, rest, todo))
+        docs = _docs(ctx, app, user, rest, todo)
+        if embed is not None:
+            await embed(store, docs)
+        await _write(store, app, user, rest[0].session, docs)
 
 
 async def reindex(
@@ -237,7 +247,7 @@ async def reindex(
                 turns = (
                     [t for t in stale if t.session == sid]
                     if sid in ("", UNKNOWN_SESSION_ID)
-                    else await _session_turns(ctx, a, u, sid)
+                    else await session_turns(ctx, a, u, sid)
                 )
                 todo = {t.id for t in turns if not t.current and t.id not in handled}
                 handled |= todo

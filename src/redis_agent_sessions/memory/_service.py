@@ -50,8 +50,9 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
 
     Results rank by relevance (BM25 over stemmed words, each turn also found by the turns
     around it), at most ``limit`` (10) entries, scoped to one (app, user). With an
-    ``embedder``, each entry also keeps a vector, and a search fuses the keyword ranking
-    with the nearest vectors', weighting the vectors by how far the two rankings agree
+    ``embedder``, each entry also keeps a vector (a turn's made with its neighbours'), and
+    a search scores the keyword matches and the nearest vectors together, adding the
+    similarity to the keyword score once the two rankings agree beyond chance
     (docs/memory-ranking.md).
 
     Args:
@@ -70,7 +71,8 @@ class MemoryServiceBase(ClientOwner, Generic[SessionT, EventT, EntryT, ResponseT
             (approximate, the default), ``FLAT`` (exact, linear) or ``SVS-VAMANA`` (where
             the server's search module has it).
         min_similarity: vector hits must be more similar than this (cosine, -1 to 1) to be
-            returned; 0 keeps anything pointing the same way at all.
+            returned, or to add to a keyword match's score; 0 keeps anything pointing the
+            same way at all.
         context_turns: how many turns on each side of a turn, in its session, it is also
             found by (at half weight one away, a quarter two away), from 0 to 2 (the
             default); 0 finds a turn by its own words only, as ADK's

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from redis_agent_sessions.memory._embedders import Vectorizer
 
 __all__ = [
     "FUSION_DEPTH",
+    "RESCORED",
     "RETRIEVAL_KEY",
     "Hit",
     "Semantic",
@@ -28,25 +29,29 @@ __all__ = [
     "knn_command",
     "nearest",
     "parse_knn",
+    "similarities",
     "vector_fields",
     "vector_schema",
+    "vector_texts",
     "vector_weight",
 ]
 
 VectorIndex = Literal["HNSW", "FLAT", "SVS-VAMANA"]
 
-FUSION_K = 20
-"""Rank fusion's constant: an entry scores ``1 / (20 + rank)`` in each ranking that has it
-(reciprocal rank fusion, Cormack et al., 2009, with a weight on the vector ranking)."""
 FUSION_DEPTH = 50
 """How many of each ranking are fused, whatever the limit."""
+RESCORED = 20
+"""Fewest of the keyword ranking's best whose similarity is read when the vectors did not
+return them (2 per result asked): further down, a similarity seldom lifts a match into
+the results (none on LoCoMo's dev questions), and each costs a vector read."""
 AGREEMENT = 20
-"""The top of each ranking compared to weigh the vector one (see ``vector_weight``)."""
-VECTOR_WEIGHT = 1.2
-MARGIN_SD = 2.0
+"""The top of each ranking compared to decide whether the vectors count (``vector_weight``)."""
+VECTOR_WEIGHT = 0.5
+"""What a similarity of 1 adds to a keyword score scaled to the best one's 1."""
+MARGIN_SD = 1.0
 """Agreement beyond chance needed before the vectors count, in standard deviations of the
-chance overlap: these constants were chosen on LoCoMo's dev conversations
-(docs/memory-ranking.md)."""
+chance overlap: these constants, and what a turn's vector is made of (``vector_texts``),
+were chosen on LoCoMo's dev conversations (docs/memory-ranking.md)."""
 HNSW_EF_RUNTIME = 100
 """Candidates an HNSW query keeps: RediSearch's default (10) misses true neighbours
 among many entries; see benchmarks/semantic.py for the recall this buys."""
@@ -160,17 +165,17 @@ _dot: Callable[[Sequence[float], Sequence[float]], float] = getattr(
 @dataclass(slots=True)
 class _Fused:
     id: str
-    score: float = 0.0
+    keyword: float = 0.0
+    similarity: float | None = None
     keyword_rank: int | None = None
     keyword_score: float | None = None
     vector_rank: int | None = None
-    similarity: float | None = None
     found_by: list[str] = field(default_factory=list)
 
 
 def vector_weight(keyword: Sequence[str], vector: Sequence[str], entries: int) -> float:
-    """How much this query's vector ranking counts: by how far its top ``AGREEMENT`` agrees
-    with the keyword ranking's beyond what two unrelated lists share by chance. A weak or
+    """How much this query's similarities count: ``VECTOR_WEIGHT`` when the two rankings'
+    top ``AGREEMENT`` share more than two unrelated lists would by chance, else 0. A weak or
     unrelated embedder (another language, random vectors) agrees by chance only and
     weighs nothing, so it never pulls a good keyword ranking down."""
     a, b = set(keyword[:AGREEMENT]), set(vector[:AGREEMENT])
@@ -182,58 +187,96 @@ def vector_weight(keyword: Sequence[str], vector: Sequence[str], entries: int) -
     chance = len(a) * len(b) / n
     spread = math.sqrt(len(a) * len(b) * (n - len(a)) * (n - len(b)) / (n * n * (n - 1)))
     margin = max(1.0, MARGIN_SD * spread)
-    return VECTOR_WEIGHT * max(0.0, len(a & b) - chance - margin) / AGREEMENT
+    return VECTOR_WEIGHT if len(a & b) > chance + margin else 0.0
+
+
+def similarities(
+    vectorizer: Vectorizer, query: bytes, rows: Sequence[tuple[str, bytes | None]]
+) -> dict[str, float]:
+    """The query's cosine similarity to each (id, stored vector) that has one."""
+    q = vectorizer.unpack(query)
+    assert q is not None
+    out = {}
+    for memory_id, blob in rows:
+        vector = None if blob is None else vectorizer.unpack(blob)
+        if vector is not None:
+            out[memory_id] = _dot(q, vector)
+    return out
 
 
 def fuse(
     keyword: Sequence[tuple[str, float]],
     vector: Sequence[Hit],
+    similarity: Mapping[str, float],
     min_similarity: float,
     limit: int,
     entries: int,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The keyword ranking ((id, score), best first) fused with the vector hits above
-    ``min_similarity`` (best first), among the user's ``entries``: ids best first, each with
-    how it was found. Each ranking gives an entry ``1 / (FUSION_K + rank)``, the vector one
-    times ``vector_weight``; of equal scores the keyword match goes first, and entries
-    only the vectors found come after, in their order (with weight 0 they only fill a short
-    keyword list)."""
+    """The keyword ranking ((id, score), best first) and the vector hits (best first), of
+    the user's ``entries``, rescored together: ids best first, each with how it was found.
+    An entry scores its keyword score over the best one's (0 when the keywords did not
+    find it) plus ``vector_weight`` x its similarity to the query (from its hit, or from
+    ``similarity`` for a keyword match the vectors did not return; 0 at or below
+    ``min_similarity``). Of equal scores the keyword match goes first; with weight 0 the
+    keyword ranking stays as it is, and entries only the vectors found fill a short one."""
     hits = [hit for hit in vector if hit.similarity > min_similarity]
     weight = vector_weight([i for i, _ in keyword], [h.id for h in hits], entries)
+    best = keyword[0][1] if keyword and keyword[0][1] > 0 else 1.0
     fused: dict[str, _Fused] = {}
     for rank, (memory_id, keyword_score) in enumerate(keyword, 1):
         entry = fused.setdefault(memory_id, _Fused(memory_id))
-        entry.score += 1.0 / (FUSION_K + rank)
+        entry.keyword = keyword_score / best
         entry.keyword_rank = rank
         entry.keyword_score = round(keyword_score, 6)
         entry.found_by.append("keyword")
+        entry.similarity = similarity.get(memory_id)
     for rank, hit in enumerate(hits, 1):
         entry = fused.setdefault(hit.id, _Fused(hit.id))
-        entry.score += weight / (FUSION_K + rank)
         entry.vector_rank = rank
-        entry.similarity = round(hit.similarity, 6)
+        entry.similarity = hit.similarity
         entry.found_by.append("vector")
+
+    def score(e: _Fused) -> float:
+        near = e.similarity if e.similarity is not None and e.similarity > min_similarity else 0
+        return e.keyword + weight * near
+
     ranked = sorted(
         fused.values(),
-        key=lambda e: (
-            -e.score,
-            e.keyword_rank is None,
-            e.keyword_rank or 0,
-            e.vector_rank or 0,
-        ),
+        key=lambda e: (-score(e), e.keyword_rank is None, e.keyword_rank or 0, e.vector_rank or 0),
     )
     return [
         (
             e.id,
             {
                 "found_by": e.found_by,
-                "score": round(e.score, 6),
+                "score": round(score(e), 6),
                 "keyword_rank": e.keyword_rank,
                 "keyword_score": e.keyword_score,
                 "vector_rank": e.vector_rank,
-                "similarity": e.similarity,
+                "similarity": None if e.similarity is None else round(e.similarity, 6),
                 "vector_weight": round(weight, 6),
             },
         )
         for e in ranked[:limit]
     ]
+
+
+def vector_texts(
+    turn: tuple[str | None, str],
+    before: tuple[str | None, str] | None,
+    after: tuple[str | None, str] | None,
+) -> tuple[str, ...]:
+    """What a turn's vector is the sum of: the turn, and each pair it makes with the turn
+    before and after it in its session, each turn as ``author: text``. A reply ("Yes, last
+    spring") says little alone: its pair with the question holds what it is about. A turn
+    without neighbours (or with ``context_turns=0``) is its text alone, as an entry of
+    ``add_memory`` or a fact."""
+    if before is None and after is None:
+        return (turn[1],)
+    own = _said(*turn)
+    pairs = [f"{_said(*before)} {own}"] if before else []
+    return (own, *pairs, *([f"{own} {_said(*after)}"] if after else []))
+
+
+def _said(author: str | None, said: str) -> str:
+    return f"{author}: {said}" if author else said

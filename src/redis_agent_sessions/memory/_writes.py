@@ -168,8 +168,13 @@ class Writes:
             return
         turns = await session_of(self.ctx, app, user, memory_id)
         await store.delete(app, user, [memory_id], tombstone=True)
+
         # The turns around it were found by its words too: no longer.
-        await refresh_around(self.ctx, app, user, turns, memory_id)
+        async def embed(store: MemoryStore, docs: list[Doc]) -> None:
+            # Their vectors held its text too (the pairs it made with them).
+            await self.embed_new(store, app, user, docs, keep=False)
+
+        await refresh_around(self.ctx, app, user, turns, memory_id, embed)
 
     def _turns(self, make: Callable[[int], list[Turn]]) -> list[Turn]:
         """The turns ``make`` makes within the size limit; none when the generator keeps no
@@ -208,7 +213,7 @@ class Writes:
         if vectorizer is None or not docs:
             return
         for doc in docs:
-            doc.vkey = vectorizer.key(doc.raw)
+            doc.vkey = vectorizer.key(*doc.embedded)
             doc.fields["vkey"] = doc.vkey
             doc.fields["vmodel"] = vectorizer.name
         stored = await store.vector_keys(app, user, [doc.id for doc in docs])
@@ -224,6 +229,6 @@ class Writes:
         vectorizer = self.ctx.vectorizer
         assert vectorizer is not None
         for doc, vector in zip(
-            docs, await vectorizer.documents([doc.raw for doc in docs]), strict=True
+            docs, await vectorizer.mixed([doc.embedded for doc in docs]), strict=True
         ):
             doc.vec = vector
