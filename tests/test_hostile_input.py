@@ -95,9 +95,11 @@ async def refused(
 ) -> list[InvalidInputError]:
     """Run each call against a populated database: each raises InvalidInputError matching
     ``match`` and leaves every key exactly as it was."""
-    errors = []
+    # One snapshot before them all: each call must leave the store as the first found it,
+    # so the state after one is the state before the next.
+    errors: list[InvalidInputError] = []
+    before = await dumps(client)
     for call in calls:
-        before = await dumps(client)
         with pytest.raises(InvalidInputError, match=match) as caught:
             await call()
         assert type(caught.value) is InvalidInputError
