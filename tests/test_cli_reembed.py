@@ -49,7 +49,10 @@ async def test_reembed_gives_a_keyword_store_vectors(
     assert "2 entries of 1 user: 0 already current, 2 embedded with synonyms-v1" in done.stderr
     async with memory(cli, embedder=SynonymEmbedder()) as semantic:
         found = await semantic.search_memory(app_name="app", user_id="ann", query="automobile")
-        assert [m.content.text for m in found.memories] == ["I bought a Skoda"]
+        # The puppy's turn comes after, through the pair it makes with the car's (a turn's
+        # vector holds its neighbours': docs/memory-ranking.md).
+        texts = [m.content.text for m in found.memories]
+        assert texts == ["I bought a Skoda", "my puppy is called Rex"]
     async with cli.service() as sessions:  # stats reports per app of sessions
         await sessions.create_session(app_name="app", user_id="ann")
     assert cli.json("stats")["memory_vectors"] == {"dimensions": 512, "model": "synonyms-v1"}
