@@ -9,42 +9,35 @@
 # Another interpreter or set of extras (CI runs three): VENV (default .venv), PYTHON (the
 # interpreter that creates it, default python3), EXTRAS (default dev,adk,demo; `test` alone is
 # the core without any optional extra, and the tests that need one skip). SETUP_ONLY=1 stops
-# after the install; SETUP_DONE=1 skips it (.ci/run, which has just run it: pip takes seconds
-# to find that there is nothing to do); TYPESCRIPT=skip leaves the TypeScript package alone
-# (.ci/run's other Pythons, installing beside the default venv, which builds it).
+# after the install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 EXTRAS=${EXTRAS:-dev,adk,demo}
-setup() {
-  if [ ! -x "$VENV/bin/python" ]; then
-    "${PYTHON:-python3}" -m venv "$VENV"
-    "$VENV/bin/pip" install -q -U pip
+if [ ! -x "$VENV/bin/python" ]; then
+  "${PYTHON:-python3}" -m venv "$VENV"
+  "$VENV/bin/pip" install -q -U pip
+fi
+"$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
+"$VENV/bin/python" -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
+# The TypeScript package (typescript/), which tests/test_typescript.py and
+# tests/test_mixed_language.py run, when node is on PATH: `npm ci` only when its lock file
+# changed since the last install (a stamp in node_modules says which it installed), then a
+# build when a source changed.
+if command -v npm >/dev/null && command -v node >/dev/null; then
+  lock=$(cksum < typescript/package-lock.json)
+  if [ "$(cat typescript/node_modules/.ras-lock 2>/dev/null)" != "$lock" ]; then
+    (cd typescript && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$lock" > typescript/node_modules/.ras-lock
   fi
-  "$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
-  "$VENV/bin/python" -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
-  # The TypeScript package (typescript/), which tests/test_typescript.py and
-  # tests/test_mixed_language.py run, when node is on PATH: `npm ci` only when its lock file
-  # changed since the last install (a stamp in node_modules says which it installed), then a
-  # build when a source changed.
-  if [ "${TYPESCRIPT:-}" != skip ] && command -v npm >/dev/null && command -v node >/dev/null; then
-    lock=$(cksum < typescript/package-lock.json)
-    if [ "$(cat typescript/node_modules/.ras-lock 2>/dev/null)" != "$lock" ]; then
-      (cd typescript && npm ci --no-audit --no-fund --loglevel=error)
-      echo "$lock" > typescript/node_modules/.ras-lock
-    fi
-    # tsc takes seconds even with nothing to do: skipped when no source (the Python package's
-    # Lua scripts among them: the build copies them) is newer than its last build.
-    if [ ! -f typescript/dist/.tsbuildinfo ] || [ ! -d typescript/lua ] || [ -n "$(find typescript/src typescript/test \
-        typescript/worker typescript/bench typescript/tsconfig.json typescript/node_modules/.ras-lock \
-        typescript/scripts src/redis_agent_sessions/_redis/lua \
-        -newer typescript/dist/.tsbuildinfo -print -quit)" ]; then
-      (cd typescript && npm run --silent build && touch dist/.tsbuildinfo)
-    fi
+  # tsc takes seconds even with nothing to do: skipped when no source (the Python package's
+  # Lua scripts among them: the build copies them) is newer than its last build.
+  if [ ! -f typescript/dist/.tsbuildinfo ] || [ ! -d typescript/lua ] || [ -n "$(find typescript/src typescript/test \
+      typescript/worker typescript/bench typescript/tsconfig.json typescript/node_modules/.ras-lock \
+      typescript/scripts src/redis_agent_sessions/_redis/lua \
+      -newer typescript/dist/.tsbuildinfo -print -quit)" ]; then
+    (cd typescript && npm run --silent build && touch dist/.tsbuildinfo)
   fi
-}
-if [ "${SETUP_DONE:-}" != 1 ]; then
-  setup
 fi
 if [ "${SETUP_ONLY:-}" = 1 ]; then
   exit 0
