@@ -28,16 +28,30 @@ CLUSTER_WAIT=${CLUSTER_WAIT:-30} # seconds a new cluster may take to form
 
 # free_port [N [bus]]: N distinct free loopback ports, picked in one go (all held open until
 # printed, so no two are the same); with `bus`, port+10000 (the cluster bus) is free too.
+# Picked below the kernel's ephemeral range: a port from there, free when picked, can be
+# taken as the source port of any outgoing connection (the tests of a run beside this one)
+# before the server binds it, and the server then exits ("Address already in use").
 free_port() {
   "$PY" - "${1:-1}" "${2:-}" <<'PY'
-import socket, sys
+import random, socket, sys
 n, bus = int(sys.argv[1]), sys.argv[2] == "bus"
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral = int(f.read().split()[0])
+except (OSError, ValueError, IndexError):
+    ephemeral = 32768
+top = ephemeral - 1 - (10000 if bus else 0)
 held, ports = [], []
 for _ in range(1000):
     if len(ports) == n:
         break
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    try:
+        # Else (a range too low to leave room) the kernel's pick, as before.
+        s.bind(("127.0.0.1", random.randint(10000, top) if top > 11000 else 0))
+    except OSError:
+        s.close()
+        continue
     held.append(s)
     port = s.getsockname()[1]
     if bus:
