@@ -40,7 +40,9 @@ try:
         ephemeral = int(f.read().split()[0])
 except (OSError, ValueError, IndexError):
     ephemeral = 32768
-top = ephemeral - 1 - (10000 if bus else 0)
+# Every server's port below 20000 when the range allows, every cluster bus port (+10000) at
+# or above it: a run's server can never take the bus port of another run's cluster node.
+top = min(ephemeral - 1 - 10000, 19999)
 held, ports = [], []
 for _ in range(1000):
     if len(ports) == n:
