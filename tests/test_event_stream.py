@@ -246,6 +246,39 @@ if sys.version_info >= (3, 11):
         assert done, "the watch went on after its cancel"
         assert task.cancelled()
 
+    async def test_a_cancel_that_a_client_retry_swallows_still_ends_the_watch(
+        service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The cluster client's pipeline retries a read that failed with its connection
+        or timeout error, so a cancel that redis-py turned into one comes back as an
+        ordinary (empty) reply; the watch must end at that reply, not block again."""
+        s = await session_with(service, 1)
+        blocked = asyncio.Event()
+        execute = _event_stream._scripts.execute
+        calls = 0
+
+        async def read_retried(pipe: Any, keys: list[str]) -> list[Any]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the watch's starting position, read as ever
+                return await execute(pipe, keys)
+            if calls > 2:  # a read after the swallowed cancel blocks as XREAD would
+                await asyncio.sleep(60)
+            blocked.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                pass  # taken for a timeout and retried: nothing arrived
+            return [None, (await execute(pipe, keys))[1]]
+
+        monkeypatch.setattr(_event_stream._scripts, "execute", read_retried)
+        task = asyncio.create_task(collect(service.watch(**ids(s), block_ms=10_000), 1))
+        await asyncio.wait_for(blocked.wait(), 10)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, "the watch went on after its cancel"
+        assert task.cancelled()
+
 
 async def test_bad_watch_input(service: RedisSessionService) -> None:
     s = await session_with(service, 1)

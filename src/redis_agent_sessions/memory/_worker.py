@@ -447,6 +447,9 @@ class FactWorker:
         """Every third of the visibility timeout: this worker still holds its jobs."""
         while True:
             await asyncio.sleep(self.visibility_ms / 3000)
+            # A cancel the cluster client's retry swallowed leaves only this trace (see
+            # EventStream's watch); sleeping again would not raise it.
+            raise_if_cancelled()
             for job, token in list(self._held.items()):
                 try:
                     await self._queue.touch(job, self.name, token, self.visibility_ms)

@@ -198,6 +198,10 @@ class EventStream(Generic[E]):
                     raise
                 await asyncio.sleep(min(0.05 * 2**failures, 2.0))
                 continue
+            # The cluster client retries a read that failed with its connection or timeout
+            # error, which a cancel can come out as; the retried read then answers as if
+            # nothing happened, and the cancel is lost unless asked for here.
+            raise_if_cancelled()
             failures = 0
             if now_created != created:
                 return
