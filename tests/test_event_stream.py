@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -216,35 +217,51 @@ async def test_a_watch_can_be_cancelled_and_the_client_still_works(
 # test exists where the library can keep its promise.
 if sys.version_info >= (3, 11):
 
-    async def test_a_cancel_that_redis_py_turns_into_a_timeout_still_ends_the_watch(
-        service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
+    async def cancel_blocked_watch(
+        service: RedisSessionService,
+        monkeypatch: pytest.MonkeyPatch,
+        after_cancel: Callable[[list[Any]], list[Any]],
     ) -> None:
-        """A cancel can come out of redis-py's read as its own TimeoutError; the watch's
-        reconnect loop must not take it for a dropped connection and go on."""
+        """Cancels a watch blocked in its read; ``after_cancel(start)`` is what the client
+        makes of that cancel (``start``: the watch's first reply): an error it raises, or
+        the reply of a read it retried. Later reads block as XREAD would. The watch must
+        end, cancelled."""
         s = await session_with(service, 1)
         blocked = asyncio.Event()
         execute = _event_stream._scripts.execute
-        calls = 0
+        start: list[Any] = []
 
-        async def read_interrupted(pipe: Any, keys: list[str]) -> list[Any]:
-            nonlocal calls
-            calls += 1
-            if calls == 1:  # the watch's starting position, read as ever
-                return await execute(pipe, keys)
-            blocked.set()
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                raise RedisTimeoutError("Timeout reading from the server") from None
+        async def read(pipe: Any, keys: list[str]) -> list[Any]:
+            if not start:  # the watch's starting position, read as ever
+                start.extend(await execute(pipe, keys))
+                return start
+            if not blocked.is_set():
+                blocked.set()
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    return after_cancel(start)
+            await asyncio.sleep(60)
             raise AssertionError("not cancelled")
 
-        monkeypatch.setattr(_event_stream._scripts, "execute", read_interrupted)
+        monkeypatch.setattr(_event_stream._scripts, "execute", read)
         task = asyncio.create_task(collect(service.watch(**ids(s), block_ms=10_000), 1))
         await asyncio.wait_for(blocked.wait(), 10)
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=5)
         assert done, "the watch went on after its cancel"
         assert task.cancelled()
+
+    async def test_a_cancel_that_redis_py_turns_into_a_timeout_still_ends_the_watch(
+        service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A cancel can come out of redis-py's read as its own TimeoutError; the watch's
+        reconnect loop must not take it for a dropped connection and go on."""
+
+        def timed_out(start: list[Any]) -> list[Any]:
+            raise RedisTimeoutError("Timeout reading from the server")
+
+        await cancel_blocked_watch(service, monkeypatch, timed_out)
 
     async def test_a_cancel_that_a_client_retry_swallows_still_ends_the_watch(
         service: RedisSessionService, monkeypatch: pytest.MonkeyPatch
@@ -252,32 +269,12 @@ if sys.version_info >= (3, 11):
         """The cluster client's pipeline retries a read that failed with its connection
         or timeout error, so a cancel that redis-py turned into one comes back as an
         ordinary (empty) reply; the watch must end at that reply, not block again."""
-        s = await session_with(service, 1)
-        blocked = asyncio.Event()
-        execute = _event_stream._scripts.execute
-        calls = 0
 
-        async def read_retried(pipe: Any, keys: list[str]) -> list[Any]:
-            nonlocal calls
-            calls += 1
-            if calls == 1:  # the watch's starting position, read as ever
-                return await execute(pipe, keys)
-            if calls > 2:  # a read after the swallowed cancel blocks as XREAD would
-                await asyncio.sleep(60)
-            blocked.set()
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                pass  # taken for a timeout and retried: nothing arrived
-            return [None, (await execute(pipe, keys))[1]]
+        def retried(start: list[Any]) -> list[Any]:
+            # Nothing arrived, and the session is the one the watch started on.
+            return [None, start[0][0]]
 
-        monkeypatch.setattr(_event_stream._scripts, "execute", read_retried)
-        task = asyncio.create_task(collect(service.watch(**ids(s), block_ms=10_000), 1))
-        await asyncio.wait_for(blocked.wait(), 10)
-        task.cancel()
-        done, _ = await asyncio.wait({task}, timeout=5)
-        assert done, "the watch went on after its cancel"
-        assert task.cancelled()
+        await cancel_blocked_watch(service, monkeypatch, retried)
 
 
 async def test_bad_watch_input(service: RedisSessionService) -> None:
