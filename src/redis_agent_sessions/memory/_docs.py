@@ -133,14 +133,16 @@ def iter_turn_docs(
             analysis=analysis_id() if alone else analysis,
         )
         if doc is not None:
-            before, after = (
-                next(((t.author, t.text) for d, j in near if d == 1 and (t := turns[j])
-                      and j == i + step), None)
-                for step in (-1, 1)
-            )  # fmt: skip
-            doc.vtexts = vector_texts((turn.author, turn.text), before, after)
+            # Its vector's pairs: the turns right before and after it in its session.
+            beside = {j - i: turns[j] for d, j in near if d == 1}
+            said = (turn.author, turn.text)
+            doc.vtexts = vector_texts(said, _said(beside.get(-1)), _said(beside.get(1)))
             seen.add(turn.id)
             yield doc
+
+
+def _said(turn: Turn | None) -> tuple[str | None, str] | None:
+    return None if turn is None else (turn.author, turn.text)
 
 
 def entry_doc(
