@@ -24,7 +24,7 @@ Everything else (no hiredis, a single-connection client, a subclass that overrid
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -60,7 +60,7 @@ async def evalsha(script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
     if packed is None:
         return await by_redis_py(script, keys, args)
     try:
-        return await _send(client, packed)
+        return await _exchange(client, packed)
     except NoScriptError:
         # The server lost its scripts (restart, SCRIPT FLUSH): redis-py loads it again.
         return await by_redis_py(script, keys, args)
@@ -93,12 +93,8 @@ async def pipelined(client: Any, commands: list[tuple[Any, ...]]) -> list[Any] |
     packed = _packed_all(client, commands) if commands else None
     if packed is None:
         return None
-    pool: Any = client.connection_pool
-    conn = await pool.get_connection()
 
-    async def attempt() -> list[Any]:
-        if not _written(conn, packed):
-            await conn.send_packed_command(packed)
+    async def read(conn: Any) -> list[Any]:
         replies: list[Any] = []
         first: ResponseError | None = None
         for _ in commands:
@@ -111,14 +107,8 @@ async def pipelined(client: Any, commands: list[tuple[Any, ...]]) -> list[Any] |
             raise first
         return replies
 
-    async def failed(_error: Exception) -> None:
-        await conn.disconnect()
-
-    try:
-        replies: list[Any] = await conn.retry.call_with_retry(attempt, failed)
-        return replies
-    finally:
-        await pool.release(conn)
+    replies: list[Any] = await _exchange(client, packed, read)
+    return replies
 
 
 # A command this small goes to the socket at once (asyncio's transport buffers the rest of a
@@ -126,14 +116,20 @@ async def pipelined(client: Any, commands: list[tuple[Any, ...]]) -> list[Any] |
 _DIRECT_BYTES = 64 << 10
 
 
-async def _send(client: Redis, packed: bytes) -> Any:
+async def _exchange(
+    client: Redis, packed: bytes, read: Callable[[Any], Awaitable[Any]] | None = None
+) -> Any:
+    """``packed`` sent on a pooled connection, and its one reply read (or ``read`` of the
+    connection: several), under the connection's own retry policy (a lost connection is
+    closed and the whole sent again), as ``execute_command`` runs a command."""
     pool: Any = client.connection_pool
     conn = await pool.get_connection()
 
     async def attempt() -> Any:
         if not _written(conn, packed):
             await conn.send_packed_command(packed)
-        return await conn.read_response()
+        # One reply read here: an append (the hot path) pays no coroutine more.
+        return await (conn.read_response() if read is None else read(conn))
 
     async def failed(_error: Exception) -> None:
         await conn.disconnect()
