@@ -16,9 +16,15 @@ VENV=${VENV:-.venv}
 EXTRAS=${EXTRAS:-dev,adk,demo}
 if [ ! -x "$VENV/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$VENV"
-  "$VENV/bin/pip" install -q -U pip
 fi
-"$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
+# uv installs the same releases as pip in a fifth of the time (CI installs three venvs before
+# any test runs); pip does it when uv cannot be had. The venv keeps its pip either way.
+if [ -x "$VENV/bin/uv" ] || "$VENV/bin/pip" install -q uv 2>/dev/null; then
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -e ".[$EXTRAS]"
+else
+  "$VENV/bin/pip" install -q -U pip
+  "$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
+fi
 "$VENV/bin/python" -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
 # The TypeScript package (typescript/), which tests/test_typescript.py and
 # tests/test_mixed_language.py run, when node is on PATH: `npm ci` only when its lock file
