@@ -117,8 +117,10 @@ serve() {
   local name=$1 port=$2 bin=$3
   shift 3
   rm -rf "${DIR:?}/$name" && mkdir -p "$DIR/$name"
+  # A primary sends a new replica its data at once: by default it waits 5 s for more replicas
+  # to share the transfer, and every replica's start waited out those seconds.
   "$bin" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR/$name" \
-    --daemonize no "$@" >"$DIR/$name.log" 2>&1 &
+    --repl-diskless-sync-delay 0 --daemonize no "$@" >"$DIR/$name.log" 2>&1 &
   echo $! >"$DIR/$name.pid"
   wait_ping "$name" "$port" "$!"
 }
