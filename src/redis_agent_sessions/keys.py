@@ -405,7 +405,7 @@ class KeySpace:
 
     def memory_context(self, app_name: str, user_id: str) -> str:
         """What a search scores each entry by (its time, length, author terms, neighbours and
-        terms in context: see ``_memory.lua``); outside the index's prefix, as ``memory_stats``."""
+        terms in context: see ``_scoring.lua``); outside the index's prefix, as ``memory_stats``."""
         return f"{self.prefix}:mem:ctx:{{{escape(app_name)}:{escape(user_id)}}}"
 
     def memory_term(self, app_name: str, user_id: str, term: str) -> str:

@@ -20,7 +20,16 @@ import {
 } from './errors.js';
 
 /** The Lua libraries a script may name on its `-- uses:` line, in the order prepended. */
-export const LIBRARIES = ['_permitted', '_layout', '_expiry', '_memory', '_entries'];
+export const LIBRARIES = [
+  '_permitted',
+  '_layout',
+  '_expiry',
+  '_postings',
+  '_counts',
+  '_scoring',
+  '_rank',
+  '_entries',
+];
 
 /** The scripts this package runs (and the libraries they use are copied beside them). */
 export const SCRIPT_NAMES = [

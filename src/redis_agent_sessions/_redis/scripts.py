@@ -49,7 +49,16 @@ run a command it needs, and when Redis refused the first write for memory."""
 _REFUSED = (WRONG_TYPE, DENIED, FULL)
 
 
-LIBRARIES = ("_permitted", "_layout", "_expiry", "_memory", "_entries")
+LIBRARIES = (
+    "_permitted",
+    "_layout",
+    "_expiry",
+    "_postings",
+    "_counts",
+    "_scoring",
+    "_rank",
+    "_entries",
+)
 """The Lua libraries a script may declare on its ``-- uses:`` line, in the order they are
 prepended: each may call the ones before it."""
 
@@ -60,11 +69,14 @@ def lua_source(name: str) -> str:
     declares on a ``-- uses:`` line (``-- uses: _permitted, _layout``), in that order: the
     ACL prelude (``lua/_permitted.lua``), which every script calls before its first command,
     the layout argument's reader (``lua/_layout.lua``), the expiry index's helpers
-    (``lua/_expiry.lua``), the memory scripts' helpers (``lua/_memory.lua``) and their entry
-    writes (``lua/_entries.lua``). Only those: each library's functions are made anew on
-    every run of a script that carries it. A script whose file opens with a shebang line
-    (``#!lua flags=no-writes``: it only reads, so Redis runs it at full memory and never
-    lets it write) keeps that line first, where Redis looks for it."""
+    (``lua/_expiry.lua``), the postings' scale (``lua/_postings.lua``), the memory writes'
+    helpers (``lua/_counts.lua``), the searches' filter and BM25 scoring
+    (``lua/_scoring.lua``), the plain backend's ranking over postings (``lua/_rank.lua``)
+    and the memory entry writes (``lua/_entries.lua``). Only those: each library's
+    functions are made anew on every run of a script that carries it. A script whose file
+    opens with a shebang line (``#!lua flags=no-writes``: it only reads, so Redis runs it
+    at full memory and never lets it write) keeps that line first, where Redis looks for
+    it."""
     lua = resources.files(__package__).joinpath("lua")
     own = lua.joinpath(f"{name}.lua").read_text("utf-8")
     first = ""

@@ -1,6 +1,7 @@
 -- Memory entry writes, shared by memory_put, memory_delete and memory_facts.
 -- Prepended to every script that names it on its '-- uses:' line (_redis/scripts.py), after
--- _memory.lua, whose helpers it calls (a library, not a script: no KEYS, no ARGV).
+-- _postings.lua and _counts.lua, whose names it uses (a library, not a script: no KEYS, no
+-- ARGV).
 -- K names the user's fixed keys: {entries = zset, texts = hash, stats = hash, df = hash,
 -- ctx = hash}.
 -- write_entries(K, todo, opt): stores each op of todo as memory_put.lua describes it, with
@@ -91,7 +92,7 @@ local function write_entries(K, todo, opt)
         end
       end
     end
-    -- Its filter tokens last (_memory.lua's passes): no term holds a space or a ':'. And
+    -- Its filter tokens last (_scoring.lua's passes): no term holds a space or a ':'. And
     -- under ' ' .. id (no id starts with a space), its time and tokens alone: what a
     -- filtered search reads of each entry it meets, a tenth of the bytes.
     ctxs[#ctxs + 1] = op.id

@@ -1,5 +1,5 @@
 -- Deletes memory entries with their postings, all or nothing.
--- uses: _permitted, _memory, _entries
+-- uses: _permitted, _postings, _counts, _entries
 -- KEYS[1] entries: the entries zset
 -- KEYS[2] deleted: the deleted set
 -- KEYS[3] texts: the texts hash

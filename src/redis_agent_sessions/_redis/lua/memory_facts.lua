@@ -1,6 +1,6 @@
 -- Applies a generator's operations on one user's facts, all or nothing, each checked against
 -- the revision the generator saw (compare-and-set), and moves the session's watermark.
--- uses: _permitted, _memory, _entries
+-- uses: _permitted, _postings, _counts, _entries
 -- KEYS[1] entries: the entries zset
 -- KEYS[2] texts: the texts hash
 -- KEYS[3] stats: the stats hash

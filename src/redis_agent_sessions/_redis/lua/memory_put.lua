@@ -1,5 +1,5 @@
 -- Writes a batch of memory entries with their term statistics (and postings), all or nothing.
--- uses: _permitted, _memory, _entries
+-- uses: _permitted, _postings, _counts, _entries
 -- KEYS[1] entries: the entries zset
 -- KEYS[2] deleted: the deleted set
 -- KEYS[3] session: the session set
@@ -49,7 +49,7 @@
 --         is dropped)
 -- Scores are computed when searching, from the entry's tf and dl and the user's counts; a
 -- posting's score (BM25's saturated, length-normalised frequency against the average
--- length when it is written, in units of _memory.lua's POSTING_SCALE) only orders what a
+-- length when it is written, in units of _postings.lua's POSTING_SCALE) only orders what a
 -- search reads first.
 local mode, postings, texts, capped = ARGV[1], ARGV[2] ~= '0', ARGV[2] == '1', ARGV[2] == '2'
 local ops = cjson.decode(ARGV[7])

@@ -1,12 +1,12 @@
 #!lua flags=no-writes
 -- Plain-backend search: one user's entries ranked by BM25 (memory/_ranking.py), best first.
--- uses: _permitted, _memory
+-- uses: _permitted, _postings, _scoring, _rank
 -- KEYS[1] stats: the stats hash (n, len)
 -- KEYS[2] texts: the texts hash
 -- KEYS[3] df: the document frequencies hash
--- KEYS[4] context: the context hash (see _memory.lua)
+-- KEYS[4] context: the context hash (see _scoring.lua)
 -- KEYS[5]... postings: posting zsets: a term's (entry id by weight) and gram ones (id by time)
--- ARGV[1] filter: the search's filter ('' = none: _memory.lua's set_filter)
+-- ARGV[1] filter: the search's filter ('' = none: _scoring.lua's set_filter)
 -- ARGV[2] limit: at most this many entries
 -- ARGV[3] read_budget: most postings read in all
 -- ARGV[4] substring_cap: most substring matches per term
@@ -29,7 +29,7 @@
 -- those first scores beats anything an entry not yet met could still reach, or after the
 -- read budget (ARGV[3]) of postings: a term in most entries is never read whole. The
 -- best ARGV[6] candidates (all, when they are at most four times as many) are then scored
--- with their context, and the turns around the best ARGV[7] of them too (_memory.lua's
+-- with their context, and the turns around the best ARGV[7] of them too (_scoring.lua's
 -- best_entries).
 local refused = denied_each('ZCARD', KEYS, 5) or denied_each('ZSCORE', KEYS, 5)
   or denied_each('ZREVRANGE', KEYS, 5) or denied('HMGET', KEYS[1], 'HGET', KEYS[2])

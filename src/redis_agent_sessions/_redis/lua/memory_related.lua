@@ -4,7 +4,7 @@
 -- (all of them when they are few; else the best ranked among the user's entries for the
 -- events' words, as memory_rank.lua ranks, or by the search module's ranking given here),
 -- each as its record: what the generator is shown, and what a change of it compares.
--- uses: _permitted, _memory
+-- uses: _permitted, _postings, _scoring, _rank
 -- KEYS[1] stats: the stats hash (KEYS[1..4] as memory_rank.lua's)
 -- KEYS[2] texts: the texts hash
 -- KEYS[3] df: the document frequencies hash

@@ -1,11 +1,11 @@
 #!lua flags=no-writes
 -- Search-backend ranking, last step: the candidates the search module proposed scored
 -- exactly as the plain backend scores (memory_rank.lua), by BM25 over each one's terms with
--- their context, and the turns around the best of them too (_memory.lua's best_entries).
--- uses: _permitted, _memory
+-- their context, and the turns around the best of them too (_scoring.lua's best_entries).
+-- uses: _permitted, _scoring
 -- KEYS[1] context: the context hash (one user's)
 -- KEYS[2]... holding: entry hashes holding a query word's grams
--- ARGV[1] filter: the search's filter ('' = none: _memory.lua's set_filter); the
+-- ARGV[1] filter: the search's filter ('' = none: _scoring.lua's set_filter); the
 --   candidates are within it, their neighbours are returned only when within it too
 -- ARGV[2] limit: at most this many entries
 -- ARGV[3] indexed: entries indexed by terms (n)
