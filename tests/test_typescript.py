@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from _servers import skip_without
+from redis_agent_sessions._redis.scripts import LIBRARIES
 
 ROOT = Path(__file__).resolve().parent.parent
 TYPESCRIPT = ROOT / "typescript"
@@ -39,6 +40,15 @@ def test_the_lua_copy_is_the_python_packages() -> None:
         assert (TYPESCRIPT / "lua" / f"{name}.lua").read_bytes() == (
             LUA / f"{name}.lua"
         ).read_bytes(), f"typescript/lua/{name}.lua differs: run `npm run build`"
+
+
+def test_the_typescript_libraries_are_the_python_packages() -> None:
+    """What a ``-- uses:`` line may name (``src/scripts.ts``'s LIBRARIES), in the order
+    prepended: the Python package's list, which a split or renamed library changes."""
+    source = (TYPESCRIPT / "src" / "scripts.ts").read_text(encoding="utf-8")
+    listed = re.search(r"export const LIBRARIES = \[([^\]]*)\]", source)
+    assert listed is not None
+    assert tuple(re.findall(r"'(\w+)'", listed[1])) == LIBRARIES
 
 
 @pytest.mark.real
