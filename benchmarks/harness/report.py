@@ -104,9 +104,12 @@ def environment_lines(title: str, env: dict[str, Any]) -> list[str]:
 # -- arguments and output --------------------------------------------------------------------
 
 
-def parser(doc: str | None) -> argparse.ArgumentParser:
-    """A benchmark's argument parser, described by the first line of its docstring."""
-    return argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+def parser(doc: str | None, prog: str | None = None) -> argparse.ArgumentParser:
+    """A benchmark's argument parser, described by the first line of its docstring; ``prog``
+    names it in the usage line (argparse's default, the script's file name, would be
+    ``__main__.py`` for a benchmark that is a package)."""
+    description = doc.splitlines()[0] if doc else None
+    return argparse.ArgumentParser(prog=prog, description=description)
 
 
 def add_flags(
