@@ -25,6 +25,7 @@ lists its flags; ``--quick`` is a smoke run, ``--json PATH`` keeps the result):
 - ``ab``: two revisions of the library against each other, in one run.
 
 Each starts its own throwaway redis-server(s) on loopback and stops them on the way out.
-The shared machinery lives in :mod:`benchmarks.harness`; a benchmark module imports only
-the harness, the library and third-party packages, never another benchmark module.
+The shared machinery lives in :mod:`benchmarks.harness`; a benchmark (a module, or a
+package of modules such as ``cluster``) imports only the harness, its own modules, the
+library and third-party packages, never another benchmark.
 """

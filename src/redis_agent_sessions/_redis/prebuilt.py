@@ -8,7 +8,7 @@ the connection's own retry policy, as ``execute_command`` would; a small command
 to the socket without redis-py's ``wait_for`` around the write (see ``_written``).
 
 On a ``redis.asyncio.cluster.RedisCluster`` the routing is skipped too (~19 us of a cluster
-append, benchmarks/cluster.py): every key of one script call is in one slot, so the command
+append, benchmarks/cluster/): every key of one script call is in one slot, so the command
 goes to the slot's primary, known from the client's slot table, on one of that node's
 pooled connections. Anything out of the ordinary (a slot moved or being migrated, the
 cluster down or reconfiguring, a dropped connection, a lost script) is handed to redis-py's
