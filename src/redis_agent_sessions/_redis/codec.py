@@ -237,7 +237,7 @@ def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector around a large batch decode.
 
     Decoding 1,000 events allocates some 10,000 acyclic objects, which triggers several
-    collections that traverse everything the process holds: in benchmarks/append.py that cost
+    collections that traverse everything the process holds: in benchmarks/append/ that cost
     ~0.6 ms at the median and up to 15 ms at p90 per 1,000-event read. Reference counting
     still frees everything; the previous GC state is restored.
     """

@@ -1,7 +1,7 @@
 """EVALSHA with the command packed by hiredis, in C, instead of by redis-py, in Python.
 
 redis.asyncio packs every argument in Python: for append_event's ~33 arguments that
-costs 55-65 us per append more than ``hiredis.pack_command`` (benchmarks/append.py, the
+costs 55-65 us per append more than ``hiredis.pack_command`` (benchmarks/append/, the
 "redis-py packing" row, interleaved). So on a plain ``redis.asyncio.Redis`` with hiredis
 installed, a script call packs its command itself and sends it on a pooled connection, with
 the connection's own retry policy, as ``execute_command`` would; a small command is written
@@ -145,7 +145,7 @@ def _written(conn: Any, packed: bytes) -> bool:
     send: with a ``socket_timeout`` (5 s by default in redis-py 8) that send runs as an
     ``asyncio.wait_for`` of the write, which on Python 3.11 is a task of its own and two
     more turns of the event loop: about 30 us of a 270 us append on this machine (appends
-    interleaved with bare EVALSHA calls, as benchmarks/append.py's floor runs them). The
+    interleaved with bare EVALSHA calls, as the floor of benchmarks/append/ runs them). The
     timeout still holds: the reply is read under it, and a command the server cannot read
     is a reply that never comes. False (redis-py sends it) for a connection not open or
     closing, one that is not on an asyncio stream, one that checks its health before
