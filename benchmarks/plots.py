@@ -257,22 +257,6 @@ def sqlite_dir(given: str | None) -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
-def file_system(path: str) -> str:
-    """The type of the file system ``path`` is on (``tmpfs``, ``ext4``, ...), from
-    /proc/mounts; ``unknown`` where that cannot be read."""
-    found, length = "unknown", -1
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return found
-    real = os.path.realpath(path)
-    for line in mounts:
-        _, point, kind, *_ = line.split()
-        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > length:
-            found, length = kind, len(point)
-    return found
-
-
 async def run(url: str, plan: Plan, where: str | None, sqlite_max: int) -> dict[str, Any]:
     client = Redis.from_url(url)
     prefix = unique_prefix("plots")
@@ -296,7 +280,7 @@ async def run(url: str, plan: Plan, where: str | None, sqlite_max: int) -> dict[
                 aiosqlite=version("aiosqlite"),
                 sqlite=sqlite3.sqlite_version,
                 sqlite_on=where or tempfile.gettempdir(),
-                sqlite_fs=file_system(where or tempfile.gettempdir()),
+                sqlite_fs=report.file_system(where or tempfile.gettempdir()),
             )
             scratch = {
                 name: await service.create_session(

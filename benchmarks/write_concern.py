@@ -42,7 +42,6 @@ would not mean what they say.
 from __future__ import annotations
 
 import asyncio
-import os
 import platform
 import sys
 import time
@@ -88,25 +87,6 @@ QUICK = Plan("quick", 200, 5, 50, 5, 1)
 
 class BenchError(Exception):
     """Something the benchmark needs did not work; the message says what."""
-
-
-def filesystem_of(path: str) -> str:
-    """The type of the file system ``path`` is on (from /proc/mounts), for the fsync cost."""
-    real = os.path.realpath(path)
-    best, kind = "", "unknown"
-    try:
-        with open("/proc/mounts", encoding="utf-8") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) < 3:
-                    continue
-                mount = parts[1].replace("\\040", " ")
-                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) > len(best):
-                    best, kind = mount, parts[2]
-    except OSError:
-        pass
-    return kind
 
 
 def cpu_model() -> str:
@@ -276,7 +256,7 @@ async def measure(
                 plan=asdict(plan),
                 redis7_exe=r7[0].binary,
                 redis8_exe=r8[0].binary,
-                data_dir_fs=filesystem_of(r8[0].data_dir),
+                data_dir_fs=report.file_system(r8[0].data_dir),
                 cpu=cpu_model(),
                 write_timeout_ms=TIMEOUT_MS,
             ),

@@ -35,6 +35,7 @@ __all__ = [
     "emit",
     "environment",
     "environment_lines",
+    "file_system",
     "latency_cells",
     "ms",
     "ratio_row",
@@ -99,6 +100,26 @@ def environment_lines(title: str, env: dict[str, Any]) -> list[str]:
         f"redis-py {env['redis_py']} ({env['parser']}), redis-server {servers or '-'}; "
         f"{env['cpus']} CPUs, 1-min load {env['loadavg_1m']:.2f} at start",
     ]
+
+
+def file_system(path: str) -> str:
+    """The type of the file system ``path`` is on (``tmpfs``, ``ext4``, ...), from
+    /proc/mounts; ``unknown`` where that cannot be read."""
+    real = os.path.realpath(path)
+    best, kind = "", "unknown"
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mount = parts[1].replace("\\040", " ")
+                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) > len(best):
+                    best, kind = mount, parts[2]
+    except OSError:
+        pass
+    return kind
 
 
 # -- arguments and output --------------------------------------------------------------------
