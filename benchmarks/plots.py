@@ -42,7 +42,7 @@ from google.genai import types
 from redis.asyncio import Redis
 
 from benchmarks.harness import report, servers, svg, timing
-from benchmarks.harness.workloads import in_chunks, make_adk_event, unique_prefix
+from benchmarks.harness.workloads import in_chunks, make_adk_event, seed_session, unique_prefix
 from redis_agent_sessions import Event as CoreEvent
 from redis_agent_sessions import RedisSessionService as CoreService
 from redis_agent_sessions import SessionServiceConfig
@@ -132,13 +132,6 @@ def ids(session: Any) -> dict[str, Any]:
     return {"app_name": APP, "user_id": USER, "session_id": session.id}
 
 
-async def seed(service: Any, sid: str, length: int, make: Callable[[int], Any]) -> Any:
-    session = await service.create_session(app_name=APP, user_id=USER, session_id=sid)
-    for i in range(length):
-        await service.append_event(session, make(i))
-    return session
-
-
 async def seed_compacted(service: AdkService, sid: str, length: int) -> Any:
     """``length`` events: a conversation, and after every 48 of its events a summary of all
     but the newest turn (ADK's token-threshold compaction, which rolls the summaries up)."""
@@ -183,7 +176,7 @@ async def at_length(
         progress(f"{length:,} events: seeding {count} {name} session(s)")
 
         def seeder(i: int, s: Any = service, m: Any = make, n: str = name) -> Any:
-            return lambda: seed(s, f"{n}-{length}-{i}", length, m)
+            return lambda: seed_session(s, APP, USER, length, m, session_id=f"{n}-{length}-{i}")
 
         calls = [seeder(i) for i in range(count)]
         chunk = 1 if name == "sqlite" else 16  # SQLite takes one writer at a time
