@@ -150,11 +150,10 @@ async def append_phase(
                 await timed_appends(services[target], pairs, this_round[kind][target])
                 after = await servers.command_stats(*stat_nodes[target])
                 work = result.work.setdefault((target, kind), defaultdict(lambda: [0, 0]))
-                for cmd, (calls, usec) in after.items():
-                    calls0, usec0 = before.get(cmd, (0, 0))
-                    if calls > calls0 and cmd != "info":
-                        work[cmd][0] += calls - calls0
-                        work[cmd][1] += usec - usec0
+                for cmd, (calls, usec) in servers.stats_delta(before, after).items():
+                    if cmd != "info":
+                        work[cmd][0] += calls
+                        work[cmd][1] += usec
                 appended = result.work_appends.get((target, kind), 0) + len(pairs)
                 result.work_appends[target, kind] = appended
             for kind, by_target in this_round.items():

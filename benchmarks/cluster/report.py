@@ -27,24 +27,22 @@ from benchmarks.cluster.cpu import CpuRun
 from benchmarks.cluster.latency import Latency
 from benchmarks.harness import report
 from benchmarks.harness.report import Table, sign, us
-from benchmarks.harness.timing import Stats, median_of, percentile
+from benchmarks.harness.timing import median_of, percentile
 
 
 def latency_report(lat: Latency) -> list[str]:
     out: list[str] = []
     table = Table(("latency, one client, sequential", "n", "p50 us", "p99 us", "mean us"))
     for op in RAW_OPS:
-        s = lat.raw[op]
-        table.add(RAW_LABELS[op], *cells(s))
+        table.add(*report.latency_cells(RAW_LABELS[op], vars(lat.raw[op])))
     for kind in KINDS:
         for target in TARGETS:
-            s = lat.appends[target, kind]
-            table.add(f"append_event, {KIND_LABELS[kind]}: {TARGET_LABELS[target]}", *cells(s))
+            name = f"append_event, {KIND_LABELS[kind]}: {TARGET_LABELS[target]}"
+            table.add(*report.latency_cells(name, vars(lat.appends[target, kind])))
     for mode, label in (("full", "full"), ("recent", f"last {RECENT}")):
         for target in TARGETS:
-            s = lat.gets[target, mode]
             name = f"get_session {GET_SESSION_EVENTS} events, {label}: {TARGET_LABELS[target]}"
-            table.add(name, *cells(s))
+            table.add(*report.latency_cells(name, vars(lat.gets[target, mode])))
     out += [table.render(), ""]
 
     work = Table(("server work per append (INFO commandstats)", "EVALSHAs", "script us"))
@@ -150,10 +148,6 @@ def latency_report(lat: Latency) -> list[str]:
         "",
     ]
     return out
-
-
-def cells(s: Stats) -> tuple[str, ...]:
-    return (str(s.n), us(s.p50_us), us(s.p99_us), us(s.mean_us))
 
 
 def cpu_report(
