@@ -127,10 +127,8 @@ def render(result: dict[str, Any]) -> str:
 
     b = result["breakdown"]
     title = f"where a first page (by update) goes (mean of {b['calls']} calls)"
-    parts = report.Table((title, "us", "share"))
-    for name, value in b["parts_us"].items():
-        parts.add(name, f"{value:,.1f}", f"{value / b['mean_us']:.0%}")
-    parts.add("total list_sessions_page (timed, with wrappers)", f"{b['mean_us']:,.1f}", "")
+    parts = report.share_table(title, b["parts_us"], b["mean_us"])
+    parts.add("total list_sessions_page (timed, with wrappers)", report.us(b["mean_us"]), "")
     server = report.Table(("server time per page (INFO commandstats)", "calls", "us"))
     for cmd, v in b["server_commands_per_page"].items():
         server.add(cmd, f"{v['calls']:.1f}", f"{v['usec']:.1f}")
