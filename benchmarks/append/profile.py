@@ -109,11 +109,6 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
     }
     rest = total.mean_us - sum(parts.values())
     parts["rest before the call: checks, temp filter, argument list"] = rest
-    inner = {
-        cmd: (calls / n, usec / n)
-        for cmd, (calls, usec) in sorted(server.items(), key=lambda kv: -kv[1][1])
-        if cmd not in ("evalsha", "info")
-    }
     return {
         "appends": n,
         "history": f"100..{100 + n // len(sessions)} ({len(sessions)} sessions)",
@@ -121,9 +116,7 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         "p50_us": total.p50_us,
         "parts_us": parts,
         "timer_overhead_us_per_wrapper": timing.timer_overhead_us(),
-        "server_inner_commands_per_append": {
-            cmd: {"calls": c, "usec": u} for cmd, (c, u) in inner.items()
-        },
+        "server_inner_commands_per_append": servers.per_call(server, n, "evalsha", "info"),
         "raw_evalsha_append_lua": asdict(await raw_append_script(work, client, plan)),
         "append_without_script": asdict(await append_without_script(work, plan)),
         "append_without_script_idle": asdict(await append_without_script(work, plan, 0.0002)),

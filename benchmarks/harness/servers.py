@@ -51,6 +51,7 @@ __all__ = [
     "delete_prefix_on_nodes",
     "free_ports",
     "module_args",
+    "per_call",
     "primary_with_replica",
     "redis7",
     "redis7_binary",
@@ -393,6 +394,19 @@ def stats_delta(
         if calls > calls0:
             out[cmd] = (calls - calls0, usec - usec0)
     return out
+
+
+def per_call(
+    ran: dict[str, tuple[int, int]], calls: int, *leave_out: str
+) -> dict[str, dict[str, float]]:
+    """The commands of a :func:`stats_delta` per call of the ``calls`` it served: command ->
+    ``{"calls": ..., "usec": ...}``, most server time first, without ``leave_out`` (e.g.
+    ``info``, the counters' own reads)."""
+    return {
+        cmd: {"calls": count / calls, "usec": usec / calls}
+        for cmd, (count, usec) in sorted(ran.items(), key=lambda kv: -kv[1][1])
+        if cmd not in leave_out
+    }
 
 
 async def delete_prefix(client: Redis, prefix: str) -> None:

@@ -62,11 +62,6 @@ async def page_breakdown(service: RedisSessionService, client: Redis, plan: Plan
         parts.values()
     )
     hgetall = timers.calls["decode"] / n
-    server_parts = {
-        cmd: {"calls": calls / n, "usec": usec / n}
-        for cmd, (calls, usec) in sorted(server.items(), key=lambda kv: -kv[1][1])
-        if cmd != "info"
-    }
     return {
         "calls": n,
         "mean_us": total.mean_us,
@@ -75,7 +70,7 @@ async def page_breakdown(service: RedisSessionService, client: Redis, plan: Plan
         "decoded_hashes_per_page": hgetall,
         "timer_overhead_us_per_wrapper": timing.timer_overhead_us(),
         "wrapped_calls_per_page": sum(timers.calls.values()) / n,
-        "server_commands_per_page": server_parts,
+        "server_commands_per_page": servers.per_call(server, n, "info"),
         "reference_reads": await reference_reads(service, client, plan),
         "cprofile": await cprofile_pages(first_updated, max(20, n // 4)),
     }
