@@ -1,6 +1,6 @@
 """The architecture's rules that import-linter does not check (it checks layers and cycles
-of the package, `lint-imports`): module size, where the topology is decided, and benchmarks
-that share a harness instead of importing each other."""
+of the package, `lint-imports`): module size (the benchmarks' too), where the topology is
+decided, and benchmarks that share a harness instead of importing each other."""
 
 from __future__ import annotations
 
@@ -62,6 +62,17 @@ def test_each_capability_decides_the_topology_in_one_place() -> None:
                 if asks and not (isinstance(node.value, ast.Name) and node.value.id == "config"):
                     found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert {c: len(found) for c, found in places.items()} == {"sessions": 1, "memory": 1}, places
+
+
+def test_every_benchmark_file_reads_in_one_sitting() -> None:
+    """Benchmarks stay lean as the package does: a benchmark that outgrows one module becomes
+    a package of them, and what several share goes to the harness."""
+    long = {
+        str(p.relative_to(BENCHMARKS)): n
+        for p in _modules(BENCHMARKS)
+        if (n := len(p.read_text().splitlines())) >= 500
+    }
+    assert long == {}
 
 
 def test_benchmarks_import_the_harness_never_each_other() -> None:
