@@ -6,7 +6,8 @@
 - :mod:`.timing`: the one percentile definition, latency summaries, GC handling,
   interleaved rounds, ratios taken within a round, monkeypatch timers.
 - :mod:`.workloads`: event builders (core and ADK models), seeding sessions, names.
-- :mod:`.report`: tables, the environment header, ``--json PATH``, progress lines.
+- :mod:`.report`: tables, the environment header (with the file system a file sits on),
+  ``--json PATH``, progress lines.
 - :mod:`.internals`: every reach into the library's private modules, in one place.
 - :mod:`.locomo`: LoCoMo conversations, questions and observations as the memory
   benchmarks read them (``recall``, ``facts``), and recall@k.
