@@ -37,7 +37,7 @@ from _backends import (
 )
 from _cli import cli, cli_forker  # noqa: F401 - the operator CLI fixtures, for every module
 from _processes import processes  # noqa: F401 - helper processes killed at the end, for every module
-from _shards import parse_shard, shard_of
+from _shards import selected
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.sessions._cache import ReadCache
 
@@ -76,16 +76,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _this_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``RAS_SHARD=k/n``, deselects the modules dealt to other shards (_shards.py)."""
+    """Under ``RAS_SHARD`` (``k/n``, ``rest:k/n`` or ``waiting``), deselects the modules
+    of other shards (_shards.py)."""
     if not os.environ.get("RAS_SHARD"):
         return
     try:
-        k, n = parse_shard(os.environ["RAS_SHARD"])
+        modules = selected({item.path.stem for item in items}, os.environ["RAS_SHARD"])
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    dealt = shard_of({item.path.stem for item in items}, n)
-    kept = [item for item in items if dealt[item.path.stem] == k]
-    config.hook.pytest_deselected(items=[item for item in items if dealt[item.path.stem] != k])
+    kept = [item for item in items if item.path.stem in modules]
+    config.hook.pytest_deselected(items=[item for item in items if item.path.stem not in modules])
     items[:] = kept
 
 
