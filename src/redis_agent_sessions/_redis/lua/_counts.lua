@@ -1,7 +1,7 @@
 -- Memory writes' shared helpers: what memory_put, memory_delete and memory_facts compare an
--- entry by, and the user's term counts their entry writes (_entries.lua) keep. Prepended to
--- every script that names it on its '-- uses:' line (_redis/scripts.py) (a library, not a
--- script: no KEYS, no ARGV).
+-- entry by, and the user's term counts their entry writes (_entries.lua) keep.
+-- Prepended to every script that names it on its '-- uses:' line (_redis/scripts.py) (a
+-- library, not a script: no KEYS, no ARGV).
 -- stored_sig(own, tf, dl, au, grams): what an entry (those fields, as HMGET read them) is
 --   found by, as memory/_store.py's stored_sig spells it; nil when it does not exist.
 -- count_terms(deltas, tf, au, by): adds by to deltas[term] for each term of an entry's tf

@@ -18,8 +18,9 @@ local function set_filter(spec)
   if spec == nil or spec == '' then FILTER = nil return end
   local parts = {}
   for part in string.gmatch(spec .. '\t', '([^\t]*)\t') do parts[#parts + 1] = part end
-  FILTER = {since = tonumber(parts[1]), till = tonumber(parts[2]),
-    now = tonumber(parts[3]), half = tonumber(parts[4]), clauses = {}}
+  local since, till = tonumber(parts[1]), tonumber(parts[2])
+  local now, half = tonumber(parts[3]), tonumber(parts[4])
+  FILTER = {since = since, till = till, now = now, half = half, clauses = {}}
   for i = 5, #parts do
     local clause = {}
     for token in string.gmatch(parts[i], '%S+') do clause[#clause + 1] = ' ' .. token .. ' ' end
