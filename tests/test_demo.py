@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
+from _cli import FORKERS
 from _servers import skip_without
 from redis_agent_sessions._redis.server import LocalRedis, find_redis_server
 from redis_agent_sessions.demo._output import (
@@ -58,6 +59,13 @@ def _env(**overrides: str | None) -> dict[str, str]:
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _refused(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``_run`` of a demo refused before it starts anything (``args`` after DEMO): in a
+    process of its own forked from one with the package imported (tests/_cli.py), as the
+    operator commands' tests run, since the import was most of each such run's second."""
+    return FORKERS.run(["demo", *args], env=env, preload=("redis_agent_sessions.demo",), timeout=60)
 
 
 def _assert_story(out: str, prefix: str = "ras-demo") -> None:
@@ -336,7 +344,7 @@ def test_demo_on_a_cluster_without_cluster_true_says_so_in_one_line() -> None:
     ],
 )
 def test_demo_malformed_redis_url_exits_2_with_one_line(url: str) -> None:
-    result = _run(DEMO, _env(REDIS_URL=url))
+    result = _refused([], _env(REDIS_URL=url))
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
@@ -496,7 +504,7 @@ def test_demo_unreachable_redis_url_exits_2() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     # Nothing listens on the port once the socket is closed.
-    result = _run(DEMO, _env(REDIS_URL=f"redis://127.0.0.1:{port}/0"))
+    result = _refused([], _env(REDIS_URL=f"redis://127.0.0.1:{port}/0"))
     assert result.returncode == 2
     assert result.stderr.startswith("redis-agent-sessions: cannot reach Redis")
 
@@ -508,7 +516,7 @@ def test_demo_refuses_a_key_prefix_that_would_build_another_prefixs_keys() -> No
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"redis://127.0.0.1:{port}/0?key_prefix=prod"
-    result = _run([*DEMO, "--key-prefix", "mem"], _env(REDIS_URL=url))
+    result = _refused(["--key-prefix", "mem"], _env(REDIS_URL=url))
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith(
         "redis-agent-sessions: the demo cannot use --key-prefix 'mem': key prefix 'prod:mem' "
@@ -619,7 +627,7 @@ def test_demo_without_any_server_exits_2(tmp_path: Path) -> None:
 
 
 def test_demo_rejects_fewer_than_three_workers() -> None:
-    result = _run([*DEMO, "--workers", "2"], _env())
+    result = _refused(["--workers", "2"], _env())
     assert result.returncode == 2
     assert "at least 3" in result.stderr
 
