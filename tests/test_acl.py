@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from _acl import acl_user, readme_commands, readme_rules
 from _backends import backend
+from _snapshot import snapshot, within
 from redis_agent_sessions import (
     Content,
     Event,
@@ -30,7 +31,6 @@ from redis_agent_sessions import (
     SessionServiceConfig,
 )
 from redis_agent_sessions.keys import KeySpace
-from test_bad_input import snapshot
 
 pytestmark = [pytest.mark.real, pytest.mark.acl]
 
@@ -191,7 +191,7 @@ async def run_as(admin: Redis, worker: Redis, *, cluster_layout: bool, search: b
                 # The app's slot refused the second step: the first (the user's slot) has
                 # landed, its app writes pending in the outbox, as after any failed app step,
                 # and its user registered for the sweep (in the app's slot, before the first).
-                before, after = _slot(before, APP_SLOT), _slot(after, APP_SLOT)
+                before, after = within(before, APP_SLOT), within(after, APP_SLOT)
                 for data in (before, after):
                     data.pop(f"{APP_SLOT}app_pending".encode(), None)
             assert after == before, f"step {name} changed data, then was refused"
@@ -199,10 +199,6 @@ async def run_as(admin: Redis, worker: Redis, *, cluster_layout: bool, search: b
 
 
 APP_SLOT = f"ras:{{{APP}}}:"
-
-
-def _slot(data: dict[bytes, Any], prefix: str) -> dict[bytes, Any]:
-    return {k: v for k, v in data.items() if k.startswith(prefix.encode())}
 
 
 @pytest.mark.parametrize("layout", ["single", "cluster-layout"])

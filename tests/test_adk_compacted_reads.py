@@ -23,11 +23,11 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 import adk_compaction_app as app
+from _snapshot import snapshot
 from adk_rewind_app import compaction_event
 from redis_agent_sessions import InvalidInputError
 from redis_agent_sessions.adk import CompactedReads, RedisSessionService, StaleSessionError
 from redis_agent_sessions.adk import _compacted as compacted
-from test_bad_input import snapshot
 
 pytestmark = [pytest.mark.adk, pytest.mark.filterwarnings("ignore::UserWarning")]
 warnings.filterwarnings("ignore", message=r"\[EXPERIMENTAL\]")

@@ -30,10 +30,10 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.genai import types
 
+from _snapshot import snapshot
 from redis_agent_sessions import InvalidInputError, RedisSessionsError
 from redis_agent_sessions import RedisSessionService as CoreSessionService
 from redis_agent_sessions.adk import RedisSessionService
-from test_bad_input import snapshot
 
 pytestmark = pytest.mark.adk
 

@@ -26,6 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from _acl import acl_user
 from _backends import backend, pick
 from _cli import Cli
+from _snapshot import snapshot
 from redis_agent_sessions import (
     Event,
     EventActions,
@@ -38,7 +39,6 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions.keys import KeySpace, escape
 from redis_agent_sessions.sessions import _sweep
-from test_bad_input import snapshot
 
 APP, OTHER = "sweep_app", "sweep other"
 KEYS = KeySpace()

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from _snapshot import Snapshot, snapshot, snapshot_of_failing_slot
 from redis_agent_sessions import (
     Content,
     CorruptDataError,
@@ -29,23 +30,6 @@ from redis_agent_sessions.config import MAX_TTL_SECONDS
 from redis_agent_sessions.keys import KeySpace
 
 APP, USER = "app", "user"
-
-
-async def snapshot(client: Any) -> dict[bytes, Any]:
-    """Every key with its type and content: the whole database, to compare before/after."""
-    out: dict[bytes, Any] = {}
-    async for key in client.scan_iter():
-        kind = await client.type(key)
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        if kind == "hash":
-            out[key] = await client.hgetall(key)
-        elif kind == "stream":
-            out[key] = await client.xrange(key)
-        elif kind == "zset":
-            out[key] = await client.zrange(key, 0, -1, withscores=True)
-        else:
-            out[key] = (kind, await client.dump(key))
-    return out
 
 
 @pytest.fixture
@@ -415,24 +399,14 @@ async def test_key_of_foreign_type_fails_before_any_write(
     keys = KeySpace().session(APP, USER, populated.id)
     await redis_client.delete(keys.app_state)
     await redis_client.set(keys.app_state, "someone else's string")
-    before = await snapshot_of_failing_slot(redis_client, service)
+    before = await snapshot_of_failing_slot(redis_client, service, APP)
     event = Event(actions=EventActions(state_delta={"k": 2, "app:a": 2}))
     with pytest.raises(CorruptDataError, match="app_state"):
         await service.append_event(populated, event)
-    assert await snapshot_of_failing_slot(redis_client, service) == before
+    assert await snapshot_of_failing_slot(redis_client, service, APP) == before
     with pytest.raises(CorruptDataError, match="app_state"):
         await service.create_session(app_name=APP, user_id=USER)
-    assert await snapshot_of_failing_slot(redis_client, service) == before
-
-
-async def snapshot_of_failing_slot(client: Any, service: RedisSessionService) -> dict[bytes, Any]:
-    """The snapshot, or on the cluster layout only the app's slot: there app keys are written
-    in a second step, so when the app's slot refuses, the user-slot part has landed (its app
-    write waits in the outbox) and the app's slot is what stays untouched."""
-    everything = await snapshot(client)
-    if service._engine.layout.name != "cluster":
-        return everything
-    return {k: v for k, v in everything.items() if k.startswith(b"ras:{" + APP.encode() + b"}")}
+    assert await snapshot_of_failing_slot(redis_client, service, APP) == before
 
 
 @pytest.mark.parametrize("which", ["meta", "state", "user_state", "app_state", "events"])
@@ -461,9 +435,9 @@ async def test_append_names_any_key_of_foreign_type(
     await redis_client.delete(key)
     await redis_client.set(key, "x")
 
-    async def take(client: Any, service: RedisSessionService) -> dict[bytes, Any]:
+    async def take(client: Any, service: RedisSessionService) -> Snapshot:
         if which == "app_state":
-            return await snapshot_of_failing_slot(client, service)
+            return await snapshot_of_failing_slot(client, service, APP)
         return await snapshot(client)
 
     before = await take(redis_client, service)

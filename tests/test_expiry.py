@@ -26,6 +26,7 @@ from _acl import acl_user
 from _backends import BACKENDS, backend, pick
 from _backends import worker as service_client
 from _cli import Cli
+from _snapshot import snapshot
 from redis_agent_sessions import (
     CorruptDataError,
     Event,
@@ -36,7 +37,6 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions.keys import KeySpace, split_app_member
 from redis_agent_sessions.sessions._layout import Layout
-from test_bad_input import snapshot
 
 APP = "exp_app"
 
@@ -448,10 +448,6 @@ async def test_the_readme_user_cleans_up_and_nothing_new_is_refused(
 # -- the operator's path: a backlog written before the expiry index --------------------------
 
 
-async def prefixed(client: Any, prefix: str) -> dict[bytes, Any]:
-    return {k: v for k, v in (await snapshot(client)).items() if k.startswith(prefix.encode())}
-
-
 async def test_the_cli_drops_a_backlog_and_stats_counts_it(cli: Cli) -> None:
     users = ["u0", "u1", "u2", "u3"]
     async with cli.service() as svc:
@@ -473,12 +469,12 @@ async def test_the_cli_drops_a_backlog_and_stats_counts_it(cli: Cli) -> None:
         assert human.returncode == 0, human.stderr
         assert "EXPIRED" in human.stdout
 
-        before = await prefixed(client, cli.prefix)
+        before = await snapshot(client, match=f"{cli.prefix}*")
         dry = cli.run("expired", APP, "--dry-run")
         assert dry.returncode == 0, dry.stderr
         assert f"12 of 15 sessions in the index of app {APP!r} no longer exist" in dry.stdout
         assert cli.json("expired", APP, "--dry-run")["dropped"] == 0
-        assert await prefixed(client, cli.prefix) == before
+        assert await snapshot(client, match=f"{cli.prefix}*") == before
         assert len(await stale(client, cli.prefix, users)) == 12 * (3 if cli.cluster else 4)
 
         done = cli.run("expired", APP)

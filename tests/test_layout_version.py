@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from _backends import backend, pick, worker
+from _snapshot import snapshot
 from redis_agent_sessions import (
     Event,
     EventActions,
@@ -20,8 +21,6 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions._redis.layout_version import LAYOUT_VERSION
 from redis_agent_sessions.keys import KeySpace
-from test_bad_input import snapshot
-from test_layout_vectors import dump
 
 APP, USER = "layout_app", "ann"
 LAYOUT_KEY = KeySpace().layout()
@@ -51,9 +50,9 @@ async def test_a_fresh_store_records_layout_1(clients: tuple[Any, Any]) -> None:
     assert await admin.get(LAYOUT_KEY) == b"1"
     # Another service finds it and writes nothing more.
     other = RedisSessionService(client)
-    before = await dump(admin)
+    before = await snapshot(admin)
     assert await other.get_session(app_name=APP, user_id=USER, session_id="s") is not None
-    assert await dump(admin) == before
+    assert await snapshot(admin) == before
 
 
 async def test_a_store_without_the_record_is_layout_1_and_gets_it(
@@ -131,4 +130,8 @@ async def test_memory_refuses_a_newer_layout_too(clients: tuple[Any, Any]) -> No
     memory = RedisMemoryService(client, backend="plain")
     with pytest.raises(LayoutVersionError):
         await memory.search_memory(app_name=APP, user_id=USER, query="anything")
-    assert await dump(admin) == {LAYOUT_KEY: ("string", b"2")}
+    # The refused search wrote nothing: the newer layout's record is all there is.
+    assert {k: kind for k, (kind, _, _) in (await snapshot(admin)).items()} == {
+        LAYOUT_KEY.encode(): "string"
+    }
+    assert await admin.get(LAYOUT_KEY) == b"2"

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from _acl import acl_user, readme_rules
 from _backends import backend
 from _servers import skip_without
+from _snapshot import snapshot
 from redis_agent_sessions import (
     Event,
     EventActions,
@@ -29,7 +30,6 @@ from redis_agent_sessions import (
     SessionServiceConfig,
     WriteConcernError,
 )
-from test_bad_input import snapshot
 
 APP, USER = "wc_app", "ann"
 
