@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from _acl import acl_user
 from _backends import backend, pick
 from _servers import skip_without
+from _snapshot import snapshot
 from redis_agent_sessions import (
     Content,
     Event,
@@ -41,7 +42,6 @@ from redis_agent_sessions import (
 )
 from redis_agent_sessions.keys import JobKeys, KeySpace
 from redis_agent_sessions.memory._request_options import MAX_PAIRS
-from test_hostile_input import dumps
 from test_memory_facts import Answer, Scripted
 
 APP, USER = "options_app", "u1"
@@ -290,12 +290,12 @@ async def test_a_bad_option_is_refused_and_nothing_is_written(
         async with FactWorker(memory, apps=[APP], **QUICK):
             await memory.wait_for_generation(app_name=APP, user_id=USER, timeout=20)
     await sessions.append_event(session, said("coffee now"))
-    before = await dumps(client)
+    before = await snapshot(client)
     with pytest.raises(InvalidInputError):
         await memory.add_session_to_memory(session, custom_metadata=bad)
     with pytest.raises(InvalidInputError):
         await tell(memory, "coffee now", **bad)
-    assert await dumps(client) == before
+    assert await snapshot(client) == before
     assert len(model.requests) == 1
 
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from _snapshot import snapshot
 from redis_agent_sessions import (
     Event,
     InvalidInputError,
@@ -24,33 +25,6 @@ from redis_agent_sessions._redis.codec import MAX_DEPTH
 from redis_agent_sessions.keys import LAYOUT_WORDS, KeySpace, SessionKeys
 
 APP, USER = "app", "user"
-
-
-async def dumps(client: Any) -> dict[bytes, tuple[bytes, Any]]:
-    """Every key's TYPE and content: its DUMP, or for a hash, set or sorted set its members
-    in order. DUMP writes a large hash, set or sorted set in its table's order, which
-    Redis changes as it rehashes, also on reads: equal content, other bytes."""
-    keys = [key async for key in client.scan_iter(count=1000)]
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.type(key)
-    kinds = [k.encode() if isinstance(k, str) else k for k in await pipe.execute()] if keys else []
-    pipe = client.pipeline(transaction=False)
-    for key, kind in zip(keys, kinds, strict=True):
-        if kind == b"hash":
-            pipe.hgetall(key)
-        elif kind == b"set":
-            pipe.smembers(key)
-        elif kind == b"zset":
-            pipe.zrange(key, 0, -1, withscores=True)
-        else:
-            pipe.dump(key)
-    replies = await pipe.execute() if keys else []
-    content = [
-        sorted(r.items()) if isinstance(r, dict) else sorted(r) if isinstance(r, set) else r
-        for r in replies
-    ]
-    return dict(zip(keys, zip(kinds, content, strict=True), strict=True))
 
 
 def nested(levels: int) -> Any:
@@ -98,12 +72,12 @@ async def refused(
     # One snapshot before them all: each call must leave the store as the first found it,
     # so the state after one is the state before the next.
     errors: list[InvalidInputError] = []
-    before = await dumps(client)
+    before = await snapshot(client)
     for call in calls:
         with pytest.raises(InvalidInputError, match=match) as caught:
             await call()
         assert type(caught.value) is InvalidInputError
-        assert await dumps(client) == before
+        assert await snapshot(client) == before
         errors.append(caught.value)
     return errors
 
@@ -199,11 +173,11 @@ async def test_the_issues_collision_is_refused_before_anything_is_written(
     # memory set of that session. A config that skipped validation is refused by the keys.
     sessions = RedisSessionService(worker_client)
     await sessions.create_session(app_name="a", user_id="u", session_id="s0")
-    before = await dumps(redis_client)
+    before = await snapshot(redis_client)
     unchecked = SessionServiceConfig().model_copy(update={"key_prefix": "ras:mem"})
     with pytest.raises(InvalidInputError, match="has 'mem' after a ':'"):
         RedisSessionService(worker_client, config=unchecked)
-    assert await dumps(redis_client) == before
+    assert await snapshot(redis_client) == before
 
 
 # Parts a prefix may be made of: the layout's words, its other fixed names, and a few others.

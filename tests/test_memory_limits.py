@@ -13,6 +13,7 @@ import pytest
 
 from _acl import acl_user
 from _backends import backend, pick
+from _snapshot import snapshot
 from redis_agent_sessions import (
     Content,
     Event,
@@ -29,7 +30,7 @@ from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory import CallableGenerator, FactSettings
 from redis_agent_sessions.memory._docs import MAX_ENTRY_TERMS
 from redis_agent_sessions.memory._ranking import MAX_QUERY_TERMS, PlainRanker, prepare
-from test_hostile_input import dumps, nested
+from test_hostile_input import nested
 from test_memory import (
     memory_client,  # noqa: F401 - the memory suite's backends
     provision_on_demand,
@@ -84,12 +85,12 @@ async def refused(
     # the state after one is the state before the next (a snapshot of a store of 10,000
     # posting keys costs more than the calls).
     caught: list[Any] = []
-    before = await dumps(client)
+    before = await snapshot(client)
     for call in calls:
         with pytest.raises(error, match=match) as raised:
             await call()
         assert type(raised.value) is error
-        assert await dumps(client) == before
+        assert await snapshot(client) == before
         caught.append(raised.value)
     return caught
 
