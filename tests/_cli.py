@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from _servers import skip_without
+from _snapshot import Snapshot, snapshot
 from redis_agent_sessions import RedisSessionService, SessionServiceConfig
 
 __all__ = ["FORKERS", "Cli", "Forkers", "cli", "cli_forker", "drop"]
@@ -201,6 +202,12 @@ class Cli:
 
     def client(self) -> Any:
         return RedisCluster.from_url(self.url) if self.cluster else Redis.from_url(self.url)
+
+    async def snapshot(self) -> Snapshot:
+        """Every key of this server (of every primary of a cluster): see ``_snapshot``."""
+        client = self.client()
+        async with client:
+            return await snapshot(client)
 
     def service(self, prefix: str | None = None) -> RedisSessionService:
         config = SessionServiceConfig(key_prefix=prefix or self.prefix)

@@ -1,8 +1,9 @@
 """``import`` given hostile records (issue 52): a refused record exits 2 naming file and line,
-and leaves every key of the database as it was (each key's TYPE and DUMP, and whether it
-expires), the shared user and app scopes included; ``--replace`` replaces only a session
-whose new record is known good. What it accepts, the API accepts too, and it reads back
-exactly as given. The file is read as a stream, a line never held beyond its limit."""
+and leaves every key of the database as it was (its type, content and expiry, as
+``_snapshot`` compares them), the shared user and app scopes included; ``--replace`` replaces
+only a session whose new record is known good. What it accepts, the API accepts too, and it
+reads back exactly as given. The file is read as a stream, a line never held beyond its
+limit."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from redis.asyncio import Redis
 
 from _cli import Cli, drop
 from _servers import skip_without
+from _snapshot import snapshot
 from redis_agent_sessions import Event, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions._redis.codec import MAX_TIME, MIN_TIME
 from redis_agent_sessions.config import MAX_TTL_SECONDS
@@ -40,21 +42,6 @@ from redis_agent_sessions.cli._records import import_record, read_record
 
 APP, USER, SID = "a", "u", "s1"
 MIB = 1 << 20
-
-
-async def snapshot(client: Any) -> dict[bytes, tuple[Any, Any, bool]]:
-    """Every key of the database (every node of a cluster): its type, its DUMP, and whether
-    it expires."""
-    out: dict[bytes, tuple[Any, Any, bool]] = {}
-    async for key in client.scan_iter(count=1000):
-        out[key] = (await client.type(key), await client.dump(key), await client.pttl(key) >= 0)
-    return out
-
-
-async def whole_database(cli: Cli) -> dict[bytes, tuple[Any, Any, bool]]:
-    client = cli.client()
-    async with client:
-        return await snapshot(client)
 
 
 async def seed(cli: Cli) -> dict[str, Any]:
@@ -171,7 +158,7 @@ ON_THE_COMMAND_LINE = [
 async def test_a_refused_record_changes_no_key(cli: Cli, tmp_path: Path, replace: bool) -> None:
     base = await seed(cli)
     dump = tmp_path / "hostile.jsonl"
-    before = await whole_database(cli)
+    before = await cli.snapshot()
     cases = {name: (changes, message) for name, changes, message in CASES}
     for name in ON_THE_COMMAND_LINE:
         changes, message = cases[name]
@@ -184,12 +171,12 @@ async def test_a_refused_record_changes_no_key(cli: Cli, tmp_path: Path, replace
         assert f"{dump}:2: " in result.stderr, (name, result.stderr)
         assert re.search(message, result.stderr), (name, result.stderr)
         assert "nothing was imported before it" in result.stderr, name
-        assert await whole_database(cli) == before, name
+        assert await cli.snapshot() == before, name
     # The comparison sees a change: the same record, unchanged, replaces the session.
     good = _record(base, [HACKED], SID)
     dump.write_text(json.dumps(good) + "\n")
     assert cli.run("import", str(dump), "--replace").returncode == 0
-    assert await whole_database(cli) != before
+    assert await cli.snapshot() != before
     assert cli.json("show", APP, USER, SID) == good
 
 
@@ -197,13 +184,13 @@ async def test_a_refused_record_changes_no_key(cli: Cli, tmp_path: Path, replace
 async def test_every_case_is_refused_before_any_write(cli: Cli, replace: bool) -> None:
     """Every case, as the command runs it (the line's JSON, then ``import_record``)."""
     base = await seed(cli)
-    before = await whole_database(cli)
+    before = await cli.snapshot()
     async with cli.service() as svc:
         for name, changes, message in CASES:
             line = json.dumps(_record(base, changes, SID if replace else "fresh")).encode()
             with pytest.raises(InvalidInputError, match=message):
                 await import_record(svc._engine, loads(line), replace=replace)
-            assert await whole_database(cli) == before, name
+            assert await cli.snapshot() == before, name
 
 
 async def test_a_line_over_the_limit_is_refused_unread(cli: Cli, tmp_path: Path) -> None:
@@ -213,12 +200,12 @@ async def test_a_line_over_the_limit_is_refused_unread(cli: Cli, tmp_path: Path)
     dump = tmp_path / "long.jsonl"
     record = _record(base, [HACKED, _set("events.0.custom_metadata", {"pad": "x" * 300_000})], SID)
     dump.write_text("\n" + json.dumps(record) + "\n")
-    before = await whole_database(cli)
+    before = await cli.snapshot()
     result = cli.run("import", str(dump), "--replace", "--max-line-bytes", "200000")
     assert result.returncode == 2, result.stderr
     assert f"{dump}:2: the line is longer than 200,000 bytes (--max-line-bytes)" in result.stderr
     assert "nothing was imported before it" in result.stderr
-    assert await whole_database(cli) == before
+    assert await cli.snapshot() == before
     accepted = cli.run("import", str(dump), "--replace", "--max-line-bytes", "400000")
     assert accepted.returncode == 0, accepted.stderr
     assert cli.json("show", APP, USER, SID) == record
