@@ -17,6 +17,7 @@ from _acl import acl_user, readme_rules
 from _backends import backend, pick
 from _embedders import SynonymEmbedder
 from _servers import skip_without
+from _snapshot import snapshot
 from redis_agent_sessions import (
     CallableGenerator,
     ConsolidationConflictError,
@@ -234,23 +235,6 @@ async def test_raw_events_stay_searchable_when_asked(client: Any) -> None:
     ]
 
 
-async def snapshot(client: Any) -> dict[Any, Any]:
-    out: dict[Any, Any] = {}
-    async for key in client.scan_iter("ras:mem:*"):
-        kind = await client.type(key)
-        if kind == b"hash":
-            out[key] = await client.hgetall(key)
-        elif kind == b"zset":
-            out[key] = await client.zrange(key, 0, -1, withscores=True)
-        elif kind == b"list":
-            out[key] = await client.lrange(key, 0, -1)
-        elif kind == b"set":
-            out[key] = await client.smembers(key)
-        else:
-            out[key] = await client.get(key)
-    return out
-
-
 HOSTILE: list[tuple[str, Answer]] = [
     ("not a list", lambda r: "add: the user is nice"),  # type: ignore[return-value,arg-type]
     ("a bare string op", lambda r: ["add"]),
@@ -438,8 +422,11 @@ async def test_facts_expire_without_residue(client: Any, monkeypatch: pytest.Mon
     # Forgotten whole: entry, postings, counts, scoring record, history and indexes; the
     # user's generation counts stay, for operators.
     after = await snapshot(client)
-    stats = after.pop(KEYS.memory_stats(APP, USER).encode())
-    assert stats == {b"generations": b"1", b"facts_added": b"1", b"facts_expired": b"1"}
+    kind, stats, _ = after.pop(KEYS.memory_stats(APP, USER).encode())
+    assert (kind, dict(stats)) == (
+        "hash",
+        {b"generations": b"1", b"facts_added": b"1", b"facts_expired": b"1"},
+    )
     left = {k: v for k, v in after.items() if k not in before and b":session:" not in k}
     assert left == {}
 

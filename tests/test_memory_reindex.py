@@ -15,6 +15,7 @@ import pytest
 
 from _backends import backend, pick
 from _cli import Cli
+from _snapshot import snapshot
 from redis_agent_sessions import RedisMemoryService, RedisSessionService, SessionServiceConfig
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory import _analysis, _reindex
@@ -69,21 +70,6 @@ async def write(memory: RedisMemoryService, user: str) -> None:
 async def ids(memory: RedisMemoryService, query: str, user: str = USER) -> list[str]:
     found = await memory.search_memory(app_name=APP, user_id=user, query=query)
     return [m.id or "" for m in found.memories]
-
-
-async def snapshot(client: Any) -> dict[bytes, Any]:
-    out = {}
-    for key in sorted([k async for k in client.scan_iter("ras:mem:*")]):
-        kind = await client.type(key)
-        if kind == b"hash":
-            out[key] = await client.hgetall(key)
-        elif kind == b"zset":
-            out[key] = await client.zrange(key, 0, -1, withscores=True)
-        elif kind == b"set":
-            out[key] = await client.smembers(key)
-        else:
-            out[key] = await client.get(key)
-    return out
 
 
 async def test_entries_of_another_analysis_are_analysed_again(
