@@ -18,6 +18,7 @@ import pytest
 
 from _acl import acl_user
 from _servers import skip_without
+from _snapshot import snapshot
 from redis_agent_sessions import (
     Content,
     Event,
@@ -31,12 +32,6 @@ from redis_agent_sessions import (
     RedisSessionService,
     SessionServiceConfig,
 )
-
-
-async def stored(client: Any) -> dict[bytes, Any]:
-    """Every key and its dump (a test may scan; the library never does)."""
-    keys = [key async for key in client.scan_iter(count=1000)]
-    return {key: await client.dump(key) for key in keys}
 
 
 def names(readiness: Readiness) -> list[tuple[str, bool]]:
@@ -60,7 +55,7 @@ async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
     await service.append_event(
         session, Event(author="a", actions=EventActions(state_delta={"app:x": 1, "user:y": 2}))
     )
-    before = await stored(redis_client)
+    before = await snapshot(redis_client)
     readiness = await service.check_ready()
     assert readiness, readiness
     assert names(readiness) == [("redis", True), ("scripts", True), ("memory", True)]
@@ -80,7 +75,7 @@ async def test_a_working_service_is_ready_and_the_probe_changes_nothing(
         assert detail == f"all {primaries} primaries answer: {product} {version}"
     else:
         assert detail.endswith("(version unknown: INFO server refused)"), detail
-    assert await stored(redis_client) == before
+    assert await snapshot(redis_client) == before
     memory = RedisMemoryService(worker_client, backend="plain")
     found = await memory.check_ready()
     assert names(found) == [

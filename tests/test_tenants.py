@@ -24,6 +24,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 from _acl import PAGE
 from _backends import backend as open_backend
 from _embedders import SynonymEmbedder
+from _snapshot import Snapshot, snapshot
 from facts_generators import likes
 from redis_agent_sessions import (
     Content,
@@ -199,28 +200,9 @@ async def work_as(worker: Any, app: str, user: str = "u1") -> None:
     assert sid in [s.id for s in listed.sessions]
 
 
-async def app_keys(admin: Any, app: str) -> dict[bytes, tuple[bytes, bytes]]:
-    """Every key of one app (its tenant's key patterns), as TYPE and DUMP."""
-    patterns = [rule[1:] for rule in KEYS.app_acl_keys(app) if rule.startswith("~")]
-    nodes = admin.get_primaries() if isinstance(admin, RedisCluster) else [None]
-    found: dict[bytes, tuple[bytes, bytes]] = {}
-    for node in nodes:
-        options = {} if node is None else {"target_nodes": node}
-        for pattern in patterns:
-            cursor: Any = 0
-            while True:
-                reply = await admin.execute_command(
-                    "SCAN", cursor, "MATCH", pattern, "COUNT", 1000, **options
-                )
-                cursor, keys = reply
-                if isinstance(cursor, dict):  # a cluster client's, by node
-                    cursor = next(iter(cursor.values()))
-                for key in keys:
-                    kind = await admin.type(key)
-                    found[key] = (kind, await admin.dump(key))
-                if int(cursor) == 0:
-                    break
-    return found
+async def app_keys(admin: Any, app: str) -> Snapshot:
+    """Every key of one app (its tenant's key patterns), on every primary of a cluster."""
+    return await snapshot(admin, match=[r[1:] for r in KEYS.app_acl_keys(app) if r.startswith("~")])
 
 
 async def test_a_tenant_works_and_reaches_nothing_of_another_app(
