@@ -4,19 +4,22 @@
 Each key maps to ``(type, content, expires)``:
 
 - its TYPE;
-- its content: its DUMP, except for a hash, set or sorted set, its members in order. DUMP
-  writes a large hash, set or sorted set in its table's order, which Redis changes as it
-  rehashes, also on reads: equal content, other bytes. A list, string or stream keeps its
-  DUMP, which for a stream holds more than its entries (its last id, its consumer groups).
-  The one thing a hash's DUMP holds that its members do not, TTLs of single fields, the
-  library never sets;
+- its content: its DUMP, except for a hash or set, its members sorted. DUMP writes a large
+  hash or set in its table's order, which Redis changes as it rehashes, also on reads:
+  equal content, other bytes. A sorted set's DUMP follows its skiplist, in score order, so
+  it stays, as a stream's, which holds more than its entries (its last id, its consumer
+  groups). The one thing a hash's DUMP holds that its members do not, TTLs of single
+  fields, the library never sets;
+- in fakeredis, whose DUMP is a pickle of its own objects, a sorted set is its members and
+  scores in order too: the pickle of one changes when a member is removed and added back
+  (a write undone, as a refused call's registration is) though the set is the same;
 - its PEXPIRETIME, the millisecond it expires at (-1: never), so a TTL added, dropped or set
   again (even to the same length) shows.
 
 Alike on every backend: on a cluster client SCAN visits every primary, and the reads go in
 pipelines, which the cluster client splits by node: one of every key's TYPE (in a large
 store, one SCAN per type instead), then one of its PEXPIRETIME and content. fakeredis answers
-DUMP with its own encoding (a pickle), as stable as a server's for a key nobody wrote. A key
+DUMP with its own encoding (see above), as stable as a server's for a key nobody wrote. A key
 gone between the SCAN and its reads (it expired) is left out, as a SCAN a moment later would
 have left it out.
 """
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+import fakeredis
 
 __all__ = ["Snapshot", "snapshot", "snapshot_of_failing_slot", "within"]
 
@@ -49,6 +54,7 @@ async def snapshot(client: Any, match: str | Iterable[str] | None = None) -> Sna
     if not keys:
         return {}
     kinds = await _types(client, patterns, keys)
+    fake = isinstance(client, fakeredis.FakeAsyncRedis)
     pipe = client.pipeline(transaction=False)
     for key, kind in kinds.items():
         pipe.pexpiretime(key)
@@ -56,7 +62,7 @@ async def snapshot(client: Any, match: str | Iterable[str] | None = None) -> Sna
             pipe.hgetall(key)
         elif kind == "set":
             pipe.smembers(key)
-        elif kind == "zset":
+        elif kind == "zset" and fake:
             pipe.zrange(key, 0, -1, withscores=True)
         else:
             pipe.dump(key)
