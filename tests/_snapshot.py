@@ -1,5 +1,5 @@
 """Every key of a store, to prove that a refused call left it exactly as it was: take a
-:func:`snapshot` before the call, and one after it must be equal.
+`snapshot` before the call, and one after it must be equal.
 
 Each key maps to ``(type, content, expires)``:
 
