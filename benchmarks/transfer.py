@@ -413,10 +413,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    started = time.perf_counter()
-    with servers.redis_url(args.url) as (url, owned):
-        result = asyncio.run(run(url, owned, plan, profile=args.profile_import))
-    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    result = servers.run_on(
+        args.url, lambda served, owned: run(served, owned, plan, profile=args.profile_import)
+    )
     report.emit(result, render, args.json)
     return 0
 

@@ -21,6 +21,7 @@ ever signals a process it did not start.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
@@ -30,7 +31,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -361,6 +362,18 @@ def redis_url(url: str | None) -> Iterator[tuple[str, bool]]:
         return
     with redis7() as node:
         yield node.url, True
+
+
+def run_on(
+    url: str | None, run: Callable[[str, bool], Coroutine[Any, Any, dict[str, Any]]]
+) -> dict[str, Any]:
+    """``run(url, owned)`` in asyncio on ``redis_url(url)``'s server, its result's
+    environment given the whole run's wall time (the server's start and stop included)."""
+    started = time.perf_counter()
+    with redis_url(url) as (served, owned):
+        result = asyncio.run(run(served, owned))
+    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    return result
 
 
 # -- what the benchmarks ask servers ---------------------------------------------------------

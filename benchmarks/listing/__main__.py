@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -171,10 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_flags(parser, url=True, quick="10,000 sessions over 100 users (< 30 s)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
-    started = time.perf_counter()
-    with servers.redis_url(args.url) as (url, owned):
-        result = asyncio.run(run(url, owned, plan))
-    result["environment"]["wall_seconds"] = round(time.perf_counter() - started, 1)
+    result = servers.run_on(args.url, lambda served, owned: run(served, owned, plan))
     report.emit(result, render, args.json)
     return 0
 
