@@ -153,7 +153,8 @@ async def cli(*args: str) -> tuple[float, str]:
 
 
 def counted(said: str, verb: str, plan: Plan) -> None:
-    expected = f"{verb} {plan.sessions} sessions ({plan.sessions * plan.events} events)"
+    # The CLI groups thousands (1,000), as its counts read everywhere.
+    expected = f"{verb} {plan.sessions:,} sessions ({plan.sessions * plan.events:,} events)"
     if said.splitlines()[-1] != expected:
         raise RuntimeError(f"expected {expected!r}, the CLI said {said!r}")
 
