@@ -23,6 +23,7 @@ __all__ = [
     "BATCH_ENTRIES",
     "UNKNOWN_SESSION_ID",
     "VECTOR_BATCH_ENTRIES",
+    "Batcher",
     "Doc",
     "ScriptKeys",
     "batches",
@@ -196,24 +197,46 @@ class ScriptKeys:
         return found
 
 
-def batches(
-    docs: Iterable[Doc], entries: int = BATCH_ENTRIES, first: int | None = None
-) -> Iterator[list[Doc]]:
-    """Runs of docs bounded in count (the first to ``first``, when given), bytes and terms
-    (a posting each, on the plain backend), so one script never blocks Redis long."""
-    batch: list[Doc] = []
-    bound = entries if first is None else first
-    size = terms = 0
-    for doc in docs:
+class Batcher:
+    """Docs into runs bounded in count (the first to ``first``, when given), bytes and terms
+    (a posting each, on the plain backend), so one script never blocks Redis long. A run is
+    done when the doc after it does not fit: the last is known when the docs run out."""
+
+    def __init__(self, entries: int = BATCH_ENTRIES, first: int | None = None) -> None:
+        self._entries = entries
+        self._bound = entries if first is None else first
+        self._batch: list[Doc] = []
+        self._size = self._terms = 0
+
+    def add(self, doc: Doc) -> list[Doc] | None:
+        """Take ``doc``: the run before it when it does not fit there (it starts the next)."""
         doc_size = sum(len(v) for v in doc.fields.values()) + len(doc.vec or b"")
         doc_size += len(doc.own) + len(doc.tf) + len(doc.near)
         doc_terms = len(doc.analysed.tf) + len(doc.grams)
-        full = size + doc_size > _BATCH_BYTES or terms + doc_terms > _BATCH_TERMS
-        if batch and (len(batch) >= bound or full):
-            yield batch
-            batch, size, terms, bound = [], 0, 0, entries
-        batch.append(doc)
-        size += doc_size
-        terms += doc_terms
-    if batch:
-        yield batch
+        done = None
+        batch = self._batch
+        full = self._size + doc_size > _BATCH_BYTES or self._terms + doc_terms > _BATCH_TERMS
+        if batch and (len(batch) >= self._bound or full):
+            done, self._batch, self._size, self._terms = batch, [], 0, 0
+            self._bound = self._entries
+        self._batch.append(doc)
+        self._size += doc_size
+        self._terms += doc_terms
+        return done
+
+    def rest(self) -> list[Doc]:
+        """The run being filled, now done (empty when it has no doc)."""
+        done, self._batch, self._size, self._terms = self._batch, [], 0, 0
+        return done
+
+
+def batches(
+    docs: Iterable[Doc], entries: int = BATCH_ENTRIES, first: int | None = None
+) -> Iterator[list[Doc]]:
+    """The runs of ``Batcher``."""
+    batcher = Batcher(entries, first)
+    for doc in docs:
+        if (done := batcher.add(doc)) is not None:
+            yield done
+    if last := batcher.rest():
+        yield last

@@ -12,6 +12,7 @@ with them, compare-and-set style.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -37,9 +38,9 @@ from redis_agent_sessions.errors import CorruptDataError, RedisSessionsError
 from redis_agent_sessions.keys import KeySpace
 from redis_agent_sessions.memory._analysis import K1, B
 from redis_agent_sessions.memory._encoding import (
+    Batcher,
     Doc,
     ScriptKeys,
-    batches,
     owner_tag,
     stored_sig,
 )
@@ -56,6 +57,8 @@ _ENTRY_FIELDS = ("id", "author", "timestamp", "content", "meta", "expires")
 _SIG_FIELDS = ("own", "tf", "dl", "au", "grams")
 _FIRST_BATCH = 32
 """Entries of the first batch of a long write: Redis starts on it while the next is made."""
+_TURN_EVERY = 8
+"""Entries analysed between two turns of the event loop while a batch is made."""
 
 
 _Made = tuple[list[Doc], MemoryPut]
@@ -230,35 +233,41 @@ class MemoryStore:
         batch, the next is made here (``docs`` may analyse entries as they are asked for)
         and encoded, so the client's work and the script's overlap instead of adding up;
         with ``many`` (more than one batch), the first batch is small, so that Redis starts
-        soon. An ingestion makes one batch ahead: the last one is told it is."""
+        soon."""
         write = _Write(app, user, mode, session_id, ingest, embed)
-        parts = batches(docs, entries, first=_FIRST_BATCH if many else None)
-        queue: list[list[Doc]] = [] if ingest is None else [[]]  # an ingestion sends one
+        batcher = Batcher(entries, first=_FIRST_BATCH if many else None)
+        pending = iter(docs)
 
-        def made() -> _Made | None:
-            batch = next(parts, None)
-            if batch is None and queue:
-                batch = queue.pop()
-            queue.clear()
-            return None if batch is None else (batch, self._call(write, batch, False, None))
+        async def made() -> _Made | None:
+            # The event loop gets a turn every few entries: the call before is sent in
+            # those turns (one over 64 KiB takes several, and Redis starts on it only once
+            # it has all of it), and the worker's other tasks are not held up.
+            for n in itertools.count():
+                if n % _TURN_EVERY == 0:
+                    await asyncio.sleep(0)
+                doc = next(pending, None)
+                if doc is None:
+                    break
+                if (batch := batcher.add(doc)) is not None:
+                    return batch, self._call(write, batch, False, None)
+            # An ingestion sends at least one batch, the last one told it is.
+            last = batcher.rest()
+            if not last and ingest is None:
+                return None
+            return last, self._call(write, last, ingest is not None, None)
 
-        current = made()
-        following = made() if ingest is not None else None
+        current = await made()
         stale: list[str] = []
         while current is not None:
-            docs, call = current
-            ahead = ingest is None or following is not None
-            if not ahead:
-                call = call._replace(final=1)
-            running = asyncio.ensure_future(self._put(write, docs, call))
+            batch, call = current
+            running = asyncio.ensure_future(self._put(write, batch, call))
             try:
-                await asyncio.sleep(0)  # it sends its call before the next batch is made
-                after = made() if ahead else None
+                after = None if call.final else await made()
             except BaseException:
                 await asyncio.gather(running, return_exceptions=True)
                 raise
             stale = await running
-            current, following = (after, None) if ingest is None else (following, after)
+            current = after
         return stale
 
     def _call(
