@@ -22,7 +22,10 @@ blocks compared are measured seconds apart:
 - ``get_session p50``: full reads of a 1,000-event session, cache off (``--reads`` reads);
 - ``cached get_session p50``: the same read through a service with
   ``SessionServiceConfig(read_cache_bytes=256 << 20)``, each read after one event appended
-  by another service (the cache holds all but that event).
+  by another service (the cache holds all but that event);
+- with ``--ingest N``, memory ingestion: the wall time per entry of N entries (the memory
+  benchmark's) added 1,000 at a time to one user (``add_events_to_memory``, plain
+  backend), each version its own app, whose user grows by N each round.
 
 Only the public API is used, so any revision with ``RedisSessionService`` works (the cached
 read is skipped where ``read_cache_bytes`` does not exist). Reported per metric: each
@@ -38,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -53,7 +57,7 @@ from typing import Any
 # helpers and the public-API workloads here (the servers and the report are imported
 # where the orchestrator needs them).
 from benchmarks.harness import timing
-from benchmarks.harness.workloads import make_event
+from benchmarks.harness.workloads import make_event, make_memory_events
 
 REPO = Path(__file__).resolve().parents[1]
 APP = "bench_ab"
@@ -64,6 +68,7 @@ METRICS = {
     "append_p50_us": "append_event p50, us",
     "get_p50_us": f"get_session of {SEED_EVENTS:,} events p50 (cache off), us",
     "cached_p50_us": f"cached get_session of {SEED_EVENTS:,}+ events p50 (1 new event), us",
+    "ingest_us": "memory ingestion, wall us per entry",
 }
 
 
@@ -113,6 +118,23 @@ class Measurer:
             "cached": self.cached is not None,
         }
 
+    async def ingested(self, count: int) -> float:
+        """Wall microseconds per entry of ``count`` memory entries added 1,000 at a time."""
+        from redis_agent_sessions import RedisMemoryService
+
+        if not hasattr(self, "memory"):
+            self.memory = RedisMemoryService(self.client, backend="plain")
+            self.memory_app = f"ab{uuid.uuid4().hex[:8]}"
+            self.entries = 0
+        events = make_memory_events(random.Random(self.entries), self.entries, count, "e")
+        self.entries += count
+        start = time.perf_counter_ns()
+        for i in range(0, count, 1000):
+            await self.memory.add_events_to_memory(
+                app_name=self.memory_app, user_id="me", events=events[i : i + 1000], session_id="s"
+            )
+        return (time.perf_counter_ns() - start) / count / 1e3
+
     async def seeded(self, events: int) -> Any:
         session = await self.service.create_session(app_name=APP, user_id="u")
         for i in range(events):
@@ -132,6 +154,8 @@ class Measurer:
     async def block(self, metric: str, count: int) -> float | None:
         """p50 (us) of ``count`` timed calls of ``metric``."""
         samples: list[int] = []
+        if metric == "ingest_us":
+            return await self.ingested(count)
         if metric == "append_p50_us":
             start = self.appended
             self.appended += count
@@ -290,6 +314,8 @@ def orchestrate(args: argparse.Namespace) -> int:
     progress = report.Progress("ab")
     revisions: list[str | None] = [args.base, args.new]
     counts = {"append_p50_us": args.appends, "get_p50_us": args.reads, "cached_p50_us": args.reads}
+    if args.ingest:
+        counts["ingest_us"] = args.ingest
     with contextlib.ExitStack() as stack:
         a, b = stack.enter_context(checkouts(revisions))
         node = stack.enter_context(servers.redis7(name="ab"))
@@ -305,12 +331,17 @@ def orchestrate(args: argparse.Namespace) -> int:
             order = ["A", "B"] if round_no % 2 == 0 else ["B", "A"]
             progress(f"round {round_no + 1}/{args.rounds} ({' then '.join(order)} per metric)")
             of_round: dict[str, dict[str, Any]] = {"A": {}, "B": {}}
-            for metric, count in counts.items():
+            for metric in METRICS:
                 for side in order:
-                    of_round[side][metric] = workers[side].block(metric, count)
+                    count = counts.get(metric, 0)
+                    of_round[side][metric] = workers[side].block(metric, count) if count else None
             rounds.append(of_round)
     env = report.environment(
-        {"redis": version}, appends=args.appends, reads=args.reads, ttl_seconds=args.ttl
+        {"redis": version},
+        appends=args.appends,
+        reads=args.reads,
+        ingest=args.ingest,
+        ttl_seconds=args.ttl,
     )
     result: dict[str, Any] = {
         "environment": env,
@@ -346,7 +377,9 @@ def render(result: dict[str, Any]) -> str:
     for key, label in METRICS.items():
         m = result["metrics"][key]
         if m is None:
-            table.add(label, "-", "-", "-", "(not in one of the versions)")
+            asked = key != "ingest_us" or env.get("ingest")
+            why = "not in one of the versions" if asked else "not asked: --ingest N"
+            table.add(label, "-", "-", "-", f"({why})")
             continue
         table.add(
             label,
@@ -361,7 +394,8 @@ def render(result: dict[str, Any]) -> str:
             f"A = {result['A']['label']}: {result['A']['src']}",
             f"B = {result['B']['label']}: {result['B']['src']}",
             f"{rounds} rounds; per round and metric a block of each version (A first in odd "
-            f"rounds, B in even): {env['appends']} appends, {env['reads']} reads",
+            f"rounds, B in even): {env['appends']} appends, {env['reads']} reads"
+            + (f", {env['ingest']:,} memory entries" if env.get("ingest") else ""),
             "",
             table.render(),
             "",
@@ -377,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3; quick 2)")
     parser.add_argument("--appends", type=int, default=None, help="timed appends (2000)")
     parser.add_argument("--reads", type=int, default=None, help="timed reads per metric (200)")
+    parser.add_argument(
+        "--ingest", type=int, default=0, help="memory entries ingested per block (none)"
+    )
     parser.add_argument("--quick", action="store_true", help="300 appends, 30 reads, 2 rounds")
     parser.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
