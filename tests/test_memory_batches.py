@@ -4,7 +4,8 @@ call before is sent (Redis starts a call only once it has all of it: a call over
 takes several turns) and the worker's other tasks go on. An ingestion's last batch is told
 it is last (it removes the session's entries no longer in it) without making one ahead.
 
-Client-side scheduling: fakeredis is enough, the scripts are the contract suite's."""
+On fakeredis, a real Redis (where redis-py sends a large call in turns of the loop, as it
+did when the batches did not overlap) and the search backend."""
 
 from __future__ import annotations
 
@@ -13,37 +14,30 @@ import itertools
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import fakeredis
 import pytest
 
-from redis_agent_sessions import Content, Event, Part, RedisMemoryService, Session
+from _backends import backend, pick
+from redis_agent_sessions import Event, RedisMemoryService, Session
 from redis_agent_sessions.memory import _store, _writes
-
-APP, USER = "batches_app", "u1"
-
-
-def event(i: int, word: str = "lemon") -> Event:
-    return Event(
-        id=f"e{i}",
-        author="user",
-        timestamp=1_700_000_000 + i,
-        content=Content(role="user", parts=[Part(text=f"{word} number{i} of the batch")]),
-    )
+from test_memory import APP, USER, event, session
 
 
-def session(count: int, word: str = "lemon") -> Session:
-    return Session(
-        id="s", app_name=APP, user_id=USER, events=[event(i, word) for i in range(count)]
-    )
+def numbered(count: int, word: str = "lemon") -> Session:
+    """Session "s" of ``count`` turns (ids ``e<i>``) that all say ``word``."""
+    turns: list[Event] = [
+        event(f"{word} number{i} of the batch", ts=1_700_000_000 + i, id=f"e{i}")
+        for i in range(count)
+    ]
+    return session("s", *turns)
 
 
-@pytest.fixture
-async def memory() -> AsyncIterator[RedisMemoryService]:
-    client = fakeredis.FakeAsyncRedis()
-    try:
-        yield RedisMemoryService(client, backend="plain")
-    finally:
-        await client.aclose()
+@pytest.fixture(params=pick("fake", "real", "search"))
+async def memory(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RedisMemoryService]:
+    async with backend(request.param, monkeypatch) as client:
+        kind = "search" if str(request.param).startswith("search") else "plain"
+        yield RedisMemoryService(client, backend=kind)
 
 
 class Turns:
@@ -79,9 +73,9 @@ async def test_a_long_write_gives_the_event_loop_a_turn_every_few_entries(
     ticker = asyncio.create_task(turns.tick())
     try:
         if kind == "add_session":
-            await memory.add_session_to_memory(session(1000))
+            await memory.add_session_to_memory(numbered(1000))
         else:
-            events = session(1000).events
+            events = numbered(1000).events
             await memory.add_events_to_memory(
                 app_name=APP, user_id=USER, events=events, session_id="s"
             )
@@ -100,7 +94,7 @@ async def test_a_long_write_gives_the_event_loop_a_turn_every_few_entries(
 async def test_an_ingestion_ends_with_one_last_batch_at_every_batch_edge(
     memory: RedisMemoryService, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
-    await memory.add_session_to_memory(session(count + 5, "melon"))
+    await memory.add_session_to_memory(numbered(count + 5, "melon"))
     finals: list[int] = []
     real = _store.MemoryStore._put
 
@@ -110,7 +104,7 @@ async def test_an_ingestion_ends_with_one_last_batch_at_every_batch_edge(
 
     monkeypatch.setattr(_store.MemoryStore, "_put", put)
     # The same ids with other words, and 5 entries fewer: those are removed after the last.
-    await memory.add_session_to_memory(session(count))
+    await memory.add_session_to_memory(numbered(count))
     calls = 1 if count <= 200 else 1 + -(-(count - 32) // 200)
     # Then the stale entries are deleted, and a last call confirms none is left.
     assert finals == [0] * (calls - 1) + [1, 1]
