@@ -1,14 +1,15 @@
 """Run by tests/test_facts_background_chaos.py in its own OS process: a FactWorker whose
 model counts events.
 
-    python facts_bg_worker.py URL PREFIX APP [--cluster]
+    python facts_bg_worker.py URL PREFIX APP [--cluster] [--hold]
 
 Its model reads the user's counter fact ("The user said K things.") and updates it to
-K + the events it is given, after a pause of 150 ms (a model's latency, during which the
-test may kill the process). It prints ``ready`` once running, ``generating`` as each
-generation starts, and on SIGTERM stops (finishing or releasing what it holds) and prints
-its counts as one JSON line. Kept apart from the test module so that the process imports
-only this and the library.
+K + the events it is given, after a pause of 150 ms (a model's latency); with ``--hold``,
+of 60 s, so that a test that kills the process once it says ``generating`` kills it
+mid-generation however loaded the machine (150 ms could pass before the kill). It prints
+``ready`` once running, ``generating`` as each generation starts, and on SIGTERM stops
+(finishing or releasing what it holds) and prints its counts as one JSON line. Kept apart
+from the test module so that the process imports only this and the library.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from redis_agent_sessions import (
 
 COUNTER = re.compile(r"^The user said (\d+) things\.$")
 LATENCY = 0.15
+HELD = 60.0
 
 
 def counter_text(k: int) -> str:
@@ -37,22 +39,25 @@ def counter_text(k: int) -> str:
 
 
 class Counting:
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+
     async def generate(self, request: GenerationRequest) -> list[MemoryOperation]:
         print("generating", flush=True)
-        await asyncio.sleep(LATENCY)
+        await asyncio.sleep(self.latency)
         [fact] = [f for f in request.facts if COUNTER.match(f.text)]
         k = int(COUNTER.match(fact.text).group(1))  # type: ignore[union-attr]
         text = counter_text(k + len(request.events))
         return [MemoryOperation(action="update", fact_id=fact.id, fact=text)]
 
 
-async def main(url: str, prefix: str, app: str, cluster: bool) -> None:
+async def main(url: str, prefix: str, app: str, cluster: bool, latency: float) -> None:
     memory = RedisMemoryService.from_url(
         url,
         config=SessionServiceConfig(key_prefix=prefix),
         cluster=cluster,
         backend="plain",
-        generator=Counting(),
+        generator=Counting(latency),
         facts=FactSettings(mode="background", history=1000),
     )
     worker = FactWorker(
@@ -68,4 +73,7 @@ async def main(url: str, prefix: str, app: str, cluster: bool) -> None:
 
 if __name__ == "__main__":
     url, prefix, app = sys.argv[1:4]
-    asyncio.run(main(url, prefix, app, "--cluster" in sys.argv[4:]))
+    flags = sys.argv[4:]
+    asyncio.run(
+        main(url, prefix, app, "--cluster" in flags, HELD if "--hold" in flags else LATENCY)
+    )

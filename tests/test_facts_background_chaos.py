@@ -115,7 +115,10 @@ async def test_a_worker_killed_mid_generation_loses_nothing_and_applies_nothing_
             stored[user, n] = session
 
     args = [url, prefix, APP, *(["--cluster"] if cluster else [])]
-    workers = [await start(processes, WORKER, *args) for _ in range(3)]
+    # The victim's model holds each generation 60 s: killed mid-generation, not after it.
+    workers = [
+        await start(processes, WORKER, *args, *(["--hold"] if not i else [])) for i in range(3)
+    ]
     for proc in workers:
         await line(proc, "ready")
     victim = workers.pop(0)
