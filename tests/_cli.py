@@ -60,7 +60,12 @@ class Forker:
         self.lock = threading.Lock()  # one command at a time (tests run some in a thread)
 
     def run(
-        self, argv: list[str], stdin: str | None, env: dict[str, str], timeout: float
+        self,
+        argv: list[str],
+        stdin: str | None,
+        env: dict[str, str],
+        timeout: float,
+        script: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         with self.lock, tempfile.TemporaryDirectory(prefix="ras-cli-") as tmp:
             paths = {name: Path(tmp, name) for name in ("stdin", "stdout", "stderr")}
@@ -73,6 +78,7 @@ class Forker:
                 "stdin": None if stdin is None else str(paths["stdin"]),
                 "stdout": str(paths["stdout"]),
                 "stderr": str(paths["stderr"]),
+                "script": script,
             }
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(request) + "\n")
@@ -86,7 +92,8 @@ class Forker:
                 raise
             # Read as subprocess.run(text=True) reads a pipe: locale encoding, universal newlines.
             out, err = (paths[name].read_text() for name in ("stdout", "stderr"))
-        return subprocess.CompletedProcess(["python", "-m", *argv], status, out, err)
+        command = ["python", script] if script else ["python", "-m"]
+        return subprocess.CompletedProcess([*command, *argv], status, out, err)
 
     def _reply(self, timeout: float) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -119,7 +126,7 @@ class Forkers:
     than PYTHONPATH, which the child applies), as if started afresh with them."""
 
     def __init__(self) -> None:
-        self._by_startup: dict[tuple[tuple[str, str], ...], Forker] = {}
+        self._by_startup: dict[tuple[Any, ...], Forker] = {}
 
     def run(
         self,
@@ -129,16 +136,18 @@ class Forkers:
         env: dict[str, str] | None = None,
         preload: tuple[str, ...] = (),
         timeout: float = TIMEOUT,
+        script: str | Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``subprocess.run([python, "-m", "redis_agent_sessions", *argv], input=stdin,
-        env=env, capture_output=True, text=True, timeout=timeout)``; ``preload``: modules
-        the command imports that are worth importing once (its forker's, when it starts)."""
+        env=env, capture_output=True, text=True, timeout=timeout)``, or with ``script``
+        ``[python, script, *argv]``; ``preload``: modules the command imports that are worth
+        importing once (a forker of their own imports them when it starts)."""
         env = dict(os.environ if env is None else env)
         startup = tuple(sorted((k, v) for k, v in env.items() if _at_startup(k)))
-        forker = self._by_startup.get(startup)
+        forker = self._by_startup.get((startup, preload))
         if forker is None or forker.proc.poll() is not None:
-            forker = self._by_startup[startup] = Forker(env, preload)
-        return forker.run(argv, stdin, env, timeout)
+            forker = self._by_startup[(startup, preload)] = Forker(env, preload)
+        return forker.run(argv, stdin, env, timeout, None if script is None else str(script))
 
     def close(self) -> None:
         for forker in self._by_startup.values():

@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
+from _cli import FORKERS
 
-async def run_helper(*args: str | Path) -> dict[str, Any]:
-    """Run a helper script in a new OS process (this venv's python); the JSON object it
+ADK = ("google.adk.agents", "google.adk.runners", "redis_agent_sessions.adk")
+"""What the ADK helper scripts import, once for all of them (``preload``)."""
+
+
+async def run_helper(*args: str | Path, preload: tuple[str, ...] = ()) -> Any:
+    """Run a helper script (``args[0]``) in a new OS process (this venv's python, forked
+    from one that imported ``preload`` beforehand: ``_cli.Forkers``); the JSON value it
     prints, once it exited 0."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *map(str, args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode == 0, err.decode()
-    result: dict[str, Any] = json.loads(out)
-    return result
+    script, *rest = map(str, args)
+    done = await asyncio.to_thread(FORKERS.run, rest, script=script, preload=preload, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from _processes import run_helper
+from _processes import ADK, run_helper
 from _servers import skip_without
 
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
@@ -84,13 +84,16 @@ class Shared:
             session_id,
             "1" if compaction else "0",
             *messages,
+            preload=ADK,
         )
         turns: list[dict[str, Any]] = result["turns"]
         return turns
 
     async def rewind(self, session_id: str, invocation_id: str) -> dict[str, Any]:
         """``Runner.rewind_async`` in a new OS process; the session it read back."""
-        return await run_helper(HELPER, self.url, self.prefix, "rewind", session_id, invocation_id)
+        return await run_helper(  # type: ignore[no-any-return]
+            HELPER, self.url, self.prefix, "rewind", session_id, invocation_id, preload=ADK
+        )
 
     async def raw_events(self, session_id: str) -> list[dict[str, Any]]:
         """The session's events exactly as stored: the JSON of each stream entry."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from _processes import run_helper
+from _processes import ADK, run_helper
 from _servers import skip_without
 
 pytest.importorskip("google.adk", reason="needs the [adk] extra (google.adk is not installed)")
@@ -52,14 +52,23 @@ class Shared:
 
     async def turn(self, session_id: str, message: str, worker: str = "w") -> dict[str, Any]:
         """One booking turn played by a new OS process."""
-        return await run_helper(HELPER, self.url, self.prefix, session_id, message, worker)
+        return await run_helper(  # type: ignore[no-any-return]
+            HELPER, self.url, self.prefix, session_id, message, worker, preload=ADK
+        )
 
     async def recall_turn(
         self, session_id: str, message: str, user_id: str = app.USER_ID
     ) -> dict[str, Any]:
         """One recall-agent turn played by a new OS process."""
-        return await run_helper(
-            RECALL_HELPER, self.url, self.prefix, app.APP_NAME, user_id, session_id, message
+        return await run_helper(  # type: ignore[no-any-return]
+            RECALL_HELPER,
+            self.url,
+            self.prefix,
+            app.APP_NAME,
+            user_id,
+            session_id,
+            message,
+            preload=ADK,
         )
 
     async def session(self, session_id: str) -> Session:

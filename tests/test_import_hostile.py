@@ -141,7 +141,7 @@ def _record(base: dict[str, Any], changes: list[Callable[[dict[str, Any]], None]
 
 
 # One case or two of each defect of issue 52, run as the command (the rest are run
-# in-process, below: the command spends a second importing google-adk each time).
+# in-process, below: each command is a process, forked and connecting anew).
 ON_THE_COMMAND_LINE = [
     "app-state-and-event-over-limit",  # 1, and 2 with --replace
     "ttl-1e30",  # 3

@@ -11,8 +11,6 @@ seen, and the memory bound.
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from _processes import ADK, run_helper
 from _servers import skip_without
 from _spies import decoded
 from redis_agent_sessions import (
@@ -251,13 +250,9 @@ async def test_another_process_changes_the_session_between_cached_reads(
         assert await get(service, s.id) == before  # warm
         url = skip_without("REDIS_CLUSTER_URL" if cluster else "REDIS_URL")
         flags = [*(["--cluster"] if cluster else []), *(["--adk"] if adk else [])]
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(WRITER), url, prefix, s.id, action, *flags,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, err.decode()
-        theirs = json.loads(out)
+        theirs = await run_helper(
+            WRITER, url, prefix, s.id, action, *flags, preload=ADK if adk else ()
+        )
         mine = await get(service, s.id)
         if theirs is None:
             assert mine is None
