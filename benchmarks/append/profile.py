@@ -18,11 +18,13 @@ from benchmarks.harness.workloads import Workload, events_for
 
 
 async def raw_append_script(
-    work: Workload, client: Redis, plan: Plan, *, acl_checks: bool = True
+    work: Workload, client: Redis, plan: Plan, *, acl_checks: bool = True, stop: str = ""
 ) -> Stats:
     """append_event.lua itself, by raw EVALSHA with prebuilt arguments; without
-    ``acl_checks``, with its ACL questions skipped (what they cost)."""
-    sha = await client.script_load(internals.append_lua_source(acl_checks=acl_checks))
+    ``acl_checks``, with its ACL questions skipped (what they cost); ``stop``: cut short
+    (``internals.append_lua_source``)."""
+    source = internals.append_lua_source(acl_checks=acl_checks, stop=stop)
+    sha = await client.script_load(source)
     session = await work.new_session()
     events = [e for _, e in events_for([session], plan.profile_appends + plan.warmup)]
     keys, calls = internals.append_lua_calls(work.service, APP, session, events)
@@ -34,23 +36,31 @@ async def raw_append_script(
     return summarize(await timing.time_calls(call, plan.profile_appends, plan.warmup))
 
 
-async def acl_check_cost(work: Workload, client: Redis, plan: Plan) -> dict[str, float]:
-    """Server time per append_event.lua run (INFO commandstats), with and without its ACL
-    questions, in alternating rounds so that drift hits both alike."""
-    usec = {True: 0, False: 0}
-    calls = {True: 0, False: 0}
+SCRIPT_PARTS = {
+    "with_checks": {},
+    "without_checks": {"acl_checks": False},
+    "checks_only": {"stop": "checks"},
+    "call_only": {"stop": "call"},
+}
+"""The variants of append_event.lua whose server time ``script_cost`` compares: whole,
+without its ACL questions, only up to their answers, and none of it (the same KEYS and
+ARGV, returning at once)."""
+
+
+async def script_cost(work: Workload, client: Redis, plan: Plan) -> dict[str, float]:
+    """Server time per append_event.lua run (INFO commandstats) of each of SCRIPT_PARTS, in
+    alternating rounds so that drift hits all alike."""
+    usec = dict.fromkeys(SCRIPT_PARTS, 0)
+    calls = dict.fromkeys(SCRIPT_PARTS, 0)
     for _ in range(3):
-        for checks in (True, False):
+        for name, how in SCRIPT_PARTS.items():
             before = await servers.command_stats(client)
-            await raw_append_script(work, client, plan, acl_checks=checks)
+            await raw_append_script(work, client, plan, **how)  # type: ignore[arg-type]
             after = await servers.command_stats(client)
             c, u = servers.stats_delta(before, after).get("evalsha", (0, 0))
-            calls[checks] += c
-            usec[checks] += u
-    return {
-        "with_checks": usec[True] / calls[True],
-        "without_checks": usec[False] / calls[False],
-    }
+            calls[name] += c
+            usec[name] += u
+    return {name: usec[name] / max(1, calls[name]) for name in SCRIPT_PARTS}
 
 
 async def append_without_script(work: Workload, plan: Plan, idle_s: float = 0.0) -> Stats:
@@ -120,7 +130,7 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         "raw_evalsha_append_lua": asdict(await raw_append_script(work, client, plan)),
         "append_without_script": asdict(await append_without_script(work, plan)),
         "append_without_script_idle": asdict(await append_without_script(work, plan, 0.0002)),
-        "acl_checks_server_us": await acl_check_cost(work, client, plan),
+        "script_server_us": await script_cost(work, client, plan),
     }
 
 

@@ -268,10 +268,17 @@ def page_hash_keys(service: Any, app: str, members: Sequence[Any]) -> list[str]:
 # -- the append script, called raw ------------------------------------------------------------
 
 
-def append_lua_source(*, acl_checks: bool = True) -> str:
+def append_lua_source(*, acl_checks: bool = True, stop: str = "") -> str:
     """append_event.lua as the library loads it; without ``acl_checks``, with its ACL
-    questions (lua/_permitted.lua) answered "allowed" unasked."""
+    questions (lua/_permitted.lua) answered "allowed" unasked. ``stop``: "checks" returns
+    once its ACL questions are answered, "call" at once (what the call itself costs)."""
     source: str = _scripts.lua_source("append_event")
+    if stop == "call":
+        return "return 1"
+    if stop == "checks":
+        answered = "if refused then return refused end"
+        assert answered in source
+        source = source[: source.index(answered)] + "return 1"
     if acl_checks:
         return source
     asked = "if not redis.acl_check_cmd then return nil end"
