@@ -18,7 +18,6 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 import pytest
 import redis
 
+from _cli import FORKERS
 from _local_cluster import free_ports, require_or_skip
 from redis_agent_sessions import (
     Content,
@@ -99,8 +99,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "redis_agent_sessions", *args, "--url", url]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+    """``python -m redis_agent_sessions ARGS --url URL``, forked (``_cli.Forkers``)."""
+    return FORKERS.run([*args, "--url", url], timeout=60)
 
 
 @dataclass

@@ -10,13 +10,13 @@ import asyncio
 import json
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from _acl import acl_user
+from _cli import FORKERS
 from _servers import skip_without
 from _snapshot import snapshot
 from redis_agent_sessions import (
@@ -204,8 +204,8 @@ async def test_search_on_a_cluster_without_the_module_is_a_memory_index_error() 
 
 
 def ping(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "redis_agent_sessions", "ping", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+    """``python -m redis_agent_sessions ping ARGS``, forked (``_cli.Forkers``)."""
+    return FORKERS.run(["ping", *args], timeout=60)
 
 
 @pytest.mark.real
