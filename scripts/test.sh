@@ -19,13 +19,20 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # uv installs the same releases as pip in a fifth of the time (CI installs three venvs before
 # any test runs); pip does it when uv cannot be had. The venv keeps its pip either way.
+# Both compile the bytecode as they install (pip always does, uv when asked): where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's machines) no Python process would
+# ever keep what it compiled, and each of the suite's hundreds would compile what it imports
+# anew (a CLI command started in 0.8 s of CPU instead of 0.3).
 if [ -x "$VENV/bin/uv" ] || "$VENV/bin/pip" install -q uv 2>/dev/null; then
-  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -e ".[$EXTRAS]"
+  "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" -e ".[$EXTRAS]"
 else
   "$VENV/bin/pip" install -q -U pip
   "$VENV/bin/pip" install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
 fi
 "$VENV/bin/python" -c 'import redis_agent_sessions, fakeredis, pytest' # the install must have worked
+# The package itself is installed editable: its source is compiled here (a changed file is
+# compiled again, by its time stamp).
+"$VENV/bin/python" -m compileall -q src >/dev/null
 # The TypeScript package (typescript/), which tests/test_typescript.py and
 # tests/test_mixed_language.py run, when node is on PATH: `npm ci` only when its lock file
 # changed since the last install (a stamp in node_modules says which it installed), then a
