@@ -180,7 +180,10 @@ def render(result: dict[str, Any]) -> str:
     title = f"where get_session({GET_SESSION_EVENTS}) time goes (mean of {gp['rounds']})"
     gets = report.share_table(title, gp["parts_us"], gp["mean_us"])
     gets.add("total get_session", report.us(gp["mean_us"]), "")
-    out += [inner.render(), "", gets.render(), "", prof["cprofile"], ""]
+    zadd = report.Table(("by-update ZADD (newest end) by index size", "float us", "int us"))
+    for size, cost in prof["by_update_zadd_us"].items():
+        zadd.add(f"{size} sessions (listpack)", f"{cost['float']:.2f}", f"{cost['int']:.2f}")
+    out += [inner.render(), "", zadd.render(), "", gets.render(), "", prof["cprofile"], ""]
     out.append(f"wall time {env['wall_seconds']} s")
     return "\n".join(out)
 

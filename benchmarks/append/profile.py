@@ -63,6 +63,45 @@ async def script_cost(work: Workload, client: Redis, plan: Plan) -> dict[str, fl
     return {name: usec[name] / max(1, calls[name]) for name in SCRIPT_PARTS}
 
 
+_ZADD_LUA = """\
+local t = tonumber(ARGV[1])
+for i = 1, tonumber(ARGV[3]) do
+  t = t + 1000
+  local score = ARGV[2] == 'int' and string.format('%d', t) or string.format('%.6f', t / 1e6)
+  redis.call('ZADD', KEYS[1], score, 'session-' .. (i % tonumber(ARGV[4])))
+end
+return 1
+"""
+
+
+async def by_update_zadd(
+    client: Redis, prefix: str, sizes: tuple[int, ...] = (20, 45, 80, 120)
+) -> dict[str, dict[str, float]]:
+    """Server time of one by-update ZADD (a session moved to the newest end of its user's
+    index) by the index's size, with the layout's float scores (seconds) and with integer
+    ones (microseconds): below 128 members the zset is a listpack, which keeps a float as
+    text and parses it at each member an insert passes."""
+    sha = await client.script_load(_ZADD_LUA)
+    now_us = int(time.time() * 1e6)
+    result: dict[str, dict[str, float]] = {}
+    for size in sizes:
+        result[str(size)] = {}
+        for kind in ("float", "int"):
+            key = f"{prefix}:zadd-{kind}-{size}"
+            members = {f"session-{i}": now_us + i for i in range(size)}
+            await client.zadd(
+                key, members if kind == "int" else {m: t / 1e6 for m, t in members.items()}
+            )
+            before = await servers.command_stats(client)
+            for call in range(1, 21):  # each call's moves go past every earlier one
+                await client.evalsha(sha, 1, key, now_us + call * 10**6, kind, 100, size)
+            after = await servers.command_stats(client)
+            calls, usec = servers.stats_delta(before, after)["zadd"]
+            result[str(size)][kind] = usec / calls
+            await client.delete(key)
+    return result
+
+
 async def append_without_script(work: Workload, plan: Plan, idle_s: float = 0.0) -> Stats:
     """append_event with the script call answered at once: the library's own Python cost.
     With ``idle_s``, each append follows that long an idle wait, as a real one follows its
@@ -131,6 +170,7 @@ async def profile_append(work: Workload, client: Redis, plan: Plan) -> dict[str,
         "append_without_script": asdict(await append_without_script(work, plan)),
         "append_without_script_idle": asdict(await append_without_script(work, plan, 0.0002)),
         "script_server_us": await script_cost(work, client, plan),
+        "by_update_zadd_us": await by_update_zadd(client, work.service.config.key_prefix),
     }
 
 
