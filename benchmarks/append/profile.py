@@ -36,7 +36,7 @@ async def raw_append_script(
     return summarize(await timing.time_calls(call, plan.profile_appends, plan.warmup))
 
 
-SCRIPT_PARTS = {
+SCRIPT_PARTS: dict[str, dict[str, Any]] = {
     "with_checks": {},
     "without_checks": {"acl_checks": False},
     "checks_only": {"stop": "checks"},
@@ -55,7 +55,7 @@ async def script_cost(work: Workload, client: Redis, plan: Plan) -> dict[str, fl
     for _ in range(3):
         for name, how in SCRIPT_PARTS.items():
             before = await servers.command_stats(client)
-            await raw_append_script(work, client, plan, **how)  # type: ignore[arg-type]
+            await raw_append_script(work, client, plan, **how)
             after = await servers.command_stats(client)
             c, u = servers.stats_delta(before, after).get("evalsha", (0, 0))
             calls[name] += c
